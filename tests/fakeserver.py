@@ -53,7 +53,8 @@ class Slot:
 
 
 class FakeLlama:
-    def __init__(self, config: Optional[Config] = None, override: Optional[Dict[str, Callable]] = None):
+    def __init__(self, config: Optional[Config] = None, override: Optional[Dict[str, Callable]] = None,
+                 indirizzo=("127.0.0.1", 0)):
         self.config = config or Config()
         self.override = dict(override or {})
         self.slots = [Slot(i) for i in range(self.config.n_slot)]
@@ -68,7 +69,7 @@ class FakeLlama:
         self.picco_occupati = 0
         self.inizio = time.monotonic()
         ThreadingHTTPServer.request_queue_size = 256  # 64 clients connect at once in the large run
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self.server = ThreadingHTTPServer(indirizzo, self._handler_class())
         self.server.daemon_threads = True
         self.server.fake = self  # scripted handlers reach the fake through h.server.fake
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -113,8 +114,11 @@ class FakeLlama:
             slot.busy = False
             self.cond.notify_all()
 
-    def completa(self, body: dict):
-        """(status, json) for a chat completion, after waiting for a slot like the real server."""
+    def completa(self, body: dict, al_token: Optional[Callable[[int], None]] = None,
+                 all_avvio: Optional[Callable[[], None]] = None):
+        """(status, json) for a chat completion, after waiting for a slot like the real server.
+        `all_avvio()` is called when a slot takes the request, `al_token(i)` after each token:
+        the streaming handler sends its headers and chunks from there."""
         contenuto = " ".join(m.get("content", "") for m in body.get("messages", []))
         self.prompts.append(contenuto)
         n_prompt = conta_token(contenuto) + TEMPLATE_TOKENS
@@ -127,15 +131,19 @@ class FakeLlama:
                     "message": f"request ({n_prompt} tokens) exceeds the available context size "
                                f"({self.config.n_ctx_slot} tokens), try increasing it",
                     "n_prompt_tokens": n_prompt, "n_ctx": self.config.n_ctx_slot}}
+            if all_avvio:
+                all_avvio()
             slot.n_prompt, slot.n_remain = n_prompt, max_tokens
             t0 = time.perf_counter()
             time.sleep(n_prompt * self.config.s_per_prompt_token)
             t1 = time.perf_counter()
-            for _ in range(max_tokens):
+            for i in range(max_tokens):
                 # One decode step costs more when more sequences share the cores.
                 time.sleep(self.config.s_per_token * (0.5 + 0.5 * self.occupati()))
                 slot.n_decoded += 1
                 slot.n_remain -= 1
+                if al_token:
+                    al_token(i)
             t2 = time.perf_counter()
             with self.cond:
                 self.tokens_predicted_total += max_tokens
@@ -205,6 +213,31 @@ class FakeLlama:
                 self.end_headers()
                 self.wfile.write(corpo)
 
+            def evento(self, dati):
+                self.wfile.write(b"data: " + json.dumps(dati).encode() + b"\n\n")
+                self.wfile.flush()
+
+            def stream(self, body):
+                """Server-sent events, headers only once a slot takes the request, as llama.cpp does."""
+                def avvio():
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    self.close_connection = True
+                    self.evento({"choices": [{"index": 0, "finish_reason": None,
+                                              "delta": {"role": "assistant", "content": None}}]})
+
+                def token(_i):
+                    self.evento({"choices": [{"index": 0, "finish_reason": None, "delta": {"content": "parola "}}]})
+
+                status, dati = fake.completa(body, token, avvio)
+                if status != 200:
+                    return self.send_json(status, dati)
+                self.evento({"choices": [{"index": 0, "finish_reason": "length", "delta": {}}]})
+                self.evento({"choices": [], "usage": dati["usage"], "timings": dati["timings"]})
+                self.wfile.write(b"data: [DONE]\n\n")
+
             def errore(self, status, tipo, messaggio):
                 self.send_json(status, {"error": {"code": status, "message": messaggio, "type": tipo}})
 
@@ -247,6 +280,8 @@ class FakeLlama:
                     except ValueError:
                         return self.errore(400, "invalid_request_error", "invalid JSON")
                     fake.bodies.append(body)
+                    if body.get("stream"):
+                        return self.stream(body)
                     return self.send_json(*fake.completa(body))
                 return self.errore(404, "not_found_error", "File Not Found")
 
@@ -266,3 +301,42 @@ def risposta_grezza(status: int, corpo: bytes, tipo: str = "text/html", lunghezz
         h.wfile.flush()
         h.close_connection = True
     return handler
+
+
+def main(argv=None):
+    """Run the fake as a process, with llama serve's flags: what --avvia starts in the tests."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("serve", nargs="?")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("-np", type=int, default=1)
+    parser.add_argument("-c", type=int, default=2048)
+    parser.add_argument("--kv-unified", action="store_true")
+    parser.add_argument("--s-per-token", type=float, default=0.005)
+    parser.add_argument("--loading-s", type=float, default=0.0)
+    parser.add_argument("--fallisci", action="store_true", help="print an error and exit 1, like a bad -m")
+    a = parser.parse_args(argv)
+    if a.fallisci:
+        print("error: failed to load model 'manca.gguf'", flush=True)
+        return 1
+    n_slot = 4 if a.np == -1 else a.np
+    config = Config(n_slot=n_slot, n_ctx=a.c, kv_unified=a.kv_unified or a.np == -1,
+                    s_per_token=a.s_per_token, loading_s=a.loading_s)
+    print(f"srv    load_model: initializing, n_slots = {n_slot}, n_ctx_slot = {config.n_ctx_slot}, "
+          f"kv_unified = '{str(config.kv_unified).lower()}'", flush=True)
+    fake = FakeLlama(config, indirizzo=(a.host, a.port))
+    try:
+        fake.server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    sys.exit(main())

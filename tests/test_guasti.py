@@ -2,8 +2,6 @@
 
 import json
 import socket
-import subprocess
-import sys
 import time
 import tracemalloc
 
@@ -11,7 +9,7 @@ import pytest
 
 import carico
 from fakeserver import risposta_grezza
-from test_carico import CARICO, VELOCE, latenze, valore
+from test_carico import VELOCE, latenze, valore
 
 
 def chat_rotta(handler_rotto, quale=1):
@@ -152,7 +150,7 @@ def test_grande_carico_memoria_limitata_e_campionamento_regolare(fake):
     client = carico.Client(server.url)
     tracemalloc.start()
     try:
-        esecuzione = carico.esegui_carico(client, 2000, 64, 1, 60, 0.5, True)
+        esecuzione = carico.esegui_carico(client, carico.Piano(2000, 64, 1, 60, 0.5))
         _, picco_memoria = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -74,7 +74,7 @@ def test_campi_mancanti_sono_nd_mai_inventati():
     assert righe[3] == "richieste=2 parallele=2 slot=n/d  picco slot occupati insieme=n/d"
     assert righe[4] == "tempo totale 2.00 s  |  latenza media 1.75 s, max 2.00 s"
     # One answer did not say its tokens: the sum, and so the throughput, are unknown.
-    assert righe[5] == "throughput aggregato n/d token/s  (n/d token generati)"
+    assert righe[5] == "throughput aggregato n/d  (n/d token generati)"
 
 
 def test_picco_ignora_i_campioni_falliti():

@@ -70,7 +70,7 @@ def test_un_slot_la_latenza_massima_e_la_somma_dei_servizi(llama):
     the four service times (prompt_ms + predicted_ms), give or take the HTTP overhead."""
     server = llama(1)
     client = carico.Client(server.url)
-    esecuzione = carico.esegui_carico(client, 4, 4, 32, 120, 0.5, True)
+    esecuzione = carico.esegui_carico(client, carico.Piano(4, 4, 32, 120, 0.5))
     assert all(r.riuscita for r in esecuzione.risultati)
     servizi = [(r.prompt_ms + r.predicted_ms) / 1000 for r in esecuzione.risultati]
     massima = max(r.latenza for r in esecuzione.risultati)
@@ -173,3 +173,44 @@ def test_server_ucciso_a_meta(llama):
     falliti = [r for r in out.splitlines() if "errore: " in r]
     assert falliti and len(falliti) + len(latenze(out)) == 4, out
     assert "richieste fallite:" in out
+
+
+def test_avvia_tutto_il_lab_reale(tmp_path):
+    """--avvia: carico.py starts llama serve for each -np, measures, stops it; then the table."""
+    from realserver import ALIAS, porta_libera, trova_binario, trova_modello
+
+    try:
+        binario, modello = trova_binario(), trova_modello()
+    except Exception as exc:
+        pytest.fail(f"real server unavailable: {exc}")
+    comando = f"{binario} {'serve ' if binario.endswith('/llama') else ''}-m {modello} -c 2048 -t 2 -a {ALIAS}"
+    url = f"http://127.0.0.1:{porta_libera()}"
+    svg = tmp_path / "lab.svg"
+    rc, out, err = carico_cli(url, "--avvia", comando, "--np", "1,2,4,4kv", "--svg", str(svg), timeout=600)
+    assert rc == 0, out + err
+    intestazioni = [r for r in out.splitlines() if r.startswith("server: ")]
+    assert intestazioni == ["server: 1 slot, n_ctx per slot = 2048", "server: 2 slot, n_ctx per slot = 1024",
+                            "server: 4 slot, n_ctx per slot = 512", "server: 4 slot, n_ctx per slot = 2048"]
+    assert [valore(b, "picco slot occupati insieme") for b in out.split("server: ")[1:]] == ["1", "2", "4", "4"]
+    tabella = out.splitlines()[-4:]
+    assert [r.split(" | ")[:2] for r in tabella] == [["| 1", "2048"], ["| 2", "1024"], ["| 4", "512"], ["| 4 kv", "2048"]]
+    assert svg.read_text().count("<svg") == 1
+    assert err.count("server pronto in") == 4
+    with pytest.raises(carico.ErroreRete):  # every server was stopped
+        carico.Client(url, timeout_info=1).chiama("GET", "/health")
+    CIFRE.append(("--avvia sweep", " / ".join(r.split(" | ")[-1].rstrip(" |") for r in tabella)))
+
+
+def test_stream_e_grafico_reale(llama):
+    server = llama(1)
+    rc, out, err = carico_cli(server.url, "--stream", "--grafico")
+    assert rc == 0, err
+    primi = sorted(float(m.group(1)) for m in map(re.compile(r".*primo token ([\d.]+) s$").match, out.splitlines()) if m)
+    assert len(primi) == 4
+    # One slot: the first token of the last request waited for the three before it.
+    assert primi[3] > 2.5 * primi[0] and primi[3] > primi[2] > primi[1]
+    righe_req = [r for r in out.splitlines() if r.startswith("req ")]
+    inizi = sorted(r[8:].index("█") for r in righe_req)
+    assert inizi[3] > inizi[2] > inizi[1] > inizi[0], out
+    assert all(len(r) <= 80 for r in out.splitlines())
+    CIFRE.append(("np 1 --stream: time to first token (s)", ", ".join(f"{p:.2f}" for p in primi)))
