@@ -31,25 +31,20 @@ era già stato misurato.
 """
 
 import argparse
-import concurrent.futures
-import csv
-import dataclasses
-import http.client
-import io
 import json
+import math
 import os
-import shlex
 import signal
 import socket
-import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.parse
-from typing import Dict, List, Optional, Sequence, Tuple
-from xml.sax.saxutils import escape
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+# IMPORT_PIGRI: concurrent.futures, csv, shlex, subprocess, tempfile and ssl are imported inside
+# the functions that use them. `python3 carico.py --help` must start in a few tens of ms (the
+# benchmark measures it), and those imports alone would cost more than the rest of the start.
 
 __version__ = "1.0.0"
 
@@ -91,8 +86,7 @@ class Interruzione(BaseException):
 
 # HTTP client ##################################################################################
 
-@dataclasses.dataclass(frozen=True)
-class Risposta:
+class Risposta(NamedTuple):
     status: int
     corpo: bytes  # or what a `lettore` made of a streamed body
     tipo: str  # Content-Type
@@ -109,10 +103,109 @@ class ErroreNelFlusso(Exception):
 ANNULLATA = "annullata (interruzione)"  # the error of a request closed by Ctrl+C or SIGTERM
 
 
+class RispostaTroncata(Exception):
+    """The connection closed in the middle of an answer."""
+
+
+class RispostaNonValida(Exception):
+    """Bytes that are not an HTTP/1.1 answer."""
+
+
+class _Lettore:
+    """Reads one HTTP/1.1 answer from a socket: status, headers, then the body in pieces as they
+    arrive (by Content-Length, chunked, or up to the close). A few lines of its own instead of
+    http.client, whose header parsing (the email package) cost more CPU than the whole rest of a
+    request: the client must not steal the cores the server measures with."""
+
+    def __init__(self, sock: socket.socket):
+        self._sock, self._buf = sock, b""
+
+    def _riempi(self) -> None:
+        dati = self._sock.recv(65536)
+        if not dati:
+            raise RispostaTroncata()
+        self._buf += dati
+
+    def riga(self) -> bytes:
+        while True:
+            fine = self._buf.find(b"\r\n")
+            if fine >= 0:
+                riga, self._buf = self._buf[:fine], self._buf[fine + 2:]
+                return riga
+            if len(self._buf) > 65536:
+                raise RispostaNonValida("intestazione troppo lunga")
+            self._riempi()
+
+    def esatti(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            self._riempi()
+        dati, self._buf = self._buf[:n], self._buf[n:]
+        return dati
+
+    def testa(self) -> Tuple[int, Dict[str, str]]:
+        try:
+            stato = self.riga()
+        except RispostaTroncata:
+            raise ConnectionResetError() from None  # closed before answering anything
+        parti = stato.split(None, 2)
+        if len(parti) < 2 or not parti[0].startswith(b"HTTP/") or not parti[1].isdigit():
+            raise RispostaNonValida("riga di stato non valida")
+        intestazioni = {}
+        while True:
+            riga = self.riga()
+            if not riga:
+                return int(parti[1]), intestazioni
+            nome, _, valore = riga.decode("latin-1").partition(":")
+            intestazioni[nome.strip().lower()] = valore.strip()
+
+    def corpo(self, intestazioni: Dict[str, str]):
+        """The body's bytes, piece by piece."""
+        if "chunked" in intestazioni.get("transfer-encoding", "").lower():
+            while True:
+                try:
+                    dimensione = int(self.riga().split(b";")[0], 16)
+                except ValueError:
+                    raise RispostaNonValida("chunk non valido") from None
+                if dimensione == 0:
+                    while self.riga():  # trailers, up to the empty line
+                        pass
+                    return
+                yield self.esatti(dimensione)
+                self.esatti(2)
+        elif "content-length" in intestazioni:
+            try:
+                lunghezza = int(intestazioni["content-length"])
+            except ValueError:
+                raise RispostaNonValida("Content-Length non valido") from None
+            if lunghezza:
+                yield self.esatti(lunghezza)
+        else:
+            while True:
+                if self._buf:
+                    dati, self._buf = self._buf, b""
+                    yield dati
+                try:
+                    self._riempi()
+                except RispostaTroncata:
+                    return  # the close is the end
+
+
+def righe(pezzi):
+    """Lines out of a body read in pieces: what a stream reader iterates over."""
+    resto = b""
+    for pezzo in pezzi:
+        resto += pezzo
+        *complete, resto = resto.split(b"\n")
+        yield from complete
+    if resto:
+        yield resto
+
+
 class Client:
-    """Talks to one server. It never follows redirects (http.client does not) and keeps the
-    connections in flight in a set, so that `annulla()` can close them from another thread:
-    that is how Ctrl+C stops requests blocked in a read without leaving a thread behind."""
+    """Talks to one server, one connection per exchange (`Connection: close`, so that a request's
+    latency never hides a stale keep-alive). It never follows redirects, and keeps the sockets in
+    flight in a set, so that `annulla()` can close them from another thread: that is how Ctrl+C
+    stops requests blocked in a read without leaving a thread behind."""
 
     def __init__(self, base: str, api_key: Optional[str] = None, timeout_info: float = TIMEOUT_INFO):
         parti = urllib.parse.urlsplit(base)
@@ -121,6 +214,7 @@ class Client:
         self._https = parti.scheme == "https"
         self._host = parti.hostname or ""
         self._porta = parti.port or (443 if self._https else 80)
+        self._host_header = parti.netloc.rpartition("@")[2].encode("idna")
         self._api_key = api_key
         self.con_chiave = bool(api_key)
         self._aperte = set()
@@ -131,47 +225,52 @@ class Client:
         self.annullato.set()
         with self._lock:
             aperte = list(self._aperte)
-        for conn in aperte:
-            sock = conn.sock
-            if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+        for sock in aperte:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _richiesta(self, metodo: str, percorso: str, corpo: Optional[bytes]) -> bytes:
+        testa = [f"{metodo} {percorso} HTTP/1.1".encode(), b"Host: " + self._host_header,
+                 b"Accept: application/json", b"Connection: close", b"User-Agent: carico.py/" + __version__.encode()]
+        if self._api_key:
+            testa.append(b"Authorization: Bearer " + self._api_key.encode("ascii"))
+        if corpo is not None:
+            testa += [b"Content-Type: application/json", b"Content-Length: " + str(len(corpo)).encode()]
+        return b"\r\n".join(testa) + b"\r\n\r\n" + (corpo or b"")
 
     def chiama(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None,
                lettore=None) -> Risposta:
-        """One exchange on a new connection. `lettore(response)`, when given, reads a 200 answer
+        """One exchange on a new connection. `lettore(lines)`, when given, reads a 200 answer
         (a stream, as it arrives) and its result becomes `corpo`."""
         timeout = self.timeout_info if timeout is None else timeout
-        classe = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        conn = classe(self._host, self._porta, timeout=timeout)
-        intestazioni = {"Accept": "application/json"}
-        corpo = None
-        if dati is not None:
-            corpo = json.dumps(dati).encode("utf-8")
-            intestazioni["Content-Type"] = "application/json"
-        if self._api_key:
-            intestazioni["Authorization"] = "Bearer " + self._api_key
-        with self._lock:
-            self._aperte.add(conn)
+        corpo = None if dati is None else json.dumps(dati).encode("utf-8")
+        sock = None
         try:
-            try:
-                conn.connect()
-                if self.annullato.is_set():
-                    raise ErroreRete(ANNULLATA)
-                conn.request(metodo, percorso, body=corpo, headers=intestazioni)
-                risposta = conn.getresponse()
-                contenuto = lettore(risposta) if lettore and risposta.status == 200 else risposta.read()
-                return Risposta(risposta.status, contenuto, risposta.getheader("Content-Type", ""))
-            except (OSError, http.client.HTTPException) as exc:  # the network; a lettore's own errors pass
-                if self.annullato.is_set():
-                    raise ErroreRete(ANNULLATA) from None
-                raise ErroreRete(descrivi_errore_rete(exc, timeout)) from None
-        finally:
+            sock = socket.create_connection((self._host, self._porta), timeout=timeout)
             with self._lock:
-                self._aperte.discard(conn)
-            conn.close()
+                self._aperte.add(sock)
+            if self.annullato.is_set():
+                raise ErroreRete(ANNULLATA)
+            if self._https:
+                import ssl  # only for https: its import costs time at every start
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self._host)
+            sock.sendall(self._richiesta(metodo, percorso, corpo))
+            lettura = _Lettore(sock)
+            status, intestazioni = lettura.testa()
+            pezzi = lettura.corpo(intestazioni)
+            contenuto = lettore(righe(pezzi)) if lettore and status == 200 else b"".join(pezzi)
+            return Risposta(status, contenuto, intestazioni.get("content-type", ""))
+        except (OSError, RispostaTroncata, RispostaNonValida) as exc:  # the network; a lettore's own errors pass
+            if self.annullato.is_set():
+                raise ErroreRete(ANNULLATA) from None
+            raise ErroreRete(descrivi_errore_rete(exc, timeout)) from None
+        finally:
+            if sock is not None:
+                with self._lock:
+                    self._aperte.discard(sock)
+                sock.close()
 
 
 def descrivi_errore_rete(exc: Exception, timeout: float) -> str:
@@ -182,12 +281,12 @@ def descrivi_errore_rete(exc: Exception, timeout: float) -> str:
         return "connessione rifiutata (nessun server in ascolto)"
     if isinstance(exc, socket.gaierror):
         return "host sconosciuto"
-    if isinstance(exc, http.client.IncompleteRead):
+    if isinstance(exc, RispostaTroncata):
         return "risposta troncata: la connessione si è chiusa a metà"
-    if isinstance(exc, (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected)):
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
         return "connessione chiusa dal server prima della risposta"
-    if isinstance(exc, http.client.HTTPException):
-        return f"risposta HTTP non valida ({type(exc).__name__})"
+    if isinstance(exc, RispostaNonValida):
+        return f"risposta HTTP non valida ({exc})"
     if isinstance(exc, OSError) and exc.strerror:
         return f"errore di rete: {exc.strerror}"
     return f"errore di rete: {type(exc).__name__}"
@@ -224,8 +323,7 @@ def descrivi_errore_http(risposta: Risposta) -> str:
 
 # What the server says about itself ############################################################
 
-@dataclasses.dataclass(frozen=True)
-class InfoServer:
+class InfoServer(NamedTuple):
     n_slot: Optional[int]
     n_ctx_slot: Optional[int]
     slots_disponibile: bool  # /slots answers, so the peak of busy slots can be sampled
@@ -354,14 +452,13 @@ def interroga_server(client: Client, attesa: float, stderr, con_props: bool = Fa
             info = InfoServer(None, None, False)
     metrics = chiedi(client, "/metrics", attesa, stderr)
     con_metrics = metrics.status == 200 and b"llamacpp:" in metrics.corpo
-    return dataclasses.replace(info, avvisi=tuple(avvisi), metrics_disponibile=con_metrics,
+    return info._replace(avvisi=tuple(avvisi), metrics_disponibile=con_metrics,
                                props=props if isinstance(props, dict) else None)
 
 
 # The quiet-machine check ######################################################################
 
-@dataclasses.dataclass(frozen=True)
-class Macchina:
+class Macchina(NamedTuple):
     core: int
     carico_medio: Optional[float]  # 1-minute load average
     cpu_occupata: Optional[float]  # share of all cores busy over a short look, 0..1
@@ -416,8 +513,7 @@ def descrivi_macchina(m: Macchina) -> str:
 
 # The load: requests and the samplers ##########################################################
 
-@dataclasses.dataclass(frozen=True)
-class Piano:
+class Piano(NamedTuple):
     """What to send: the same for every run of a sweep."""
     richieste: int = 4
     parallele: int = 4
@@ -429,8 +525,7 @@ class Piano:
     testo: Optional[str] = None  # --prompt-file: one prompt for every request
 
 
-@dataclasses.dataclass(frozen=True)
-class Risultato:
+class Risultato(NamedTuple):
     """One request. Times are seconds from the start of the run (perf_counter)."""
     indice: int
     inizio: float
@@ -466,8 +561,7 @@ class Risultato:
         return None if servizio is None else max(0.0, self.latenza - servizio)
 
 
-@dataclasses.dataclass(frozen=True)
-class Campione:
+class Campione(NamedTuple):
     t: float  # seconds from the start of the run
     occupati: Optional[int]  # busy slots, None when that sample failed
     in_coda: Optional[int] = None  # llamacpp:requests_deferred, when /metrics is there
@@ -636,8 +730,7 @@ class Campionatore:
                 return
 
 
-@dataclasses.dataclass(frozen=True)
-class Esecuzione:
+class Esecuzione(NamedTuple):
     risultati: List[Risultato]  # in request order; those never sent are missing
     campioni: List[Campione]
     richieste: int
@@ -654,6 +747,8 @@ def esegui_carico(client: Client, piano: Piano, slots: bool = True, metrics: boo
     risultati = {}
     interrotta = None
     campionatore = Campionatore(client, piano.intervallo, t0, slots, metrics, timer) if slots or metrics else None
+    import concurrent.futures  # here, not at the top: see IMPORT_PIGRI
+
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     try:
         if campionatore:
@@ -692,8 +787,7 @@ class segnali_ignorati:
 
 # Starting the server: --avvia #################################################################
 
-@dataclasses.dataclass(frozen=True)
-class Configurazione:
+class Configurazione(NamedTuple):
     """One server of a sweep: -np N, with or without --kv-unified."""
     np: int
     kv_unificata: bool = False
@@ -720,12 +814,14 @@ class ServerAvviato:
     error, Ctrl+C, a server that dies), and its log tail shown when it fails."""
 
     def __init__(self, comando: List[str], configurazione: Configurazione, url: str, attesa: float, stderr):
+        import tempfile
+
         parti = urllib.parse.urlsplit(url)
         self.argomenti = comando + configurazione.argomenti() + [
             "--host", parti.hostname, "--port", str(parti.port or 80)]
         self.configurazione, self.url, self.attesa, self.stderr = configurazione, url, attesa, stderr
         self.log = tempfile.NamedTemporaryFile(prefix="carico-server-", suffix=".log", delete=False)
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc = None  # subprocess.Popen
 
     def __enter__(self) -> "ServerAvviato":
         try:
@@ -742,6 +838,9 @@ class ServerAvviato:
             raise ErroreUtente(f"su {self.url} risponde già un server: fermalo, o scegli un'altra porta con --url")
         except ErroreRete:
             pass  # nothing there: the port is ours
+        import shlex
+        import subprocess
+
         print(f"avvio: {shlex.join(self.argomenti)}", file=self.stderr, flush=True)
         try:
             # Its own session: the terminal's Ctrl+C reaches carico.py, which stops the server itself.
@@ -772,6 +871,8 @@ class ServerAvviato:
             time.sleep(0.2)
 
     def __exit__(self, *exc) -> None:
+        import subprocess
+
         with segnali_ignorati():
             if self.proc is not None and self.proc.poll() is None:
                 self.proc.terminate()
@@ -794,8 +895,7 @@ class ServerAvviato:
 
 # The report: pure formatting, data -> str #####################################################
 
-@dataclasses.dataclass(frozen=True)
-class Riepilogo:
+class Riepilogo(NamedTuple):
     riuscite: int
     fallite: int
     non_completate: int
@@ -806,6 +906,18 @@ class Riepilogo:
     throughput: Optional[float]
     picco: Optional[int]
     picco_coda: Optional[int]  # llamacpp:requests_deferred, None without /metrics
+
+
+def media(valori: Sequence[float]) -> Optional[float]:
+    return sum(valori) / len(valori) if valori else None
+
+
+def deviazione_standard(valori: Sequence[float]) -> float:
+    """The sample standard deviation (0 for a single value)."""
+    if len(valori) < 2:
+        return 0.0
+    m = sum(valori) / len(valori)
+    return math.sqrt(sum((v - m) ** 2 for v in valori) / (len(valori) - 1))
 
 
 def riassumi(esecuzione: Esecuzione) -> Riepilogo:
@@ -819,7 +931,7 @@ def riassumi(esecuzione: Esecuzione) -> Riepilogo:
     occupati = [c.occupati for c in esecuzione.campioni if c.occupati is not None]
     in_coda = [c.in_coda for c in esecuzione.campioni if c.in_coda is not None]
     return Riepilogo(len(ok), len(esecuzione.risultati) - len(ok), esecuzione.richieste - len(esecuzione.risultati),
-                     totale, statistics.mean(latenze) if latenze else None, max(latenze, default=None),
+                     totale, media(latenze), max(latenze, default=None),
                      token, throughput, max(occupati, default=None), max(in_coda, default=None))
 
 
@@ -878,8 +990,7 @@ def rapporto(esecuzione: Esecuzione, parallele: int, info: InfoServer, stream: b
     return righe
 
 
-@dataclasses.dataclass(frozen=True)
-class Prova:
+class Prova(NamedTuple):
     """One run, with what it ran against: the unit of --ripeti, --avvia, and the files."""
     info: InfoServer
     esecuzione: Esecuzione
@@ -902,8 +1013,7 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
         if not valori:
             righe.append(f"  {nome:<21} n/d")
             continue
-        spread = statistics.stdev(valori) if len(valori) > 1 else 0.0
-        righe.append(f"  {nome:<21} {statistics.mean(valori):7.2f} {unita:<8} (dev.std {spread:.2f}, "
+        righe.append(f"  {nome:<21} {media(valori):7.2f} {unita:<8} (dev.std {deviazione_standard(valori):.2f}, "
                      f"{min(valori):.2f}-{max(valori):.2f})"
                      + ("" if len(valori) == len(prove) else f"  [{len(valori)} prove su {len(prove)}]"))
     return righe
@@ -993,6 +1103,10 @@ COLORI_SVG = {"coda": "#d9d9d9", "prompt": "#f4a261", "generazione": "#2a9d8f", 
               "ignoto": "#8d99ae"}
 
 
+def testo_xml(testo: str) -> str:
+    return testo.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def svg(prove: List[Prova]) -> str:
     """The same picture as a standalone SVG, one panel per run, for the deliverable."""
     larghezza, sinistra, riga, destra = 760, 70, 18, 20
@@ -1002,7 +1116,7 @@ def svg(prove: List[Prova]) -> str:
         durata = max([r.fine for r in e.risultati] + [c.t for c in e.campioni] + [1e-9])
         scala = (larghezza - sinistra - destra) / durata
         titolo = riga_server(prova.info) + (f"  (-np {prova.configurazione.etichetta})" if prova.configurazione else "")
-        parti = [f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">{escape(titolo)}</text>']
+        parti = [f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">{testo_xml(titolo)}</text>']
         y += 22
         for r in e.risultati:
             parti.append(f'<text x="4" y="{y + 13}">req {r.indice}</text>')
@@ -1053,6 +1167,9 @@ def riga_dati(r: Risultato) -> dict:
 
 
 def testo_csv(prove: List[Prova]) -> str:
+    import csv
+    import io
+
     uscita = io.StringIO()
     scrittore = csv.DictWriter(uscita, CAMPI_CSV, extrasaction="ignore", lineterminator="\n")
     scrittore.writeheader()
@@ -1068,15 +1185,15 @@ def testo_json(prove: List[Prova], piano: Piano, url: str) -> str:
     (never the API key), for plotting."""
     dati = {
         "carico": __version__, "url": url,
-        "opzioni": {k: v for k, v in dataclasses.asdict(piano).items() if k != "testo"},
+        "opzioni": {k: v for k, v in piano._asdict().items() if k != "testo"},
         "prompt_file": piano.testo is not None,
         "prove": [{
             "np": p.configurazione.etichetta if p.configurazione else None,
             "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "props": p.info.props},
-            "macchina": dataclasses.asdict(p.macchina) if p.macchina else None,
-            "riepilogo": dataclasses.asdict(p.riepilogo),
+            "macchina": p.macchina._asdict() if p.macchina else None,
+            "riepilogo": p.riepilogo._asdict(),
             "richieste": [riga_dati(r) for r in p.esecuzione.risultati],
-            "campioni": [dataclasses.asdict(c) for c in p.esecuzione.campioni],
+            "campioni": [c._asdict() for c in p.esecuzione.campioni],
             "interrotta": p.esecuzione.interrotta is not None,
         } for p in prove],
     }
@@ -1108,10 +1225,10 @@ def spiegazione(prova: Prova, parallele: int) -> List[str]:
             frasi.append(f"Nessuna richiesta ha aspettato in coda più di {attesa:.2f} s: sono partite tutte subito.")
     velocita = [r.tps for r in ok if r.tps is not None]
     if velocita and s.throughput is not None:
-        media = statistics.mean(velocita)
+        media_slot = media(velocita)
         frasi.append(f"Nel proprio slot ogni richiesta generava {min(velocita):.1f}-{max(velocita):.1f} t/s; "
                      f"tutte insieme hanno fatto {s.throughput:.1f} token/s di throughput aggregato, "
-                     f"{s.throughput / media:.1f} volte la velocità media di uno slot.")
+                     f"{s.throughput / media_slot:.1f} volte la velocità media di uno slot.")
     if info.n_ctx_slot is not None:
         frase = f"Ogni slot aveva {info.n_ctx_slot} token di contesto"
         prompt = [r.token_prompt for r in ok if r.token_prompt is not None]
@@ -1174,7 +1291,7 @@ def url_server(testo: str) -> str:
 
 
 def chiave_api(testo: str) -> str:
-    # Checked here so that http.client never raises with the key inside its message.
+    # Checked here, so that a key that cannot go in a header never reaches one (nor an error message).
     if not testo or not all(33 <= ord(c) < 127 for c in testo):
         raise argparse.ArgumentTypeError("la chiave API deve essere fatta di caratteri ASCII stampabili, senza spazi")
     return testo
@@ -1197,6 +1314,8 @@ def lista_np(testo: str) -> List[Configurazione]:
 
 
 def comando_server(testo: str) -> List[str]:
+    import shlex
+
     try:
         parti = shlex.split(testo)
     except ValueError as exc:
@@ -1443,6 +1562,8 @@ class Sessione:
 
 def scrivi_file(percorso: str, testo: str) -> None:
     """All or nothing: a temporary file beside it, then a rename."""
+    import tempfile
+
     cartella = os.path.dirname(os.path.abspath(percorso))
     fd, provvisorio = tempfile.mkstemp(prefix=".carico-", dir=cartella)
     try:
