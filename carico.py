@@ -217,6 +217,7 @@ class Client:
         self._host_header = parti.netloc.rpartition("@")[2].encode("idna")
         self._api_key = api_key
         self.con_chiave = bool(api_key)
+        self._indirizzo = None  # (family, type, proto, _, sockaddr) that connected last
         self._aperte = set()
         self._lock = threading.Lock()
         self.annullato = threading.Event()
@@ -230,6 +231,25 @@ class Client:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def _connetti(self, timeout: float) -> socket.socket:
+        """A connected socket. The name is resolved once, at the first request, and the address
+        that answered is reused: a lookup per request costs CPU and can stall on a slow resolver."""
+        indirizzi = [self._indirizzo] if self._indirizzo else socket.getaddrinfo(
+            self._host, self._porta, type=socket.SOCK_STREAM)
+        errore = None
+        for famiglia, tipo, protocollo, _, indirizzo in indirizzi:
+            sock = socket.socket(famiglia, tipo, protocollo)
+            sock.settimeout(timeout)
+            try:
+                sock.connect(indirizzo)
+            except OSError as exc:
+                sock.close()
+                errore = exc
+                continue
+            self._indirizzo = (famiglia, tipo, protocollo, "", indirizzo)
+            return sock
+        raise errore if errore else OSError("nessun indirizzo per l'host")
 
     def _richiesta(self, metodo: str, percorso: str, corpo: Optional[bytes]) -> bytes:
         testa = [f"{metodo} {percorso} HTTP/1.1".encode(), b"Host: " + self._host_header,
@@ -248,7 +268,7 @@ class Client:
         corpo = None if dati is None else json.dumps(dati).encode("utf-8")
         sock = None
         try:
-            sock = socket.create_connection((self._host, self._porta), timeout=timeout)
+            sock = self._connetti(timeout)
             with self._lock:
                 self._aperte.add(sock)
             if self.annullato.is_set():
@@ -1364,9 +1384,17 @@ class _Parser(argparse.ArgumentParser):
         return super().format_help().replace("usage:", "uso:", 1)
 
 
+def _formato_aiuto(prog: str) -> argparse.HelpFormatter:
+    # The width given here, so that argparse does not import shutil (5 ms of start-up) to ask it.
+    try:
+        larghezza = os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        larghezza = int(os.environ.get("COLUMNS", "80")) if os.environ.get("COLUMNS", "").isdigit() else 80
+    return argparse.RawDescriptionHelpFormatter(prog, width=max(larghezza, 40) - 2)
+
+
 def analizza_argomenti(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = _Parser(prog="carico.py", description=__doc__, add_help=False,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="carico.py", description=__doc__, add_help=False, formatter_class=_formato_aiuto)
     parser._optionals.title = "opzioni"
     aggiungi = parser.add_argument
     aggiungi("-h", "--help", action="help", help="mostra questo aiuto ed esce")

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""What carico.py itself costs, and how exact its numbers are: a table of medians.
+
+Run it with `bash bench/run` (installs what it needs, then runs this with the .deps interpreter).
+Figures, not pass/fail: each row says the target beside the measure. Needs the real llama.cpp
+server and model (scripts/install-real.sh) and, for the scale row, nginx and wrk from Debian.
+
+  1. client CPU in the lab run (4 x 32 tokens, real server, -np 1 and -np 4), share of wall time
+  2. CPU per request and requests/s at 1,000 x 64 against a zero-delay server (nginx), beside wrk
+  3. start-up: `python3 carico.py --help` wall time, beside the bare interpreter
+  4. accuracy: client latency minus the server's prompt_ms + predicted_ms, for requests that did not queue
+  5. the sampler: its real period against 0.5 s, and the peak of busy slots right in N lab runs
+  6. aggregate throughput against the server's llamacpp:tokens_predicted_total
+"""
+
+import argparse
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+QUI = os.path.dirname(os.path.abspath(__file__))
+RADICE = os.path.dirname(QUI)
+CARICO = os.path.join(RADICE, "carico.py")
+sys.path[:0] = [RADICE, os.path.join(RADICE, "tests")]
+
+import carico  # noqa: E402
+from realserver import ServerReale, porta_libera  # noqa: E402
+
+RIGHE = []  # (measure, median, worst or spread, target)
+
+
+def mediana(valori):
+    v = sorted(valori)
+    n = len(v)
+    return (v[n // 2] + v[(n - 1) // 2]) / 2
+
+
+def riga(misura, valore, dettaglio, obiettivo):
+    RIGHE.append((misura, valore, dettaglio, obiettivo))
+    print(f"  {misura}: {valore}  ({dettaglio})  target {obiettivo}", flush=True)
+
+
+def esegui_carico_cli(*argomenti):
+    """carico.py as a user runs it: (stdout, wall s, CPU s of that process)."""
+    with tempfile.TemporaryFile() as uscita:
+        inizio = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, CARICO, *argomenti], stdout=uscita, stderr=subprocess.DEVNULL)
+        _, _, uso = os.wait4(proc.pid, 0)
+        parete = time.perf_counter() - inizio
+        uscita.seek(0)
+        return uscita.read().decode(), parete, uso.ru_utime + uso.ru_stime
+
+
+def cpu_processo():
+    uso = resource.getrusage(resource.RUSAGE_SELF)
+    return uso.ru_utime + uso.ru_stime
+
+
+# 1. The client's CPU in the lab run ###########################################################
+
+def cpu_nel_lab(ripetizioni):
+    print("1. client CPU in the lab run (real server, 4 requests x 32 tokens)", flush=True)
+    for np in (1, 4):
+        with ServerReale(np) as server:
+            quote, cpu_ms, pareti, quote_carico = [], [], [], []
+            for _ in range(ripetizioni):
+                out, parete, cpu = esegui_carico_cli("--url", server.url)
+                quote.append(cpu / parete)
+                cpu_ms.append(cpu * 1000)
+                pareti.append(parete)
+                # The load alone, in-process: what the client takes while the server works.
+                client = carico.Client(server.url)
+                prima, inizio = cpu_processo(), time.perf_counter()
+                carico.esegui_carico(client, carico.Piano(4, 4, 32), primo_prompt=8)
+                quote_carico.append((cpu_processo() - prima) / (time.perf_counter() - inizio))
+        riga(f"client CPU share of wall, whole process, -np {np}", f"{mediana(quote):.2%}",
+             f"{mediana(cpu_ms):.0f} ms CPU in a {mediana(pareti):.2f} s run, start-up included; worst {max(quote):.2%}", "< 1%")
+        riga(f"client CPU share of wall, during the load, -np {np}", f"{mediana(quote_carico):.2%}",
+             f"worst {max(quote_carico):.2%}", "< 1%")
+
+
+# 2. At scale, against a zero-delay server #####################################################
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body;
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    location = /health {{ default_type application/json; return 200 '{{"status":"ok"}}'; }}
+    location = /slots {{ default_type application/json; return 200 '[{{"id":0,"n_ctx":512,"is_processing":false}}]'; }}
+    location = /v1/chat/completions {{ default_type application/json; return 200 '{risposta}'; }}
+    location / {{ return 404; }}
+  }}
+}}
+"""
+RISPOSTA = ('{"choices":[{"finish_reason":"length","index":0,"message":{"role":"assistant","content":"ok"}}],'
+            '"usage":{"completion_tokens":1,"prompt_tokens":20,"total_tokens":21},'
+            '"timings":{"prompt_n":20,"prompt_ms":0.1,"predicted_n":1,"predicted_ms":0.1,"predicted_per_second":10000}}')
+
+
+def wrk(url, chiudi):
+    argomenti = ["wrk", "-t1", "-c64", "-d3s"] + (["-H", "Connection: close"] if chiudi else []) + [url]
+    out = subprocess.run(argomenti, capture_output=True, text=True, timeout=30).stdout
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+
+
+def su_scala(ripetizioni):
+    print("2. 1,000 requests at 64 parallel against a zero-delay server (nginx, one worker)", flush=True)
+    if not (shutil.which("nginx") and shutil.which("wrk")):
+        riga("CPU per request at scale", "n/d", "nginx or wrk missing: apt-get install nginx wrk", "< 0.5 ms")
+        return
+    cartella = tempfile.mkdtemp(prefix="carico-nginx-")
+    porta = porta_libera()
+    with open(os.path.join(cartella, "nginx.conf"), "w") as f:
+        f.write(NGINX_CONF.format(dir=cartella, port=porta, risposta=RISPOSTA))
+    nginx = subprocess.Popen(["nginx", "-p", cartella, "-c", os.path.join(cartella, "nginx.conf")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{porta}"
+    try:
+        time.sleep(0.5)
+        al_secondo, cpu_intero, cpu_carico, al_secondo_carico = [], [], [], []
+        for _ in range(ripetizioni):
+            out, _, cpu = esegui_carico_cli("--url", url, "--richieste", "1000", "--parallele", "64", "--token", "1")
+            assert "richieste=1000" in out and "fallite" not in out, out[-500:]
+            al_secondo.append(1000 / float(re.search(r"tempo totale ([\d.]+) s", out).group(1)))
+            cpu_intero.append(cpu / 1000 * 1000)
+            client = carico.Client(url)
+            prima, inizio = cpu_processo(), time.perf_counter()
+            esecuzione = carico.esegui_carico(client, carico.Piano(1000, 64, 1, 60))
+            durata = time.perf_counter() - inizio
+            assert all(r.riuscita for r in esecuzione.risultati)
+            cpu_carico.append((cpu_processo() - prima) / 1000 * 1000)
+            al_secondo_carico.append(1000 / durata)
+        client = carico.Client(url)
+        giri = [r.latenza * 1000 for r in carico.esegui_carico(client, carico.Piano(200, 1, 1, 60), slots=False).risultati]
+        wrk_chiudi = mediana([wrk(url + "/v1/chat/completions", True) for _ in range(3)])
+        wrk_vivo = mediana([wrk(url + "/v1/chat/completions", False) for _ in range(3)])
+    finally:
+        nginx.terminate()
+        nginx.wait()
+        shutil.rmtree(cartella, ignore_errors=True)
+    riga("CPU per request, during the load", f"{mediana(cpu_carico):.3f} ms",
+         f"worst {max(cpu_carico):.3f} ms; whole process incl. start-up {mediana(cpu_intero):.3f} ms", "< 0.5 ms")
+    riga("requests/s sustained by carico.py", f"{mediana(al_secondo):.0f}",
+         f"in-process {mediana(al_secondo_carico):.0f}; worst {min(al_secondo):.0f}", ">= 2000")
+    riga("the client's own share of a latency: a whole round trip to the zero-delay server", f"{mediana(giri):.3f} ms",
+         f"worst {max(giri):.3f} ms; connect, send, receive, parse", "(part of row 4)")
+    riga("wrk -c64 against the same server, new connection per request", f"{wrk_chiudi:.0f} req/s",
+         f"carico.py / wrk = {mediana(al_secondo) / wrk_chiudi:.2f}; wrk with keep-alive {wrk_vivo:.0f} req/s",
+         "the physical limit")
+
+
+# 3. Start-up ##################################################################################
+
+def avvio(ripetizioni):
+    print("3. start-up", flush=True)
+
+    def tempo(*argomenti):
+        valori = []
+        for _ in range(ripetizioni):
+            inizio = time.perf_counter()
+            subprocess.run([sys.executable, *argomenti], stdout=subprocess.DEVNULL, check=True)
+            valori.append((time.perf_counter() - inizio) * 1000)
+        return mediana(valori), min(valori)
+
+    interprete, _ = tempo("-c", "pass")
+    aiuto, migliore = tempo(CARICO, "--help")
+    riga("python3 carico.py --help, wall", f"{aiuto:.0f} ms",
+         f"best {migliore:.0f} ms; the interpreter alone ({sys.executable}) {interprete:.0f} ms", "< 80 ms")
+
+
+# 4-6. Accuracy, sampler, throughput ###########################################################
+
+def scarti(esecuzione):
+    return [(r.latenza - r.servizio) * 1000 for r in esecuzione.risultati]
+
+
+def esattezza(ripetizioni, prove_picco):
+    print("4. accuracy: client latency - (prompt_ms + predicted_ms), requests that did not queue", flush=True)
+    soli, insieme = [], []
+    with ServerReale(1) as server:
+        client = carico.Client(server.url)
+        for k in range(ripetizioni):  # one at a time: nothing queues, nothing competes
+            soli += scarti(carico.esegui_carico(client, carico.Piano(4, 1, 32), primo_prompt=4 * k))
+    with ServerReale(4, ["--metrics"]) as server:
+        client = carico.Client(server.url)
+        thr_carico, thr_server = [], []
+        for k in range(ripetizioni):
+            prima = leggi_tokens(server.url)
+            esecuzione = carico.esegui_carico(client, carico.Piano(4, 4, 32), metrics=True, primo_prompt=4 * k)
+            dopo = leggi_tokens(server.url)
+            s = carico.riassumi(esecuzione)
+            insieme += scarti(esecuzione)
+            thr_carico.append(s.throughput)
+            thr_server.append((dopo - prima) / s.tempo_totale)
+    riga("latency - server time, one request at a time (-np 1)", f"{mediana(soli):.2f} ms",
+         f"worst {max(soli):.2f} ms", "< 5 ms median")
+    riga("latency - server time, 4 together in 4 slots (-np 4)", f"{mediana(insieme):.2f} ms",
+         f"worst {max(insieme):.2f} ms; the server's HTTP threads template and tokenize 4 prompts on 2 busy cores",
+         "< 5 ms median")
+    print("6. aggregate throughput against the server's own accounting (-np 4, --metrics)", flush=True)
+    differenze = [abs(c - s) / s for c, s in zip(thr_carico, thr_server)]
+    riga("carico.py throughput vs llamacpp:tokens_predicted_total / same window", f"{mediana(differenze):.2%}",
+         f"worst {max(differenze):.2%}; carico {mediana(thr_carico):.1f} t/s, server {mediana(thr_server):.1f} t/s",
+         "within 2%")
+
+    print(f"5. the sampler: period, and the peak right in {prove_picco} lab runs at -np 1, 2, 4", flush=True)
+    periodi, giusti = [], {}
+    for np in (1, 2, 4):
+        with ServerReale(np) as server:
+            client = carico.Client(server.url)
+            giusti[np] = 0
+            for k in range(prove_picco):
+                esecuzione = carico.esegui_carico(client, carico.Piano(4, 4, 32), primo_prompt=4 * k)
+                tempi = [c.t for c in esecuzione.campioni]
+                periodi += [b - a for a, b in zip(tempi, tempi[1:])]
+                giusti[np] += carico.riassumi(esecuzione).picco == np
+    riga("sampler period (asked 0.5 s)", f"{mediana(periodi):.3f} s", f"worst {max(periodi):.3f} s", "0.5 s")
+    riga("peak of busy slots right", " / ".join(f"-np {np}: {n}/{prove_picco}" for np, n in giusti.items()),
+         "the peak equals -np", "all")
+
+
+def leggi_tokens(url):
+    risposta = carico.Client(url).chiama("GET", "/metrics")
+    return carico.leggi_metrica(risposta.corpo.decode(), "tokens_predicted_total")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ripetizioni", type=int, default=5, help="runs per figure (median)")
+    parser.add_argument("--prove-picco", type=int, default=10, help="lab runs per -np for the peak check")
+    a = parser.parse_args()
+    print(f"carico.py {carico.__version__}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}, "
+          f"{sys.executable}", flush=True)
+    cpu_nel_lab(a.ripetizioni)
+    su_scala(a.ripetizioni)
+    avvio(max(20, a.ripetizioni))
+    esattezza(a.ripetizioni, a.prove_picco)
+    print("\n| measure | median | detail | target |\n|---|---|---|---|")
+    for misura, valore, dettaglio, obiettivo in RIGHE:
+        print(f"| {misura} | {valore} | {dettaglio} | {obiettivo} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
