@@ -1270,24 +1270,21 @@ def spiegazione(prova: Prova, parallele: int) -> List[str]:
 
 # Command line #################################################################################
 
-def intero_positivo(testo: str) -> int:
-    try:
-        valore = int(testo)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{testo}' non è un numero intero") from None
-    if valore < 1:
-        raise argparse.ArgumentTypeError(f"deve essere almeno 1, non {valore}")
-    return valore
+def positivo(converti, cosa: str):
+    """An argparse type: a number (int or float) greater than 0 and finite."""
+    def controlla(testo: str):
+        try:
+            valore = converti(testo)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{testo}' non è {cosa}") from None
+        if not 0 < valore < float("inf"):
+            raise argparse.ArgumentTypeError(f"deve essere maggiore di 0, non {testo}")
+        return valore
+    return controlla
 
 
-def secondi_positivi(testo: str) -> float:
-    try:
-        valore = float(testo)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{testo}' non è un numero di secondi") from None
-    if not valore > 0 or valore == float("inf"):
-        raise argparse.ArgumentTypeError(f"deve essere maggiore di 0, non {testo}")
-    return valore
+intero_positivo = positivo(int, "un numero intero")
+secondi_positivi = positivo(float, "un numero di secondi")
 
 
 def url_server(testo: str) -> str:

@@ -1,20 +1,19 @@
 """Start and stop the real `llama serve` that scripts/install-real.sh installs into .deps/.
 
-Used by the real-server tests and by scripts/demo.py. The server gets a free port on 127.0.0.1;
-/health is polled while the process is watched, and a server that dies or is not ready in time
-fails with the tail of its log instead of hanging the run.
+Used by the real-server tests and the benchmark. The server gets a free port on 127.0.0.1;
+carico.ServerAvviato polls /health while watching the process, and a server that dies or is not
+ready in time fails with the tail of its log instead of hanging the run.
 """
 
 import glob
+import io
 import json
 import os
 import socket
-import subprocess
-import tempfile
-import time
-import urllib.error
 import urllib.request
 from typing import Optional, Sequence
+
+import carico
 
 RADICE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEPS = os.environ.get("CARICO_DEPS", os.path.join(RADICE, ".deps"))
@@ -51,58 +50,23 @@ def porta_libera() -> int:
         return s.getsockname()[1]
 
 
-class ServerReale:
-    """`llama serve -m gemma -c 2048 -np N -t 2 -a gemma-270m` plus `extra`, on a free port."""
+class ServerReale(carico.ServerAvviato):
+    """`llama serve -m gemma -c 2048 -np N -t 2 -a gemma-270m` plus `extra`, on a free port, started
+    and stopped by carico.py's own --avvia machinery (wait for /health while watching the process,
+    log tail on failure, always stopped)."""
 
     def __init__(self, np: int, extra: Sequence[str] = (), ctx: int = 2048, threads: int = 2):
         self.porta = porta_libera()
-        self.url = f"http://127.0.0.1:{self.porta}"
         binario = trova_binario()
-        comando = [binario] + (["serve"] if os.path.basename(binario) == "llama" else [])
-        self.comando = comando + ["-m", trova_modello(), "--host", "127.0.0.1", "--port", str(self.porta),
-                                  "-c", str(ctx), "-np", str(np), "-t", str(threads), "-a", ALIAS,
-                                  "--no-webui", *extra]
-        self.log = tempfile.NamedTemporaryFile(prefix="llama-serve-", suffix=".log", delete=False)
-        self.proc: Optional[subprocess.Popen] = None
+        comando = [binario] + (["serve"] if os.path.basename(binario) == "llama" else []) + [
+            "-m", trova_modello(), "-c", str(ctx), "-t", str(threads), "-a", ALIAS, "--no-webui", *extra]
+        super().__init__(comando, carico.Configurazione(np), f"http://127.0.0.1:{self.porta}", 180.0, io.StringIO())
 
-    def avvia(self, timeout: float = 180.0) -> "ServerReale":
-        self.proc = subprocess.Popen(self.comando, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        limite = time.monotonic() + timeout
-        while time.monotonic() < limite:
-            if self.proc.poll() is not None:
-                raise ServerNonDisponibile(f"llama serve exited with {self.proc.returncode}:\n{self.coda_log()}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.2)
-        self.ferma()
-        raise ServerNonDisponibile(f"llama serve not ready after {timeout:.0f} s:\n{self.coda_log()}")
+    def avvia(self) -> "ServerReale":
+        return self.__enter__()
 
     def ferma(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-    def __enter__(self):
-        return self.avvia()
-
-    def __exit__(self, *exc):
-        self.ferma()
-        os.unlink(self.log.name)
-
-    def coda_log(self, righe: int = 30) -> str:
-        self.log.flush()
-        with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return "".join(f.readlines()[-righe:])
+        self.__exit__()
 
     def riga_log(self, contiene: str) -> Optional[str]:
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
