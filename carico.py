@@ -1231,8 +1231,9 @@ def spiegazione(prova: Prova, parallele: int) -> List[str]:
         return ["Nessuna richiesta è andata a buon fine: non c'è niente da leggere nelle cifre."]
     insieme = min(parallele, e.richieste)
     if info.n_slot is not None and s.picco is not None:
+        servite = "è stata servita" if s.picco == 1 else "sono state servite"
         frasi.append(f"Sono partite {insieme} richieste insieme e il server aveva {info.n_slot} slot: "
-                     f"al massimo {s.picco} sono state servite nello stesso momento.")
+                     f"al massimo {s.picco} {servite} nello stesso momento.")
     attese = [(r.attesa_coda, r) for r in ok if r.attesa_coda is not None]
     if attese:
         attesa, r = max(attese, key=lambda coppia: coppia[0])
@@ -1546,7 +1547,7 @@ class Sessione:
             if esecuzione.interrotta:
                 return
         if len(mie) > 1:
-            print("\n".join(righe_ripetute(mie)) + "\n", flush=True)
+            print("\n".join(righe_ripetute(mie) + [""]), flush=True)  # multi-run blocks end with a blank line
 
     def _stampa(self, prova: Prova) -> None:
         e = prova.esecuzione

@@ -266,7 +266,7 @@ def test_spiega_dalle_cifre(fake, carica, monkeypatch):
     rc, out, _ = carica(server.url, "--spiega", *VELOCE)
     assert rc == 0
     testo = out[out.index("Sono partite"):]
-    assert "Sono partite 4 richieste insieme e il server aveva 1 slot: al massimo 1 sono state servite" in testo
+    assert "Sono partite 4 richieste insieme e il server aveva 1 slot: al massimo 1 è stata servita" in testo
     lenta = max(range(4), key=lambda i: latenze(out)[i])
     assert f"3 richieste su 4 hanno aspettato in coda; la più sfortunata è la req {lenta}:" in testo
     assert "Ogni slot aveva 2048 token di contesto" in testo
