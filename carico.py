@@ -1537,9 +1537,10 @@ class Sessione:
             if self.a.ripeti > 1:
                 print(f"prova {k + 1} di {self.a.ripeti}")
             print(riga_server(info), flush=True)
-            # Each run gets prompts no earlier run sent: a cached prompt would flatter the repeat.
+            # Each repeat on this server gets prompts it was not sent before: a cached prompt would
+            # flatter the repeat. A new server (--avvia) starts again from the lab's first prompt.
             esecuzione = esegui_carico(client, self.piano, info.slots_disponibile, info.metrics_disponibile,
-                                       primo_prompt=len(self.prove) * self.piano.richieste)
+                                       primo_prompt=k * self.piano.richieste)
             prova = Prova(info, esecuzione, configurazione, macchina)
             self.prove.append(prova)
             mie.append(prova)

@@ -399,3 +399,21 @@ def test_req_line_unchanged_by_options(fake, carica):
     assert righe[0] == "server: 2 slot, n_ctx per slot = 1024"
     assert all(RIGA_REQ.match(r) for r in righe[1:5]) and righe[5] == ""
     assert righe[6].startswith("richieste=4 parallele=4 slot=2  picco slot occupati insieme=")
+
+
+def test_avvia_ogni_server_riparte_dai_prompt_del_lab(capsys, monkeypatch):
+    """Every -np of a sweep gets the lab's own prompts (a new server has no cache); only repeats on
+    the same server move on to prompts it has not seen."""
+    inviati = []
+    originale = carico.esegui_carico
+
+    def registra(client, piano, *args, primo_prompt=0, **kw):
+        inviati.append(primo_prompt)
+        return originale(client, piano, *args, primo_prompt=primo_prompt, **kw)
+
+    monkeypatch.setattr(carico, "esegui_carico", registra)
+    url = f"http://127.0.0.1:{porta_libera()}"
+    rc = carico.main(["--url", url, "--avvia", comando_fake(), "--np", "1,2", "--ripeti", "2", "--token", "4",
+                      *VELOCE])
+    assert rc == 0, capsys.readouterr().err
+    assert inviati == [0, 4, 0, 4]
