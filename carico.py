@@ -864,9 +864,12 @@ class ServerAvviato:
         print(f"avvio: {shlex.join(self.argomenti)}", file=self.stderr, flush=True)
         try:
             # Its own session: the terminal's Ctrl+C reaches carico.py, which stops the server itself.
+            if os.name == "posix":
+                gruppo = dict(start_new_session=True, preexec_fn=_uccidi_con_il_padre)
+            else:
+                gruppo = dict(creationflags=subprocess.CREATE_NEW_PROCESS_GROUP)
             self.proc = subprocess.Popen(self.argomenti, stdin=subprocess.DEVNULL, stdout=self.log,
-                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=_uccidi_con_il_padre)
+                                         stderr=subprocess.STDOUT, **gruppo)
         except OSError as exc:
             raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {exc.strerror or exc}") from None
         inizio = time.monotonic()
