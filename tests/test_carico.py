@@ -325,9 +325,10 @@ def test_interruzione_stampa_quello_che_ha_misurato(fake, segnale, codice):
 
 def test_pipe_chiusa_nessun_rumore(fake):
     server = fake(n_slot=4, s_per_token=0.001)
-    proc = subprocess.run(f"'{sys.executable}' '{CARICO}' --url {server.url} --intervallo 0.05 | head -1",
-                          shell=True, capture_output=True, text=True, timeout=60)
-    assert proc.stdout == "server: 4 slot, n_ctx per slot = 512\n"
+    comando = (f"'{sys.executable}' '{CARICO}' --url {server.url} --richieste 40 --intervallo 0.05 --grafico "
+               "| head -1; echo \"uscita ${PIPESTATUS[0]}\"")
+    proc = subprocess.run(["bash", "-c", comando], capture_output=True, text=True, timeout=60)
+    assert proc.stdout == "server: 4 slot, n_ctx per slot = 512\nuscita 141\n"
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
 
 
