@@ -1123,7 +1123,7 @@ def grafico(esecuzione: Esecuzione, marche: Dict[str, str], larghezza: int = 80)
 
 
 COLORI_SVG = {"coda": "#d9d9d9", "prompt": "#f4a261", "generazione": "#2a9d8f", "errore": "#e63946",
-              "ignoto": "#8d99ae"}
+              "ignoto": "#8d99ae", "slot": "#264653"}
 
 
 def testo_xml(testo: str) -> str:
@@ -1149,16 +1149,19 @@ def svg(prove: List[Prova]) -> str:
             y += riga
         letti = [c for c in e.campioni if c.occupati is not None]
         if letti:
+            # Busy slots as steps: each sample holds until the next one.
             massimo = max(max(c.occupati for c in letti), 1)
             alto = 40
-            parti.append(f'<text x="4" y="{y + alto / 2 + 4}">slot</text>')
-            punti = []
+            y += 4
+            parti.append(f'<text x="4" y="{y + alto / 2}">slot</text>')
+            parti.append(f'<text x="4" y="{y + alto / 2 + 14}" font-size="10">max {massimo}</text>')
+            parti.append(f'<rect x="{sinistra}" y="{y}" width="{durata * scala:.1f}" height="{alto}" fill="#f4f4f4"/>')
             for i, c in enumerate(letti):
                 fino = letti[i + 1].t if i + 1 < len(letti) else durata
                 h = c.occupati / massimo * alto
-                punti += [f"{sinistra + c.t * scala:.1f},{y + alto - h:.1f}", f"{sinistra + fino * scala:.1f},{y + alto - h:.1f}"]
-            parti.append(f'<polyline fill="none" stroke="#264653" stroke-width="2" points="{" ".join(punti)}"/>')
-            parti.append(f'<text x="{larghezza - destra}" y="{y + 10}" text-anchor="end">max {massimo}</text>')
+                parti.append(f'<rect x="{sinistra + c.t * scala:.1f}" y="{y + alto - h:.1f}" '
+                             f'width="{max(fino - c.t, 0) * scala:.1f}" height="{h:.1f}" fill="{COLORI_SVG["slot"]}">'
+                             f'<title>{c.occupati} slot occupati a {c.t:.2f} s</title></rect>')
             y += alto + 6
         parti.append(f'<line x1="{sinistra}" y1="{y}" x2="{larghezza - destra}" y2="{y}" stroke="#333"/>')
         parti.append(f'<text x="{sinistra}" y="{y + 14}">0 s</text>')
@@ -1166,13 +1169,17 @@ def svg(prove: List[Prova]) -> str:
         y += 28
         pannelli += parti
     x = sinistra
-    for fase, nome in LEGENDA:
+    usate = {fase for p in prove for r in p.esecuzione.risultati for fase, _, _ in fasi(r)}
+    voci = [(fase, nome) for fase, nome in LEGENDA if fase in usate]
+    if any(c.occupati is not None for p in prove for c in p.esecuzione.campioni):
+        voci.append(("slot", "slot occupati (/slots)"))
+    for fase, nome in voci:
         pannelli.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{COLORI_SVG[fase]}"/>')
         pannelli.append(f'<text x="{x + 16}" y="{y + 11}">{nome}</text>')
         x += 24 + 8 * len(nome)
     altezza = y + 24
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{larghezza}" height="{altezza}" '
-            f'viewBox="0 0 {larghezza} {altezza}" font-family="monospace" font-size="12">\n'
+            f'viewBox="0 0 {larghezza} {altezza}" font-family="monospace" font-size="12" shape-rendering="crispEdges">\n'
             f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(pannelli) + "\n</svg>\n")
 
 
