@@ -214,7 +214,8 @@ class Client:
         self._https = parti.scheme == "https"
         self._host = parti.hostname or ""
         self._porta = parti.port or (443 if self._https else 80)
-        self._host_header = parti.netloc.rpartition("@")[2].encode("idna")
+        host = parti.netloc.rpartition("@")[2]
+        self._host_header = host.encode("ascii") if host.isascii() else host.encode("idna")  # idna: 2 ms to import
         self._api_key = api_key
         self.con_chiave = bool(api_key)
         self._indirizzo = None  # (family, type, proto, _, sockaddr) that connected last
