@@ -1239,7 +1239,9 @@ def spiegazione(prova: Prova, parallele: int) -> List[str]:
     ok = [r for r in e.risultati if r.riuscita]
     frasi = []
     if not ok:
-        return ["Nessuna richiesta è andata a buon fine: non c'è niente da leggere nelle cifre."]
+        primo = e.risultati[0].errore if e.risultati else "interrotta"
+        return [f"Nessuna delle {e.richieste} richieste è andata a buon fine (la prima: {primo}): "
+                "non ci sono cifre da leggere."]
     insieme = min(parallele, e.richieste)
     if info.n_slot is not None and s.picco is not None:
         servite = "è stata servita" if s.picco == 1 else "sono state servite"
@@ -1514,8 +1516,12 @@ class Sessione:
                 if configurazione is None:
                     self._misura(None)
                 else:
-                    with ServerAvviato(self.a.avvia, configurazione, self.a.url, self.a.attesa, sys.stderr):
+                    with ServerAvviato(self.a.avvia, configurazione, self.a.url, self.a.attesa, sys.stderr) as server:
                         self._misura(configurazione)
+                        if server.proc.poll() is not None:
+                            raise ErroreUtente(f"il server (-np {configurazione.etichetta}) si è fermato durante la "
+                                               f"prova (codice {server.proc.returncode}); ultime righe del suo log:\n"
+                                               f"{server.coda_log()}")
                 if any(p.esecuzione.interrotta for p in self.prove):
                     break
         except ErroreUtente as exc:

@@ -306,6 +306,7 @@ def risposta_grezza(status: int, corpo: bytes, tipo: str = "text/html", lunghezz
 def main(argv=None):
     """Run the fake as a process, with llama serve's flags: what --avvia starts in the tests."""
     import argparse
+    import os
 
     parser = argparse.ArgumentParser()
     parser.add_argument("serve", nargs="?")
@@ -317,6 +318,7 @@ def main(argv=None):
     parser.add_argument("--s-per-token", type=float, default=0.005)
     parser.add_argument("--loading-s", type=float, default=0.0)
     parser.add_argument("--fallisci", action="store_true", help="print an error and exit 1, like a bad -m")
+    parser.add_argument("--muori-dopo", type=int, default=0, help="die (exit 3) at the N-th chat request")
     a = parser.parse_args(argv)
     if a.fallisci:
         print("error: failed to load model 'manca.gguf'", flush=True)
@@ -326,7 +328,16 @@ def main(argv=None):
                     s_per_token=a.s_per_token, loading_s=a.loading_s)
     print(f"srv    load_model: initializing, n_slots = {n_slot}, n_ctx_slot = {config.n_ctx_slot}, "
           f"kv_unified = '{str(config.kv_unified).lower()}'", flush=True)
-    fake = FakeLlama(config, indirizzo=(a.host, a.port))
+    override = {}
+    if a.muori_dopo:
+        def muori(h, corpo):
+            if len(fake.bodies) + 1 >= a.muori_dopo:
+                print("GGML_ASSERT failed: fake crash", flush=True)
+                os._exit(3)
+            fake.bodies.append(json.loads(corpo))
+            h.send_json(*fake.completa(fake.bodies[-1]))
+        override["/v1/chat/completions"] = muori
+    fake = FakeLlama(config, override, indirizzo=(a.host, a.port))
     try:
         fake.server.serve_forever()
     except KeyboardInterrupt:

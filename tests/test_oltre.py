@@ -418,3 +418,16 @@ def test_avvia_ogni_server_riparte_dai_prompt_del_lab(capsys, monkeypatch):
                       *VELOCE])
     assert rc == 0, capsys.readouterr().err
     assert inviati == [0, 4, 0, 4]
+
+
+def test_avvia_server_che_muore_durante_la_prova(capsys):
+    url = f"http://127.0.0.1:{porta_libera()}"
+    rc = carico.main(["--url", url, "--avvia", comando_fake("--muori-dopo", "3"), "--np", "1,2", *VELOCE])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert "il server (-np 1) si è fermato durante la prova (codice 3)" in err
+    assert "GGML_ASSERT failed: fake crash" in err  # its log's tail
+    assert "errore: " in out and "richieste fallite:" in out  # what was measured is printed
+    assert "| 1 | 2048 |" in out  # and the table of it
+    assert "server: 2 slot" not in out  # the sweep stops there
+    assert not risponde(url)

@@ -100,3 +100,11 @@ def test_indici_allineati_oltre_dieci_richieste():
     righe = carico.rapporto(esecuzione, 12, InfoServer(4, 512, True))
     assert righe[0].startswith("  req  0:   1.00 s")
     assert righe[11].startswith("  req 11:   1.00 s")
+
+
+def test_spiega_quando_nessuna_riesce():
+    esecuzione = Esecuzione([Risultato(0, 0.0, 0.01, errore="HTTP 400 exceed_context_size_error: troppo lungo")], [], 1)
+    prova = carico.Prova(InfoServer(4, 512, True), esecuzione)
+    assert carico.spiegazione(prova, 1) == [
+        "Nessuna delle 1 richieste è andata a buon fine (la prima: HTTP 400 exceed_context_size_error: "
+        "troppo lungo): non ci sono cifre da leggere."]
