@@ -1240,8 +1240,10 @@ def spiegazione(prova: Prova, parallele: int) -> List[str]:
     frasi = []
     if not ok:
         primo = e.risultati[0].errore if e.risultati else "interrotta"
-        chi = "L'unica richiesta non è andata" if e.richieste == 1 else f"Nessuna delle {e.richieste} richieste è andata"
-        return [f"{chi} a buon fine (la prima: {primo}): non ci sono cifre da leggere."]
+        if e.richieste == 1:
+            return [f"L'unica richiesta non è andata a buon fine ({primo}): non ci sono cifre da leggere."]
+        return [f"Nessuna delle {e.richieste} richieste è andata a buon fine (la prima: {primo}): "
+                "non ci sono cifre da leggere."]
     insieme = min(parallele, e.richieste)
     if info.n_slot is not None and s.picco is not None:
         servite = "è stata servita" if s.picco == 1 else "sono state servite"

@@ -106,5 +106,5 @@ def test_spiega_quando_nessuna_riesce():
     esecuzione = Esecuzione([Risultato(0, 0.0, 0.01, errore="HTTP 400 exceed_context_size_error: troppo lungo")], [], 1)
     prova = carico.Prova(InfoServer(4, 512, True), esecuzione)
     assert carico.spiegazione(prova, 1) == [
-        "L'unica richiesta non è andata a buon fine (la prima: HTTP 400 exceed_context_size_error: "
+        "L'unica richiesta non è andata a buon fine (HTTP 400 exceed_context_size_error: "
         "troppo lungo): non ci sono cifre da leggere."]
