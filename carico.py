@@ -27,7 +27,7 @@ richieste in coda (requests_deferred).
 
 Codici di uscita: 0 tutto bene; 1 server non raggiungibile o almeno una richiesta fallita;
 2 opzioni sbagliate; 130 interrotto con Ctrl+C (143 con SIGTERM): si stampa comunque quello che
-era già stato misurato.
+era già stato misurato; 141 se chi legge l'uscita la chiude prima (per esempio | head).
 """
 
 import argparse
