@@ -89,7 +89,6 @@ class Interruzione(BaseException):
 class Risposta(NamedTuple):
     status: int
     corpo: bytes  # or what a `lettore` made of a streamed body
-    tipo: str  # Content-Type
 
 
 class ErroreRete(Exception):
@@ -282,7 +281,7 @@ class Client:
             status, intestazioni = lettura.testa()
             pezzi = lettura.corpo(intestazioni)
             contenuto = lettore(righe(pezzi)) if lettore and status == 200 else b"".join(pezzi)
-            return Risposta(status, contenuto, intestazioni.get("content-type", ""))
+            return Risposta(status, contenuto)
         except (OSError, RispostaTroncata, RispostaNonValida) as exc:  # the network; a lettore's own errors pass
             if self.annullato.is_set():
                 raise ErroreRete(ANNULLATA) from None
@@ -321,6 +320,16 @@ def leggi_json(risposta: Risposta):
         return None
 
 
+def testo_errore(status: int, errore: dict) -> str:
+    """`HTTP 400 exceed_context_size_error: request (...)` from an error object {code, message, type}."""
+    testo = f"HTTP {status}"
+    if errore.get("type"):
+        testo += f" {errore['type']}"
+    if errore.get("message"):
+        testo += f": {errore['message']}"
+    return testo
+
+
 def descrivi_errore_http(risposta: Risposta) -> str:
     """`HTTP 400 exceed_context_size_error: request (...) exceeds ...`, from llama.cpp's error body
     {"error": {"code", "message", "type"}}; for another body, its first words."""
@@ -328,12 +337,7 @@ def descrivi_errore_http(risposta: Risposta) -> str:
     dati = leggi_json(risposta)
     errore = dati.get("error") if isinstance(dati, dict) else None
     if isinstance(errore, dict):
-        tipo, messaggio = errore.get("type"), errore.get("message")
-        if tipo:
-            testo += f" {tipo}"
-        if messaggio:
-            testo += f": {messaggio}"
-        return testo
+        return testo_errore(risposta.status, errore)
     if isinstance(errore, str):
         return f"{testo}: {errore}"
     estratto = " ".join(risposta.corpo[:200].decode("utf-8", "replace").split())
@@ -658,8 +662,7 @@ def lettore_sse(timer, t0: float):
                 break
             evento = json.loads(dato.decode("utf-8"))
             if isinstance(evento.get("error"), dict):
-                raise ErroreNelFlusso(descrivi_errore_http(Risposta(
-                    evento["error"].get("code", 200), json.dumps(evento).encode(), "")))
+                raise ErroreNelFlusso(testo_errore(evento["error"].get("code", 200), evento["error"]))
             for scelta in evento.get("choices") or []:
                 delta = scelta.get("delta") or {}
                 if primo is None and (delta.get("content") or delta.get("reasoning_content")):
@@ -732,7 +735,7 @@ class Campionatore:
             risposta = self._client.chiama("GET", percorso)
         except ErroreRete:
             return None
-        return interpreta(risposta.corpo) if risposta.status == 200 else None
+        return interpreta(risposta) if risposta.status == 200 else None
 
     def _ciclo(self) -> None:
         prossimo = self._timer()
@@ -740,10 +743,10 @@ class Campionatore:
             t = self._timer() - self._t0
             occupati = in_coda = None
             if self._slots:
-                occupati = self._leggi("/slots", lambda corpo: conta_occupati(leggi_json(Risposta(200, corpo, ""))))
+                occupati = self._leggi("/slots", lambda risposta: conta_occupati(leggi_json(risposta)))
             if self._metrics:
-                valore = self._leggi("/metrics", lambda corpo: leggi_metrica(
-                    corpo.decode("utf-8", "replace"), "requests_deferred"))
+                valore = self._leggi("/metrics", lambda risposta: leggi_metrica(
+                    risposta.corpo.decode("utf-8", "replace"), "requests_deferred"))
                 in_coda = None if valore is None else int(valore)
             self.campioni.append(Campione(t, occupati, in_coda))
             prossimo += self._intervallo
