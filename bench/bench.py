@@ -183,7 +183,7 @@ def avvio(ripetizioni):
 # 4-6. Accuracy, sampler, throughput ###########################################################
 
 def scarti(esecuzione):
-    return [(r.latenza - r.servizio) * 1000 for r in esecuzione.risultati]
+    return [(r.latenza - carico.servizio(r)) * 1000 for r in esecuzione.risultati]
 
 
 def esattezza(ripetizioni, prove_picco):
