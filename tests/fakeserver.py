@@ -3,13 +3,17 @@
 N slots and an unbounded FIFO deferred queue; a per-token time that grows with the number of busy
 slots (the cores are shared, as on a CPU); `usage` and `timings` in every answer; /health, /slots,
 /props and /metrics; 400 exceed_context_size_error when a slot takes a prompt that does not fit;
-501 for a disabled endpoint; 503 while "loading"; 401 without the API key. `override` replaces
-any path with a scripted handler, for the faults a real server cannot stage on demand.
+501 for a disabled endpoint; 503 while "loading"; 401 without the API key. Streams are sent as
+server-sent events in chunked transfer encoding, as llama.cpp sends them, and a request whose
+client closes the connection stops generating and frees its slot, as llama.cpp's does. `override`
+replaces any path with a scripted handler, for the faults a real server cannot stage on demand.
 """
 
 import dataclasses
 import json
 import re
+import select
+import socket
 import threading
 import time
 from collections import deque
@@ -63,6 +67,8 @@ class FakeLlama:
         self.prompts: List[str] = []  # every chat prompt received, in arrival order
         self.bodies: List[dict] = []
         self.headers: List[dict] = []  # headers of every request, any path
+        self.richieste_ricevute: List[tuple] = []  # (path, headers) of every request, in arrival order
+        self.abbandonate = 0  # chat requests stopped because the client closed the connection
         self.tokens_predicted_total = 0
         self.prompt_tokens_total = 0
         self.n_task = 0
@@ -72,7 +78,8 @@ class FakeLlama:
         self.server = ThreadingHTTPServer(indirizzo, self._handler_class())
         self.server.daemon_threads = True
         self.server.fake = self  # scripted handlers reach the fake through h.server.fake
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # A short poll: shutdown() waits for it, and the tests start and stop many servers.
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     # lifecycle
     @property
@@ -115,10 +122,11 @@ class FakeLlama:
             self.cond.notify_all()
 
     def completa(self, body: dict, al_token: Optional[Callable[[int], None]] = None,
-                 all_avvio: Optional[Callable[[], None]] = None):
+                 all_avvio: Optional[Callable[[], None]] = None, chiusa: Callable[[], bool] = lambda: False):
         """(status, json) for a chat completion, after waiting for a slot like the real server.
         `all_avvio()` is called when a slot takes the request, `al_token(i)` after each token:
-        the streaming handler sends its headers and chunks from there."""
+        the streaming handler sends its headers and chunks from there. When `chiusa()` says the
+        client went away, generation stops and the slot is freed: (None, None)."""
         contenuto = " ".join(m.get("content", "") for m in body.get("messages", []))
         self.prompts.append(contenuto)
         n_prompt = conta_token(contenuto) + TEMPLATE_TOKENS
@@ -138,6 +146,10 @@ class FakeLlama:
             time.sleep(n_prompt * self.config.s_per_prompt_token)
             t1 = time.perf_counter()
             for i in range(max_tokens):
+                if chiusa():
+                    with self.cond:
+                        self.abbandonate += 1
+                    return None, None
                 # One decode step costs more when more sequences share the cores.
                 time.sleep(self.config.s_per_token * (0.5 + 0.5 * self.occupati()))
                 slot.n_decoded += 1
@@ -213,37 +225,53 @@ class FakeLlama:
                 self.end_headers()
                 self.wfile.write(corpo)
 
-            def evento(self, dati):
-                self.wfile.write(b"data: " + json.dumps(dati).encode() + b"\n\n")
+            def chunk(self, dati: bytes):
+                """One piece of a chunked body (an empty one ends it)."""
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(dati), dati))
                 self.wfile.flush()
 
+            def evento(self, dati):
+                self.chunk(b"data: " + json.dumps(dati).encode() + b"\n\n")
+
+            def chiusa(self) -> bool:
+                """The client closed its side: the socket is readable and has nothing left to read."""
+                try:
+                    pronto, _, _ = select.select([self.connection], [], [], 0)
+                    return bool(pronto) and self.connection.recv(1, socket.MSG_PEEK) == b""
+                except OSError:
+                    return True
+
             def stream(self, body):
-                """Server-sent events, headers only once a slot takes the request, as llama.cpp does."""
+                """Server-sent events in chunked encoding; headers only once a slot takes the request,
+                as llama.cpp does."""
                 def avvio():
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Connection", "close")
+                    self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
-                    self.close_connection = True
                     self.evento({"choices": [{"index": 0, "finish_reason": None,
                                               "delta": {"role": "assistant", "content": None}}]})
 
                 def token(_i):
                     self.evento({"choices": [{"index": 0, "finish_reason": None, "delta": {"content": "parola "}}]})
 
-                status, dati = fake.completa(body, token, avvio)
+                status, dati = fake.completa(body, token, avvio, self.chiusa)
+                if status is None:
+                    return
                 if status != 200:
                     return self.send_json(status, dati)
                 self.evento({"choices": [{"index": 0, "finish_reason": "length", "delta": {}}]})
                 self.evento({"choices": [], "usage": dati["usage"], "timings": dati["timings"]})
-                self.wfile.write(b"data: [DONE]\n\n")
+                self.chunk(b"data: [DONE]\n\n")
+                self.chunk(b"")
 
             def errore(self, status, tipo, messaggio):
                 self.send_json(status, {"error": {"code": status, "message": messaggio, "type": tipo}})
 
             def rispondi(self):
-                fake.headers.append(dict(self.headers))
                 percorso = self.path.split("?")[0]
+                fake.headers.append(dict(self.headers))
+                fake.richieste_ricevute.append((percorso, dict(self.headers)))
                 lunghezza = int(self.headers.get("Content-Length") or 0)
                 corpo = self.rfile.read(lunghezza) if lunghezza else b""
                 if percorso in fake.override:
@@ -282,7 +310,10 @@ class FakeLlama:
                     fake.bodies.append(body)
                     if body.get("stream"):
                         return self.stream(body)
-                    return self.send_json(*fake.completa(body))
+                    status, dati = fake.completa(body, chiusa=self.chiusa)
+                    if status is not None:
+                        self.send_json(status, dati)
+                    return None
                 return self.errore(404, "not_found_error", "File Not Found")
 
             do_GET = do_POST = rispondi

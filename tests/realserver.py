@@ -9,11 +9,11 @@ import glob
 import io
 import json
 import os
-import socket
 import urllib.request
 from typing import Optional, Sequence
 
 import carico
+from aiuti import porta_libera
 
 RADICE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEPS = os.environ.get("CARICO_DEPS", os.path.join(RADICE, ".deps"))
@@ -42,12 +42,6 @@ def trova_modello() -> str:
     if not os.path.isfile(modello):
         raise ServerNonDisponibile(f"model not found at {modello}: run bash scripts/install-real.sh")
     return modello
-
-
-def porta_libera() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ServerReale(carico.ServerAvviato):

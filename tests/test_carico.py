@@ -11,21 +11,8 @@ import time
 import pytest
 
 import carico
-from conftest import RADICE
+from aiuti import CARICO, VELOCE, latenze, valore
 from fakeserver import risposta_grezza
-
-RIGA_REQ = re.compile(r"^  req +(\d+): +([\d.]+) s +(\d+) token  \(([\d.]+) t/s nel proprio slot\)$")
-CARICO = os.path.join(RADICE, "carico.py")
-VELOCE = ("--intervallo", "0.05")  # the fake answers in tenths of a second: sample it often
-
-
-def latenze(out):
-    return [float(m.group(2)) for m in map(RIGA_REQ.match, out.splitlines()) if m]
-
-
-def valore(out, etichetta):
-    m = re.search(re.escape(etichetta) + r"=(\S+)", out)
-    return m.group(1) if m else None
 
 
 # The lab's runs ###############################################################################
@@ -116,8 +103,8 @@ def test_prompt_diversi_senza_prefisso_comune(fake, carica, richieste):
     for i, a in enumerate(prompts):
         for b in prompts[i + 1:]:
             assert len(os.path.commonprefix([a, b])) <= 2, (a, b)
-    # The first words differ among the lab's eight.
-    assert len({p.split()[0] for p in carico.PROMPTS}) == len(carico.PROMPTS) == 8
+    # Among the first eight (the lab's own), even the first words differ.
+    assert len({p.split()[0] for p in prompts[:8]}) == min(richieste, 8)
 
 
 @pytest.mark.parametrize("suffisso", ["", "/", "/v1", "/v1/"])
@@ -139,7 +126,7 @@ def test_server_spento(carica):
 
 
 def test_server_che_carica_poi_pronto(fake, carica):
-    server = fake(n_slot=2, s_per_token=0.001, loading_s=1.5)
+    server = fake(n_slot=2, s_per_token=0.001, loading_s=0.5)
     rc, out, err = carica(server.url, "--token", "2", *VELOCE)
     assert rc == 0, err
     assert "sta caricando il modello" in err and "server pronto" in err
@@ -149,7 +136,7 @@ def test_server_che_carica_poi_pronto(fake, carica):
 def test_server_che_carica_troppo(fake, carica):
     server = fake(loading_s=60)
     inizio = time.monotonic()
-    rc, out, err = carica(server.url, "--attesa", "1.5")
+    rc, out, err = carica(server.url, "--attesa", "0.5")
     assert rc == 1
     assert out == ""
     assert "503" in err and "Loading model" in err and server.url in err
@@ -188,7 +175,11 @@ def test_chiave_api_giusta_mai_stampata(fake, carica, monkeypatch, da_ambiente):
     assert rc == 0, err
     assert valore(out, "picco slot occupati insieme") == "2"
     assert "segreta-123" not in out + err
-    assert all(h.get("Authorization") == "Bearer segreta-123" for h in server.headers if h.get("Authorization"))
+    # Every request carried the key: the four chat requests and every /slots sample.
+    chat = [h for percorso, h in server.richieste_ricevute if percorso == "/v1/chat/completions"]
+    slots = [h for percorso, h in server.richieste_ricevute if percorso == "/slots"]
+    assert len(chat) == 4 and len(slots) >= 2
+    assert {h.get("Authorization") for h in chat + slots} == {"Bearer segreta-123"}
 
 
 def test_slots_spento_usa_props(fake, carica):
@@ -319,8 +310,14 @@ def test_interruzione_stampa_quello_che_ha_misurato(fake, segnale, codice):
     assert "non completata (interrotto)" in out
     assert "richieste non completate:" in out
     assert "interrotto" in err
-    # The server saw the requests in flight go away: nothing keeps waiting for them.
     assert "tempo totale" in out
+    # The server saw the requests in flight go away (it stopped generating for them, as llama.cpp
+    # does when the connection closes), and none of them keeps a slot busy.
+    limite = time.monotonic() + 5
+    while (server.abbandonate == 0 or server.occupati()) and time.monotonic() < limite:
+        time.sleep(0.02)
+    assert server.abbandonate >= 1
+    assert server.occupati() == 0
 
 
 def test_pipe_chiusa_nessun_rumore(fake):
@@ -340,3 +337,32 @@ def test_stdout_ascii_nessun_errore_di_codifica(fake):
     assert proc.returncode == 1
     assert "UnicodeEncodeError" not in err and "Traceback" not in err
     assert "caricando il modello" in err
+
+
+def test_aiuto_il_lab_per_primo(capsys):
+    with pytest.raises(SystemExit):
+        carico.main(["--help"])
+    out = capsys.readouterr().out
+    righe = out.splitlines()
+    assert righe[0] == "uso: carico.py [--url URL] [--richieste N] [--parallele N] [--token N] [altre opzioni]"
+    assert righe[1] == ""  # the usage fits one line: no continuation to align
+    opzioni = re.findall(r"^  (-[-\w]+)", out, re.M)
+    assert opzioni[:4] == ["--url", "--richieste", "--parallele", "--token"]
+    gruppi = re.findall(r"^([a-z][^:\n]*):$", out[out.index("Codici di uscita"):], re.M)
+    assert gruppi[0] == "il lab" and len(gruppi) >= 5, gruppi
+    assert "options:" not in out and "optional arguments" not in out
+
+
+@pytest.mark.parametrize("argomenti,messaggio", [
+    (["--tabella=x"], "opzione --tabella: non accetta valori ('x')"),
+    (["--token"], "opzione --token: richiede un valore"),
+    (["--ri", "3"], "opzione ambigua: --ri potrebbe essere --richieste, --ripeti"),
+    (["--boh"], "opzioni non riconosciute: --boh"),
+])
+def test_errori_di_argparse_in_italiano(capsys, argomenti, messaggio):
+    with pytest.raises(SystemExit) as uscita:
+        carico.main(argomenti)
+    assert uscita.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == f"carico.py: errore: {messaggio}"
+    assert err.splitlines()[0].startswith("uso: carico.py ")

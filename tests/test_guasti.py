@@ -9,7 +9,7 @@ import pytest
 
 import carico
 from fakeserver import risposta_grezza
-from test_carico import VELOCE, latenze, valore
+from aiuti import VELOCE, latenze, valore
 
 
 def chat_rotta(handler_rotto, quale=1):
@@ -150,15 +150,93 @@ def test_grande_carico_memoria_limitata_e_campionamento_regolare(fake):
     client = carico.Client(server.url)
     tracemalloc.start()
     try:
-        esecuzione = carico.esegui_carico(client, carico.Piano(2000, 64, 1, 60, 0.5))
+        esecuzione = carico.esegui_carico(client, carico.Piano(1000, 64, 1, 60, 0.25))
         _, picco_memoria = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert len(esecuzione.risultati) == 2000
+    assert len(esecuzione.risultati) == 1000
     assert all(r.riuscita for r in esecuzione.risultati)
     assert picco_memoria < 50 * 1024 * 1024
     tempi = [c.t for c in esecuzione.campioni]
     assert len(tempi) >= 3, tempi
     intervalli = [b - a for a, b in zip(tempi, tempi[1:])]
     # On a fixed schedule: the period holds on average even while 64 workers are busy.
-    assert sum(intervalli) / len(intervalli) == pytest.approx(0.5, rel=0.3), intervalli
+    assert sum(intervalli) / len(intervalli) == pytest.approx(0.25, rel=0.3), intervalli
+
+
+def test_un_errore_di_carico_non_e_colpa_del_server(fake, carica, monkeypatch):
+    """A bug in carico.py while reading an answer says so, and never blames the server."""
+    def rotta(_dati):
+        raise RuntimeError("bug di prova")
+
+    monkeypatch.setattr(carico, "cifre_completamento", rotta)
+    server = fake(n_slot=2, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--richieste", "2", "--token", "2", *VELOCE)
+    assert rc == 1
+    assert out.count("errore: errore interno: RuntimeError: bug di prova") == 2
+    assert "risposta non valida" not in out and "Traceback" not in err
+
+
+def test_flusso_troncato_a_meta(fake, carica):
+    """A chunked stream whose connection closes before the last chunk."""
+    def tronca(h, _corpo):
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        evento = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+        h.wfile.write(b"%x\r\n%s\r\n" % (len(evento), evento))
+        h.wfile.flush()
+        h.close_connection = True
+
+    server = fake(override={"/v1/chat/completions": tronca})
+    rc, out, _ = carica(server.url, "--stream", "--richieste", "1", *VELOCE)
+    assert rc == 1
+    assert "  req 0: " in out and out.splitlines()[1].endswith("errore: flusso interrotto prima della fine (manca [DONE])")
+
+
+def test_il_nome_dell_host_si_cerca_una_volta(fake, monkeypatch):
+    server = fake()
+    cercati = []
+    originale = socket.getaddrinfo
+
+    def registra(host, *args, **kw):
+        cercati.append(host)
+        return originale(host, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", registra)
+    client = carico.Client(server.url.replace("127.0.0.1", "localhost"))
+    for _ in range(3):
+        assert client.chiama("GET", "/health").status == 200
+    assert cercati.count("localhost") == 1 and cercati[1:] == ["127.0.0.1", "127.0.0.1"]
+    assert {h["Host"] for h in server.headers} == {server.url.replace("http://127.0.0.1", "localhost")}
+
+
+def test_un_contesto_tls_per_client(monkeypatch):
+    import ssl
+
+    creati = []
+    originale = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **kw: creati.append(1) or originale(*a, **kw))
+    client = carico.Client("https://127.0.0.1:9", timeout_info=1)
+    for _ in range(3):
+        with pytest.raises(carico.ErroreRete, match="connessione rifiutata"):
+            client.chiama("GET", "/health")
+    assert len(creati) == 1
+
+
+def test_il_cronometro_parte_alla_prima_richiesta(fake, monkeypatch):
+    """What comes before the first request (the pool, its import) is not in `tempo totale`."""
+    import concurrent.futures
+
+    originale = concurrent.futures.ThreadPoolExecutor.__init__
+
+    def lento(self, *args, **kw):
+        time.sleep(0.3)
+        originale(self, *args, **kw)
+
+    monkeypatch.setattr(concurrent.futures.ThreadPoolExecutor, "__init__", lento)
+    server = fake(n_slot=4, s_per_token=0.001)
+    esecuzione = carico.esegui_carico(carico.Client(server.url), carico.Piano(4, 4, 2, 30, 0.05))
+    assert min(r.inizio for r in esecuzione.risultati) < 0.1
+    assert carico.riassumi(esecuzione).tempo_totale < max(r.latenza for r in esecuzione.risultati) + 0.1

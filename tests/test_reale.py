@@ -17,7 +17,7 @@ import pytest
 import carico
 from conftest import CIFRE
 from realserver import LUNGO
-from test_carico import CARICO, RIGA_REQ, latenze, valore
+from aiuti import CARICO, RIGA_REQ, latenze, porta_libera, reale_non_disponibile, valore
 
 pytestmark = pytest.mark.reale
 
@@ -177,12 +177,12 @@ def test_server_ucciso_a_meta(llama):
 
 def test_avvia_tutto_il_lab_reale(tmp_path):
     """--avvia: carico.py starts llama serve for each -np, measures, stops it; then the table."""
-    from realserver import ALIAS, porta_libera, trova_binario, trova_modello
+    from realserver import ALIAS, ServerNonDisponibile, trova_binario, trova_modello
 
     try:
         binario, modello = trova_binario(), trova_modello()
-    except Exception as exc:
-        pytest.fail(f"real server unavailable: {exc}")
+    except ServerNonDisponibile as exc:
+        reale_non_disponibile(exc)
     comando = f"{binario} {'serve ' if binario.endswith('/llama') else ''}-m {modello} -c 2048 -t 2 -a {ALIAS}"
     url = f"http://127.0.0.1:{porta_libera()}"
     svg = tmp_path / "lab.svg"
