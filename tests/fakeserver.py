@@ -334,6 +334,21 @@ def risposta_grezza(status: int, corpo: bytes, tipo: str = "text/html", lunghezz
     return handler
 
 
+def flusso_scritto(*eventi: bytes, finito: bool = False):
+    """A scripted handler that streams `eventi` (each a whole `data: ...` event) in chunked encoding,
+    then closes: with `finito` after the last chunk, else before it, as a server that died would."""
+    def handler(h: BaseHTTPRequestHandler, _richiesta: bytes):
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        for evento in eventi + ((b"",) if finito else ()):
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(evento), evento))
+        h.wfile.flush()
+        h.close_connection = True
+    return handler
+
+
 def main(argv=None):
     """Run the fake as a process, with llama serve's flags: what --avvia starts in the tests."""
     import argparse

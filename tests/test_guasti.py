@@ -8,7 +8,7 @@ import tracemalloc
 import pytest
 
 import carico
-from fakeserver import risposta_grezza
+from fakeserver import flusso_scritto, risposta_grezza
 from aiuti import VELOCE, latenze, valore
 
 
@@ -179,16 +179,7 @@ def test_un_errore_di_carico_non_e_colpa_del_server(fake, carica, monkeypatch):
 
 def test_flusso_troncato_a_meta(fake, carica):
     """A chunked stream whose connection closes before the last chunk."""
-    def tronca(h, _corpo):
-        h.send_response(200)
-        h.send_header("Content-Type", "text/event-stream")
-        h.send_header("Transfer-Encoding", "chunked")
-        h.end_headers()
-        evento = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
-        h.wfile.write(b"%x\r\n%s\r\n" % (len(evento), evento))
-        h.wfile.flush()
-        h.close_connection = True
-
+    tronca = flusso_scritto(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
     server = fake(override={"/v1/chat/completions": tronca})
     rc, out, _ = carica(server.url, "--stream", "--richieste", "1", *VELOCE)
     assert rc == 1

@@ -14,6 +14,7 @@ import pytest
 
 import carico
 from aiuti import CARICO, FAKE, RIGA_REQ, VELOCE, latenze, porta_libera, risponde, valore
+from fakeserver import flusso_scritto
 
 RIGA_STREAM = re.compile(r"^  req +\d+: +[\d.]+ s +\d+ token  \([\d.]+ t/s nel proprio slot\)  primo token ([\d.]+) s$")
 
@@ -199,15 +200,8 @@ def test_stream_primo_token_mostra_la_coda(fake, carica):
 
 
 def test_stream_errore_nel_flusso(fake, carica):
-    def rotto(h, _corpo):
-        h.send_response(200)
-        h.send_header("Content-Type", "text/event-stream")
-        h.send_header("Connection", "close")
-        h.end_headers()
-        h.wfile.write(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n')
-        h.wfile.write(b'data: {"error":{"code":500,"message":"decode failed","type":"server_error"}}\n\n')
-        h.close_connection = True
-
+    rotto = flusso_scritto(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n',
+                           b'data: {"error":{"code":500,"message":"decode failed","type":"server_error"}}\n\n')
     server = fake(override={"/v1/chat/completions": rotto})
     rc, out, _ = carica(server.url, "--stream", "--richieste", "1", *VELOCE)
     assert rc == 1
