@@ -291,9 +291,9 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[Serv
                       else ": aspetta che finisca di caricare il modello e riprova")
             raise ErroreUtente(f"il server {client.base} non è pronto dopo {attesa:g} s (--attesa){ancora}{perche}")
         if avvisato is None or passati - avvisato >= 10:  # at first, then every 10 s
+            print(f"il server {client.base} sta caricando il modello: attendo fino a {attesa:g} s..."
+                  if avvisato is None else f"  attendo ancora il server... {passati:.0f} s", file=stderr, flush=True)
             avvisato = passati
-            print(f"il server {client.base} sta caricando il modello: attendo fino a {attesa:g} s "
-                  f"({passati:.0f} s finora)...", file=stderr, flush=True)
         time.sleep(PAUSA_PRONTO)
 
 
