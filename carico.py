@@ -204,7 +204,7 @@ class Client:
         if dati is not None:
             corpo = json.dumps(dati).encode("utf-8")
             intestazioni["Content-Type"] = "application/json"
-        connessione = self._connessione(http.client, timeout)
+        connessione = self._connessione(timeout)
         with self._lock:
             self._aperte.add(connessione)
         try:
@@ -222,15 +222,17 @@ class Client:
                 self._aperte.discard(connessione)
             connessione.close()
 
-    def _connessione(self, http_client, timeout: float):
+    def _connessione(self, timeout: float):
+        import http.client
+
         if not self._https:  # after the first exchange, the address that answered: no lookup per request
-            return http_client.HTTPConnection(self._indirizzo or self._host, self._porta, timeout=timeout)
+            return http.client.HTTPConnection(self._indirizzo or self._host, self._porta, timeout=timeout)
         if self._tls is None:
             import ssl
 
             self._tls = ssl.create_default_context()
         # TLS checks the certificate against the name: the name, not an address, goes here.
-        return http_client.HTTPSConnection(self._host, self._porta, timeout=timeout, context=self._tls)
+        return http.client.HTTPSConnection(self._host, self._porta, timeout=timeout, context=self._tls)
 
     def annulla(self) -> None:
         """Close every connection in flight (from any thread); later exchanges fail at once."""
@@ -1057,13 +1059,9 @@ TESTA_TABELLA = ["| np | n_ctx_slot | latenza media | latenza max | throughput |
 
 def riga_tabella(prova: Prova) -> str:
     s = prova.riepilogo
-    return (f"| {etichetta_np(prova)} | {fmt(prova.info.n_ctx_slot, 'd')} | {fmt(s.latenza_media, '.2f s')} | "
+    np = prova.configurazione.etichetta if prova.configurazione else fmt(prova.info.n_slot, "d")
+    return (f"| {np} | {fmt(prova.info.n_ctx_slot, 'd')} | {fmt(s.latenza_media, '.2f s')} | "
             f"{fmt(s.latenza_max, '.2f s')} | {fmt(s.throughput, '.2f token/s')} |")
-
-
-def etichetta_np(prova: Prova) -> str:
-    """The -np of a run: as --avvia started it (`4 kv`), else the slots the server reported."""
-    return prova.configurazione.etichetta if prova.configurazione else fmt(prova.info.n_slot, "d")
 
 
 # The picture: --grafico (terminal) and --svg ##################################################

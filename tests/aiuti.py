@@ -6,6 +6,8 @@ import socket
 
 import pytest
 
+import carico
+
 QUI = os.path.dirname(os.path.abspath(__file__))
 RADICE = os.path.dirname(QUI)
 CARICO = os.path.join(RADICE, "carico.py")
@@ -34,8 +36,6 @@ def porta_libera():
 
 def risponde(url):
     """Whether a server answers /health at url."""
-    import carico
-
     try:
         carico.Client(url, timeout_info=1).chiama("GET", "/health")
         return True

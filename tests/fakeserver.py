@@ -66,7 +66,6 @@ class FakeLlama:
         self.cond = threading.Condition()
         self.prompts: List[str] = []  # every chat prompt received, in arrival order
         self.bodies: List[dict] = []
-        self.headers: List[dict] = []  # headers of every request, any path
         self.richieste_ricevute: List[tuple] = []  # (path, headers) of every request, in arrival order
         self.abbandonate = 0  # chat requests stopped because the client closed the connection
         self.tokens_predicted_total = 0
@@ -225,13 +224,13 @@ class FakeLlama:
                 self.end_headers()
                 self.wfile.write(corpo)
 
-            def chunk(self, dati: bytes):
+            def scrivi_chunk(self, dati: bytes):
                 """One piece of a chunked body (an empty one ends it)."""
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(dati), dati))
+                self.wfile.write(chunk(dati))
                 self.wfile.flush()
 
             def evento(self, dati):
-                self.chunk(b"data: " + json.dumps(dati).encode() + b"\n\n")
+                self.scrivi_chunk(b"data: " + json.dumps(dati).encode() + b"\n\n")
 
             def chiusa(self) -> bool:
                 """The client closed its side: the socket is readable and has nothing left to read."""
@@ -262,15 +261,14 @@ class FakeLlama:
                     return self.send_json(status, dati)
                 self.evento({"choices": [{"index": 0, "finish_reason": "length", "delta": {}}]})
                 self.evento({"choices": [], "usage": dati["usage"], "timings": dati["timings"]})
-                self.chunk(b"data: [DONE]\n\n")
-                self.chunk(b"")
+                self.scrivi_chunk(b"data: [DONE]\n\n")
+                self.scrivi_chunk(b"")
 
             def errore(self, status, tipo, messaggio):
                 self.send_json(status, {"error": {"code": status, "message": messaggio, "type": tipo}})
 
             def rispondi(self):
                 percorso = self.path.split("?")[0]
-                fake.headers.append(dict(self.headers))
                 fake.richieste_ricevute.append((percorso, dict(self.headers)))
                 lunghezza = int(self.headers.get("Content-Length") or 0)
                 corpo = self.rfile.read(lunghezza) if lunghezza else b""
@@ -321,6 +319,11 @@ class FakeLlama:
         return Handler
 
 
+def chunk(dati: bytes) -> bytes:
+    """One piece of a body in chunked transfer encoding (an empty one ends the body)."""
+    return b"%x\r\n%s\r\n" % (len(dati), dati)
+
+
 def risposta_grezza(status: int, corpo: bytes, tipo: str = "text/html", lunghezza: Optional[int] = None):
     """A scripted handler that answers `corpo` with a declared Content-Length (which may lie)."""
     def handler(h: BaseHTTPRequestHandler, _richiesta: bytes):
@@ -343,7 +346,7 @@ def flusso_scritto(*eventi: bytes, finito: bool = False):
         h.send_header("Transfer-Encoding", "chunked")
         h.end_headers()
         for evento in eventi + ((b"",) if finito else ()):
-            h.wfile.write(b"%x\r\n%s\r\n" % (len(evento), evento))
+            h.wfile.write(chunk(evento))
         h.wfile.flush()
         h.close_connection = True
     return handler

@@ -76,7 +76,7 @@ def test_redirect_non_seguito(fake, carica):
     rc, out, _ = carica(server.url, "--richieste", "2", *VELOCE)
     assert rc == 1
     assert "errore: HTTP 307" in out
-    assert altro.bodies == [] and altro.headers == []
+    assert altro.bodies == [] and altro.richieste_ricevute == []
 
 
 def test_host_sconosciuto(carica):
@@ -200,7 +200,7 @@ def test_il_nome_dell_host_si_cerca_una_volta(fake, monkeypatch):
     for _ in range(3):
         assert client.chiama("GET", "/health").status == 200
     assert cercati.count("localhost") == 1 and cercati[1:] == ["127.0.0.1", "127.0.0.1"]
-    assert {h["Host"] for h in server.headers} == {server.url.replace("http://127.0.0.1", "localhost")}
+    assert {h["Host"] for _, h in server.richieste_ricevute} == {server.url.replace("http://127.0.0.1", "localhost")}
 
 
 def test_un_contesto_tls_per_client(monkeypatch):
