@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -34,7 +35,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 # Some modules are imported inside the functions that use them (http.client, concurrent.futures,
 # statistics, csv, ssl, subprocess...): `carico.py --help` and a bad flag answer at once, and a
@@ -72,7 +73,7 @@ SGUARDO_MACCHINA = 0.25  # how long the quiet-machine check watches the CPU befo
 
 class Piano(NamedTuple):
     """What to send: the lab's four flags and how to send them."""
-    richieste: int = 4
+    richieste: Optional[int] = 4  # None with --durata: as many as fit in the time
     parallele: int = 4  # requests in flight together: the pool's workers
     token: int = 32  # max_tokens of each request
     timeout: float = TIMEOUT_RICHIESTA
@@ -80,6 +81,10 @@ class Piano(NamedTuple):
     stream: bool = False  # --stream
     modello: Optional[str] = None  # --modello: the requests' `model` field
     testo: Optional[str] = None  # --prompt-file: one prompt for every request
+    ritmo: Optional[float] = None  # --ritmo: requests per second, sent by the clock (open loop)
+    arrivi: str = "poisson"  # --arrivi: poisson or costanti
+    seme: Optional[int] = None  # --seme: the seed of the Poisson schedule
+    durata: Optional[float] = None  # --durata: keep sending for this many seconds
 
 
 class Risultato(NamedTuple):
@@ -96,6 +101,7 @@ class Risultato(NamedTuple):
     errore: Optional[str] = None  # why it failed, in Italian; None when it succeeded
     primo_token: Optional[float] = None  # --stream: seconds from send to the first token
     annullata: bool = False  # closed by Ctrl+C: not a measurement
+    previsto: Optional[float] = None  # --ritmo: when the schedule meant to send it
 
     @property
     def latenza(self) -> float:
@@ -119,6 +125,7 @@ class Esecuzione(NamedTuple):
     campioni: List[Campione]
     richieste: int  # how many were to be sent
     interrotta: Optional[int] = None  # the exit code when Ctrl+C (130) or SIGTERM (143) cut it short
+    trattenute: int = 0  # --ritmo: requests sent late because --parallele were already in flight
 
 
 class Prova(NamedTuple):
@@ -127,6 +134,7 @@ class Prova(NamedTuple):
     esecuzione: Esecuzione
     configurazione: Optional[Configurazione] = None  # --avvia: the -np it started the server with
     macchina: Optional[Macchina] = None  # how busy the machine was just before
+    piano: Piano = Piano()  # what was sent: with lists of values, one point of the sweep
 
     @property
     def riepilogo(self) -> Riepilogo:
@@ -491,18 +499,22 @@ def esegui_carico(client: Client, piano: Piano, slots: bool = True, metrics: boo
     import concurrent.futures  # here, not at the top: see the note under the imports
 
     invio = invia_in_flusso if piano.stream else invia  # --stream: see "Oltre il lab"
-    domande = [domanda_chat(prompt_per(primo_prompt + i, piano.testo), piano) for i in range(piano.richieste)]
+    programma = Programma(piano, primo_prompt) if piano.ritmo or piano.durata else None  # see "Oltre il lab"
+    domande = [] if programma else [domanda_chat(prompt_per(primo_prompt + i, piano.testo), piano)
+                                    for i in range(piano.richieste)]
     campionatore = Campionatore(client, piano.intervallo, slots, metrics, timer)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
-    risultati = {}
+    futuri = {}  # each request's future -> its index
     interrotta = None
     try:
         t0 = timer()
         campionatore.avvia(t0)
-        futuri = {esecutore.submit(invio, client, i, domanda, piano.timeout, t0, timer): i
-                  for i, domanda in enumerate(domande)}
-        for futuro in concurrent.futures.as_completed(futuri):
-            risultati[futuri[futuro]] = futuro.result()
+        if programma is None:  # the lab: every request submitted now, the pool runs `parallele` at a time
+            for i, domanda in enumerate(domande):
+                futuri[esecutore.submit(invio, client, i, domanda, piano.timeout, t0, timer)] = i
+        else:  # --ritmo, --durata: sent by the clock
+            programma.lancia(futuri, esecutore, invio, client, t0, timer)
+        concurrent.futures.wait(futuri)
     except Interruzione as exc:
         interrotta = exc.codice
         client.annulla()  # the requests in flight return at once, marked `annullata`
@@ -511,8 +523,10 @@ def esegui_carico(client: Client, piano: Piano, slots: bool = True, metrics: boo
             esecutore.shutdown(wait=True, cancel_futures=True)
             campionatore.ferma()
     # What the interruption closed is not a measurement: keep only the requests that ended by themselves.
-    ordinati = [r for _, r in sorted(risultati.items()) if not r.annullata]
-    return Esecuzione(ordinati, campionatore.campioni, piano.richieste, interrotta)
+    finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
+    richieste = piano.richieste if piano.durata is None else len(futuri)
+    return Esecuzione([r for r in finite if not r.annullata], campionatore.campioni, richieste, interrotta,
+                      programma.trattenute if programma else 0)
 
 
 # The report: pure formatting, data -> lines ###################################################
@@ -684,6 +698,13 @@ intero_positivo = positivo(int, "un numero intero")
 secondi_positivi = positivo(float, "un numero di secondi")
 
 
+def lista_di(converti):
+    """An argparse type: one value, or a comma-separated list of them (a sweep: one run per value)."""
+    def controlla(testo: str) -> list:
+        return [converti(voce.strip()) for voce in testo.split(",")]
+    return controlla
+
+
 def url_server(testo: str) -> str:
     """The server's root, e.g. http://127.0.0.1:8080; a trailing / or /v1 is accepted and dropped."""
     try:
@@ -704,22 +725,23 @@ def url_server(testo: str) -> str:
     return f"{parti.scheme}://{parti.netloc}"
 
 
-def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[Piano, Opzioni]:
+def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzioni]:
     """Read the flags, in three steps: build the parser (the lab's four flags first, then the extras
     in groups named after what they are for); parse (a bad flag ends here: one Italian line, exit 2);
-    turn the result into the load plan and the other options, the only place the flags are read."""
+    turn the result into the load plans and the other options, the only place the flags are read.
+    There is one plan, unless a flag was given a list of values: then one per point of the sweep."""
     parser = ParserItaliano(prog="carico.py", description=__doc__, epilog=EPILOGO, add_help=False,
                             usage="%(prog)s [--url URL] [--richieste N] [--parallele N] [--token N] [altre opzioni]",
                             formatter_class=formato_aiuto)
     lab = parser.add_argument_group("il lab")
     lab.add_argument("--url", type=url_server, default="http://127.0.0.1:8080",
                      help="radice del server llama.cpp (default: %(default)s)")
-    lab.add_argument("--richieste", type=intero_positivo, default=4, metavar="N",
-                     help="quante richieste inviare in tutto (default: %(default)s)")
-    lab.add_argument("--parallele", type=intero_positivo, default=4, metavar="N",
-                     help="quante richieste tenere in volo insieme (default: %(default)s)")
-    lab.add_argument("--token", type=intero_positivo, default=32, metavar="N",
-                     help="token da generare per richiesta, max_tokens (default: %(default)s)")
+    lab.add_argument("--richieste", type=intero_positivo, metavar="N",
+                     help="quante richieste inviare in tutto (default: 4)")
+    lab.add_argument("--parallele", type=lista_di(intero_positivo), metavar="N",
+                     help="quante richieste tenere in volo insieme (default: 4)")
+    lab.add_argument("--token", type=lista_di(intero_positivo), default=[32], metavar="N",
+                     help="token da generare per richiesta, max_tokens (default: 32)")
     gruppo = parser.add_argument_group("il server e le richieste").add_argument
     gruppo("--api-key", type=chiave_api, metavar="CHIAVE", help="chiave API del server (--api-key di llama serve); "
            "se manca, la variabile LLAMA_API_KEY. Mai stampata")
@@ -734,6 +756,17 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[Piano, Opzioni]:
     gruppo = parser.add_argument_group("ripetere e confrontare").add_argument
     gruppo("--ripeti", type=intero_positivo, default=1, metavar="K", help="ripete la prova K volte: media e dispersione")
     gruppo("--tabella", action="store_true", help="la riga della tabella del consegnato (np | n_ctx_slot | ...)")
+    gruppo = parser.add_argument_group("ritmo, durata, griglie", "--parallele, --token e --ritmo accettano anche una "
+                                       "lista (1,2,4): una prova per valore,\no per combinazione, poi la tabella e "
+                                       "la curva di capacità").add_argument
+    gruppo("--ritmo", type=lista_di(positivo(float, "un numero di richieste al secondo")), metavar="R",
+           help="invia R richieste al secondo, qualunque sia il ritmo delle risposte (--parallele fa da tetto)")
+    gruppo("--arrivi", choices=("poisson", "costanti"), help="con --ritmo: arrivi di Poisson (default) o a "
+           "intervalli costanti")
+    gruppo("--seme", type=int, metavar="N", help="con --ritmo: il seme degli arrivi di Poisson, per ripetere la prova")
+    gruppo("--durata", type=secondi_positivi, metavar="S", help="continua a inviare per S secondi (al posto di "
+           "--richieste), poi aspetta quelle in volo")
+    gruppo("--forza", action="store_true", help="accetta una griglia di oltre 100 punti")
     gruppo = parser.add_argument_group("vedere la prova").add_argument
     gruppo("--stream", action="store_true", help="richieste in streaming: il tempo al primo token (l'attesa in coda)")
     gruppo("--grafico", action="store_true", help="disegna la prova nel terminale (coda, prompt, generazione, slot)")
@@ -754,6 +787,10 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[Piano, Opzioni]:
     a = parser.parse_args(argv)
     if a.np is not None and a.avvia is None:
         parser.error("--np va usato insieme a --avvia")
+    if a.durata is not None and a.richieste is not None:
+        parser.error("--durata e --richieste si escludono: con --durata si inviano richieste finché dura il tempo")
+    if a.ritmo is None and (a.arrivi is not None or a.seme is not None):
+        parser.error("--arrivi e --seme vanno usati insieme a --ritmo")
     api_key = a.api_key
     if api_key is None and os.environ.get("LLAMA_API_KEY"):
         try:
@@ -770,11 +807,18 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[Piano, Opzioni]:
                          f"{getattr(exc, 'strerror', None) or exc}")
         if not testo:
             parser.error(f"--prompt-file: '{a.prompt_file}' è vuoto")
-    piano = Piano(a.richieste, a.parallele, a.token, a.timeout, a.intervallo, a.stream, a.modello, testo)
+    richieste = None if a.durata is not None else a.richieste or 4
     np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
+    piani = [Piano(richieste, (a.parallele or [4])[0], a.token[0], a.timeout, a.intervallo, a.stream, a.modello,
+                   testo, durata=a.durata)]
+    if a.ritmo or len(a.parallele or []) > 1 or len(a.token) > 1:  # --ritmo, lists of values: see "Oltre il lab"
+        piani = griglia(piani[0]._replace(arrivi=a.arrivi or "poisson"), a.parallele, a.token, a.ritmo, a.seme)
+    punti = len(piani) * len(np or [None])
+    if punti > MAX_PUNTI and not a.forza:
+        parser.error(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
     opzioni = Opzioni(a.url, api_key, a.attesa, a.ripeti, a.tabella, a.grafico, a.spiega,
                       a.svg, a.json, a.csv, a.avvia, np)
-    return piano, opzioni
+    return piani, opzioni
 
 
 # main #########################################################################################
@@ -785,12 +829,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for flusso in (sys.stdout, sys.stderr):
         if hasattr(flusso, "reconfigure"):  # a terminal that cannot encode Unicode gets '?', not an error
             flusso.reconfigure(errors="replace")
-    piano, opzioni = analizza_argomenti(argv)
+    piani, opzioni = analizza_argomenti(argv)
     precedenti = {}
     if threading.current_thread() is threading.main_thread():
         precedenti = {s: signal.signal(s, al_segnale) for s in segnali_ignorati.SEGNALI}
     try:
-        return Sessione(piano, opzioni).esegui()
+        return Sessione(piani, opzioni).esegui()
     except BrokenPipeError:
         # The reader went away (`| head -1`): no noise, and no second error when Python flushes.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -806,13 +850,13 @@ def al_segnale(numero, _frame):
 
 class Sessione:
     """One invocation, in the order it goes: for each server (the one at --url, or with --avvia one
-    started per --np value) ask what it is, then run the load --ripeti times, printing each run as
-    soon as it ends; at the end the table and the files. What was measured is always printed and
-    saved, whatever stops the session (a server that is down or dies, Ctrl+C), and the exit code is
-    decided once, at the end, by `codice()`."""
+    started per --np value) ask what it is, then run the load --ripeti times (for each point, in a
+    sweep), printing each run as soon as it ends; at the end the table and the files. What was
+    measured is always printed and saved, whatever stops the session (a server that is down or dies,
+    Ctrl+C), and the exit code is decided once, at the end, by `codice()`."""
 
-    def __init__(self, piano: Piano, opzioni: Opzioni):
-        self.piano, self.opzioni = piano, opzioni
+    def __init__(self, piani: List[Piano], opzioni: Opzioni):
+        self.piani, self.opzioni = piani, opzioni  # the lab: one plan; a sweep: one per point
         self.prove: List[Prova] = []
         self.errore = False  # something the user must fix stopped it, or a file could not be written
         self.interruzione: Optional[int] = None  # 130 (Ctrl+C) or 143 (SIGTERM)
@@ -838,49 +882,60 @@ class Sessione:
         return self.codice()
 
     def misura(self, configurazione: Optional[Configurazione]) -> None:
-        """All the runs on one server: ask it what it is, then --ripeti runs, each printed as it ends."""
-        client = Client(self.opzioni.url, self.opzioni.api_key, min(TIMEOUT_INFO, self.piano.timeout))
+        """All the runs on one server: ask it what it is, then --ripeti runs of each plan, each printed
+        as it ends."""
+        client = Client(self.opzioni.url, self.opzioni.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
         info = interroga_server(client, self.opzioni.attesa, sys.stderr, con_props=bool(self.opzioni.file_json))
         for avviso in info.avvisi:
             nota(avviso)
         ripeti = self.opzioni.ripeti
-        for k in range(ripeti):
-            macchina = osserva_macchina()
-            motivo = macchina_occupata(macchina)
-            if motivo:
-                print(f"carico.py: attenzione: la macchina è già occupata ({motivo}): le cifre saranno falsate, "
-                      "perché il server si divide i core con gli altri processi. Chiudi i processi pesanti e ripeti",
-                      file=sys.stderr, flush=True)
+        # Each run on this server gets prompts it was not sent before: a cached prompt would flatter
+        # it. A new server (--avvia) starts again from the lab's first prompt.
+        inviate = 0
+        for j, piano in enumerate(self.piani):
+            if len(self.piani) > 1:  # a sweep: see "Oltre il lab"
+                print(f"punto {j + 1} di {len(self.piani)}: {descrivi_punto(piano, self.piani)}")
+            for k in range(ripeti):
+                macchina = osserva_macchina()
+                motivo = macchina_occupata(macchina)
+                if motivo:
+                    print(f"carico.py: attenzione: la macchina è già occupata ({motivo}): le cifre saranno "
+                          "falsate, perché il server si divide i core con gli altri processi. Chiudi i processi "
+                          "pesanti e ripeti", file=sys.stderr, flush=True)
+                if ripeti > 1:
+                    print(f"prova {k + 1} di {ripeti}")
+                print(riga_server(info), flush=True)
+                esecuzione = esegui_carico(client, piano, info.slots_disponibile, info.metrics_disponibile,
+                                           primo_prompt=inviate)
+                inviate += esecuzione.richieste
+                prova = Prova(info, esecuzione, configurazione, macchina, piano)
+                self.prove.append(prova)
+                self.stampa(prova)
+                if esecuzione.interrotta:
+                    raise Interruzione(esecuzione.interrotta)
             if ripeti > 1:
-                print(f"prova {k + 1} di {ripeti}")
-            print(riga_server(info), flush=True)
-            # Each repeat on this server gets prompts it was not sent before: a cached prompt would
-            # flatter the repeat. A new server (--avvia) starts again from the lab's first prompt.
-            esecuzione = esegui_carico(client, self.piano, info.slots_disponibile, info.metrics_disponibile,
-                                       primo_prompt=k * self.piano.richieste)
-            prova = Prova(info, esecuzione, configurazione, macchina)
-            self.prove.append(prova)
-            self.stampa(prova)
-            if esecuzione.interrotta:
-                raise Interruzione(esecuzione.interrotta)
-        if ripeti > 1:
-            print("\n".join(righe_ripetute(self.prove[-ripeti:]) + [""]), flush=True)
+                print("\n".join(righe_ripetute(self.prove[-ripeti:]) + [""]), flush=True)
 
     def stampa(self, prova: Prova) -> None:
-        """A run's lines, then the extras asked for: its picture, its explanation."""
-        e = prova.esecuzione
-        righe = rapporto(e, self.piano.parallele, prova.info, self.piano.stream)
+        """A run's lines, then the extras asked for: its pace, its picture, its explanation."""
+        e, piano = prova.esecuzione, prova.piano
+        righe = rapporto(e, piano.parallele, prova.info, piano.stream)
+        if piano.ritmo or piano.durata:
+            righe += righe_ritmo(prova)  # --ritmo, --durata: see "Oltre il lab"
         if self.opzioni.grafico and e.risultati:
             righe += [""] + grafico(e, marche_per(sys.stdout))
         if self.opzioni.spiega:
-            righe += [""] + spiegazione(prova, self.piano.parallele)
-        if self.opzioni.avvia or self.opzioni.ripeti > 1:
+            righe += [""] + spiegazione(prova, piano.parallele)
+        if self.opzioni.avvia or self.opzioni.ripeti > 1 or len(self.piani) > 1:
             righe.append("")
         print("\n".join(righe), flush=True)
         durata = prova.riepilogo.tempo_totale
-        if prova.info.slots_disponibile and durata is not None and durata < 2 * self.piano.intervallo:
+        if prova.info.slots_disponibile and durata is not None and durata < 2 * piano.intervallo:
             nota(f"la prova è durata {durata:.2f} s, meno di due letture di /slots (--intervallo "
-                 f"{self.piano.intervallo:g}): il picco di slot occupati può essere sottostimato")
+                 f"{piano.intervallo:g}): il picco di slot occupati può essere sottostimato")
+        if piano.ritmo:
+            for testo in note_ritmo(prova):
+                nota(testo)
 
     def codice(self) -> int:
         """0 when every request was answered; 1 when one failed, the server could not be measured or a
@@ -908,6 +963,13 @@ ogni valore di -np e fa tutto il lab da solo (4kv = -np 4 --kv-unified):
 
 Se il server espone /metrics (--metrics) si aggiunge il picco di richieste in coda
 (requests_deferred).
+
+Quanto carico regge il server? --ritmo R invia R richieste al secondo (arrivi di Poisson, o
+--arrivi costanti), --durata S continua per S secondi, e una lista di valori fa una prova per
+valore, poi la tabella e, con --grafico o --svg, la curva di capacità (throughput e latenza):
+
+  python3 carico.py --parallele 1,2,4,8 --grafico --spiega
+  python3 carico.py --ritmo 0.5,1,2,4 --durata 30 --svg curva.svg
 """
 
 
@@ -1032,6 +1094,122 @@ def leggi_flusso(righe, timer) -> RispostaInFlusso:
     raise ErroreNelFlusso("flusso interrotto prima della fine (manca [DONE])")
 
 
+# --ritmo and --durata: requests sent by the clock ############################################
+
+TETTO_RITMO = 256  # --ritmo without --parallele: at most this many in flight (a thread each)
+
+
+def orari(piano: Piano) -> Iterator[float]:
+    """When to send each request, in seconds from the start of the run. --arrivi costanti: every
+    1/ritmo s. Poisson (the default): gaps drawn from an exponential distribution of mean 1/ritmo,
+    as independent users arrive; the same --seme gives the same schedule."""
+    import random
+
+    if piano.arrivi == "costanti":
+        yield from (i / piano.ritmo for i in itertools.count())
+    caso = random.Random(piano.seme)
+    t = 0.0
+    while True:
+        yield t
+        t += caso.expovariate(piano.ritmo)
+
+
+class Programma:
+    """Sends a run's requests by the clock rather than all at once. With --ritmo each request has a
+    planned time (open loop: a slow answer does not delay the next send); with --durata alone a new
+    request leaves as soon as one of the --parallele in flight ends (closed loop), until the time is
+    up. --parallele stays the cap: a request that finds it full waits for a place, and is counted."""
+
+    def __init__(self, piano: Piano, primo_prompt: int):
+        self.piano, self.primo_prompt = piano, primo_prompt
+        self.trattenute = 0  # planned requests that found --parallele already in flight
+
+    def lancia(self, futuri: dict, esecutore, invio, client: Client, t0: float, timer) -> None:
+        """Submit each request at its time, into `futuri` (future -> index), until --richieste or
+        --durata ends. Each wait runs to the planned time measured from t0, so one late send does not
+        push back the ones after it: the schedule is kept on the clock."""
+        piano = self.piano
+        posti = threading.Semaphore(piano.parallele)
+        tempi = orari(piano) if piano.ritmo else itertools.repeat(None)
+        for i, previsto in enumerate(tempi):
+            if i == piano.richieste or (previsto is not None and piano.durata is not None and previsto >= piano.durata):
+                return
+            if previsto is not None:
+                time.sleep(max(0.0, t0 + previsto - timer()))
+            if not posti.acquire(blocking=False):  # --parallele already in flight: wait for a place
+                self.trattenute += previsto is not None
+                posti.acquire()
+            if piano.durata is not None and timer() - t0 >= piano.durata:
+                return
+            domanda = domanda_chat(prompt_per(self.primo_prompt + i, piano.testo), piano)
+            futuro = esecutore.submit(self.invia, invio, client, i, domanda, previsto, t0, timer)
+            futuro.add_done_callback(lambda _: posti.release())
+            futuri[futuro] = i
+
+    def invia(self, invio, client: Client, indice: int, domanda: dict, previsto: Optional[float], t0: float,
+              timer) -> Risultato:
+        return invio(client, indice, domanda, self.piano.timeout, t0, timer)._replace(previsto=previsto)
+
+
+def ritardi_invio(e: Esecuzione) -> List[float]:
+    """How late each request left against the schedule (--ritmo), in seconds."""
+    return [r.inizio - r.previsto for r in e.risultati if r.previsto is not None]
+
+
+def ritmo_di(tempi: List[float]) -> Optional[float]:
+    """Requests per second of a list of send times: the gaps between the first and the last."""
+    return (len(tempi) - 1) / (max(tempi) - min(tempi)) if len(tempi) > 1 and max(tempi) > min(tempi) else None
+
+
+def ritmo_ottenuto(e: Esecuzione) -> Optional[float]:
+    return ritmo_di([r.inizio for r in e.risultati])
+
+
+def ms(secondi: Optional[float]) -> Optional[float]:
+    return None if secondi is None else secondi * 1000
+
+
+def righe_ritmo(prova: Prova) -> List[str]:
+    """After the lab's summary: with --ritmo the rate asked and the one achieved, and how late the
+    sends were against the schedule; with --durata how many requests were sent and answered."""
+    e, piano = prova.esecuzione, prova.piano
+    righe = []
+    if piano.ritmo:
+        arrivi = f"arrivi di Poisson, seme {piano.seme}" if piano.arrivi == "poisson" else "arrivi costanti"
+        ritardi = ritardi_invio(e)
+        programmato = ritmo_di([r.previsto for r in e.risultati if r.previsto is not None])
+        righe.append(f"ritmo chiesto {piano.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}, "
+                     f"ottenuto {fmt(ritmo_ottenuto(e), '.2f req/s')}; ritardo degli invii sul programma: "
+                     f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
+    if piano.durata:
+        risposte = sum(r.riuscita for r in e.risultati)
+        righe.append(f"in {piano.durata:g} s (--durata): inviate {e.richieste} richieste, {risposte} con risposta")
+    return righe
+
+
+def ritmo_tenuto(prova: Prova) -> bool:
+    """Whether the sends kept to the schedule: none held by the cap, and the p99 lateness within
+    10 ms or a tenth of the mean gap, whichever is larger."""
+    p99 = percentile(ritardi_invio(prova.esecuzione), 99)
+    return not prova.esecuzione.trattenute and (p99 is None or p99 <= max(0.010, 0.1 / prova.piano.ritmo))
+
+
+def note_ritmo(prova: Prova) -> List[str]:
+    """What stderr says when the schedule was not kept: the figures hold for the rate achieved."""
+    e, piano = prova.esecuzione, prova.piano
+    if ritmo_tenuto(prova):
+        return []
+    ottenuto = fmt(ritmo_ottenuto(e), ".2f req/s")
+    if e.trattenute:
+        return [f"{e.trattenute} richieste su {len(e.risultati)} hanno trovato già {piano.parallele} in volo "
+                f"(il tetto di --parallele) e sono partite dopo l'orario previsto: il ritmo ottenuto è {ottenuto}, "
+                f"non {piano.ritmo:g} req/s. Alza --parallele per tenere il ritmo"]
+    ritardi = ritardi_invio(e)
+    return [f"il client non ha tenuto il ritmo chiesto: gli invii sono partiti in ritardo sul programma (p99 "
+            f"{ms(percentile(ritardi, 99)):.1f} ms, max {ms(max(ritardi)):.1f} ms): le cifre valgono per il ritmo "
+            f"ottenuto, {ottenuto}, non per {piano.ritmo:g} req/s"]
+
+
 # --ripeti and --tabella: the same load again, and the deliverable's table #####################
 
 def righe_ripetute(prove: List[Prova]) -> List[str]:
@@ -1064,10 +1242,296 @@ def riga_tabella(prova: Prova) -> str:
             f"{fmt(s.latenza_max, '.2f s')} | {fmt(s.throughput, '.2f token/s')} |")
 
 
+# Sweeps: lists of values, the table and the capacity curve ###################################
+# `--parallele 1,2,4`, `--token 32,128`, `--ritmo 0.5,1,2` (and with --avvia, `--np 1,2,4`): one run
+# per combination, then one table whose columns name what varied, and the capacity curve: aggregate
+# throughput against latency, one point per value, with where the server saturates.
+
+MAX_PUNTI = 100  # a grid larger than this needs --forza
+VARIABILI = ("parallele", "token", "ritmo")  # the flags that take a list, in the order they nest
+ASSI = ("ritmo", "parallele", "token", "np")  # which of them is the load along a curve, first found
+
+
+def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo: Optional[List[float]],
+            seme: Optional[int]) -> List[Piano]:
+    """One plan per combination of the listed values, the last flag varying fastest. --parallele is 4
+    by default; with --ritmo it is only a cap, TETTO_RITMO unless given. A Poisson schedule without
+    --seme gets a seed drawn here, which is printed and saved so that the run can be repeated."""
+    if ritmo is not None and seme is None and base.arrivi == "poisson":
+        import random
+
+        seme = random.SystemRandom().randrange(10 ** 6)
+    if parallele is None:
+        parallele = [4] if ritmo is None else [min(TETTO_RITMO, base.richieste or TETTO_RITMO)]
+    return [base._replace(parallele=p, token=t, ritmo=r, seme=seme)
+            for p, t, r in itertools.product(parallele, token, ritmo or [None])]
+
+
+def variate(piani: List[Piano]) -> List[str]:
+    """The listed flags that take more than one value among the plans."""
+    return [v for v in VARIABILI if len({getattr(p, v) for p in piani}) > 1]
+
+
+def descrivi_punto(piano: Piano, piani: List[Piano]) -> str:
+    return "  ".join(f"{v}={getattr(piano, v):g}" for v in variate(piani))
+
+
+def chiavi_griglia(sessione: Sessione) -> List[str]:
+    """What varied in the session: 'np' when --avvia started several servers, then the listed flags."""
+    return (["np"] if len(sessione.opzioni.np or []) > 1 else []) + variate(sessione.piani)
+
+
+def valore_punto(prova: Prova, chiave: str) -> str:
+    return prova.configurazione.etichetta if chiave == "np" else f"{getattr(prova.piano, chiave):g}"
+
+
+def percentile(valori: List[float], p: int) -> Optional[float]:
+    """The p-th percentile, by statistics.quantiles(method="inclusive"): the method used everywhere."""
+    import statistics
+
+    if len(valori) < 2:
+        return valori[0] if valori else None
+    return statistics.quantiles(valori, n=100, method="inclusive")[p - 1]
+
+
+def latenza_p90(prova: Prova) -> Optional[float]:
+    return percentile([r.latenza for r in prova.esecuzione.risultati if r.riuscita], 90)
+
+
+def in_volo(e: Esecuzione) -> List[Tuple[Campione, int]]:
+    """Each /slots sample with the requests in flight at its time, from the client's own times:
+    sent and not yet answered. Samples after the last answer are left out."""
+    import bisect
+
+    inizi, fini = sorted(r.inizio for r in e.risultati), sorted(r.fine for r in e.risultati)
+    ultimo = max(fini, default=0.0)
+    return [(c, bisect.bisect_right(inizi, c.t) - bisect.bisect_right(fini, c.t)) for c in e.campioni if c.t <= ultimo]
+
+
+def picco_coda(prova: Prova) -> Tuple[Optional[int], str]:
+    """The most requests waiting for a slot at once, and where it comes from: /metrics'
+    requests_deferred, else the requests in flight minus the busy slots at each sample."""
+    if prova.riepilogo.picco_coda is not None:
+        return prova.riepilogo.picco_coda, "requests_deferred"
+    stime = [max(0, n - c.occupati) for c, n in in_volo(prova.esecuzione) if c.occupati is not None]
+    return max(stime, default=None), "stima"
+
+
+def tabella_griglia(prove: List[Prova], chiavi: List[str]) -> List[str]:
+    """The sweep's table: a column per value that varied, then the figures of each run."""
+    testa = chiavi + (["n_ctx_slot"] if "np" in chiavi else []) + [
+        "throughput", "latenza media", "latenza p90", "latenza max", "picco slot occupati", "picco coda"]
+    con_ritmo = any(p.piano.ritmo for p in prove)
+    if con_ritmo:
+        testa.append("ritmo ottenuto")
+    righe = ["| " + " | ".join(testa) + " |", "|" + "---|" * len(testa)]
+    fonti = set()
+    for p in prove:
+        s = p.riepilogo
+        coda, fonte = picco_coda(p)
+        fonti.add(fonte)
+        celle = [valore_punto(p, c) for c in chiavi] + ([fmt(p.info.n_ctx_slot, "d")] if "np" in chiavi else []) + [
+            fmt(s.throughput, ".2f token/s"), fmt(s.latenza_media, ".2f s"), fmt(latenza_p90(p), ".2f s"),
+            fmt(s.latenza_max, ".2f s"), f"{fmt(s.picco, 'd')}/{fmt(p.info.n_slot, 'd')}", fmt(coda, "d")]
+        if con_ritmo:
+            ottenuto = fmt(ritmo_ottenuto(p.esecuzione), ".2f req/s")
+            celle.append(ottenuto if not p.piano.ritmo or ritmo_tenuto(p) else f"{ottenuto} (non tenuto)")
+        righe.append("| " + " | ".join(celle) + " |")
+    if "stima" in fonti:
+        righe.append("picco coda: richieste in volo meno slot occupati, a ogni lettura di /slots "
+                     "(con --metrics sul server: requests_deferred)")
+    return righe
+
+
+def serie(prove: List[Prova], chiavi: List[str]) -> Tuple[str, List[Tuple[str, List[Prova]]]]:
+    """The sweep's curves: the load (`asse`: --ritmo, else --parallele, else --token) and, for each
+    combination of the other values, its runs in order of load, with a title."""
+    asse = next(a for a in ASSI if a in chiavi)
+    gruppi: Dict[str, List[Prova]] = {}
+    for p in prove:
+        titolo = "  ".join(f"{c}={valore_punto(p, c)}" for c in chiavi if c != asse)
+        gruppi.setdefault(titolo, []).append(p)
+    carico_di = (lambda p: p.configurazione.np) if asse == "np" else (lambda p: getattr(p.piano, asse))
+    return asse, [(titolo, sorted(g, key=carico_di)) for titolo, g in gruppi.items()]
+
+
+def saturazione(prove: List[Prova]) -> Optional[int]:
+    """The first run, along a curve, whose throughput rose by less than 10% over the run before while
+    its mean latency still rose: where the server stopped taking more load."""
+    for i in range(1, len(prove)):
+        prima, dopo = prove[i - 1].riepilogo, prove[i].riepilogo
+        if None in (prima.throughput, dopo.throughput, prima.latenza_media, dopo.latenza_media):
+            continue
+        if dopo.throughput < 1.1 * prima.throughput and dopo.latenza_media > prima.latenza_media:
+            return i
+    return None
+
+
+def curva(asse: str, prove: List[Prova], titolo: str, marche: Dict[str, str], larghezza: int = 80,
+          altezza: int = 12) -> List[str]:
+    """The capacity curve in the terminal: aggregate throughput across, latency up; each run's mean
+    latency (with its value of the load beside it) and its p90, and the saturation marked."""
+    punti = [(p, p.riepilogo.throughput, p.riepilogo.latenza_media, latenza_p90(p)) for p in prove]
+    punti = [(p, x, y, y90) for p, x, y, y90 in punti if x is not None and y is not None]
+    if not punti:
+        return [f"curva di capacità{f' ({titolo})' if titolo else ''}: nessun punto misurato"]
+    colonne = larghezza - 9
+    x_max = max(x for _, x, _, _ in punti) * 1.15
+    y_max = max(max(y, y90 or 0) for _, _, y, y90 in punti) * 1.1
+    tela = [[" "] * colonne for _ in range(altezza)]
+
+    def metti(x: float, y: float, testo: str) -> None:
+        riga = altezza - 1 - round(y / y_max * (altezza - 1))
+        col = round(x / x_max * (colonne - 1))
+        for k, carattere in enumerate(testo[:colonne - col]):
+            tela[riga][col + k] = carattere
+
+    satura = saturazione(prove)
+    for _, x, _, y90 in punti:
+        if y90 is not None:
+            metti(x, y90, marche["p90"])
+    for p, x, y, _ in punti:
+        marca = marche["saturazione"] if satura is not None and p is prove[satura] else marche["media"]
+        metti(x, y, marca + valore_punto(p, asse))
+    righe = [f"curva di capacità{f' ({titolo})' if titolo else ''}: throughput aggregato e latenza, "
+             f"un punto per valore di {asse}", "latenza"]
+    for i, riga in enumerate(tela):
+        etichetta = f"{y_max:5.2f} s" if i == 0 else ("   0 s " if i == altezza - 1 else "")
+        righe.append(f"{etichetta:>7} |" + "".join(riga).rstrip())
+    righe.append(f"{'':7} +" + "-" * colonne)
+    righe.append(f"{'':8}0{f'{x_max:.1f} token/s':>{colonne - 1}}")
+    voci = f"{marche['media']}N latenza media al valore N  {marche['p90']} latenza p90"
+    righe.append(f"legenda: {voci}" + (f"  {marche['saturazione']} saturazione" if satura is not None else ""))
+    if satura is not None:
+        righe.append(frase_saturazione(asse, prove, satura))
+    return righe
+
+
+def frase_saturazione(asse: str, prove: List[Prova], i: int) -> str:
+    prima, dopo = prove[i - 1], prove[i]
+    a, b = prima.riepilogo, dopo.riepilogo
+    return (f"saturazione a {asse}={valore_punto(dopo, asse)}: da {asse}={valore_punto(prima, asse)} il throughput "
+            f"è passato da {a.throughput:.1f} a {b.throughput:.1f} token/s ({b.throughput / a.throughput - 1:+.0%}, "
+            f"meno del +10%), la latenza media da {a.latenza_media:.2f} a {b.latenza_media:.2f} s "
+            f"({b.latenza_media / a.latenza_media - 1:+.0%})")
+
+
+def svg_curva(asse: str, gruppi: List[Tuple[str, List[Prova]]], y: int, larghezza: int = 760) -> Tuple[List[str], int]:
+    """The capacity curve as SVG elements from height y: one line of mean latency and one of p90 per
+    curve, each point labelled with its value of the load, the saturation ringed. Returns the
+    elements and the height below them."""
+    sinistra, destra, alto = 70, 20, 260
+    tutti = [p for _, g in gruppi for p in g if p.riepilogo.throughput is not None and p.riepilogo.latenza_media is not None]
+    if not tutti:
+        return [], y
+    x_max = max(p.riepilogo.throughput for p in tutti) * 1.15
+    y_max = max(max(p.riepilogo.latenza_media, latenza_p90(p) or 0) for p in tutti) * 1.1
+    base = y + 24 + alto
+    px = lambda v: sinistra + v / x_max * (larghezza - sinistra - destra)  # noqa: E731
+    py = lambda v: base - v / y_max * alto  # noqa: E731
+    parti = [f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">curva di capacità: throughput aggregato e '
+             f'latenza, un punto per valore di {asse}</text>',
+             f'<line x1="{sinistra}" y1="{base}" x2="{larghezza - destra}" y2="{base}" stroke="#333"/>',
+             f'<line x1="{sinistra}" y1="{base}" x2="{sinistra}" y2="{base - alto}" stroke="#333"/>',
+             f'<text x="{sinistra - 4}" y="{base - alto + 10}" text-anchor="end">{y_max:.2f} s</text>',
+             f'<text x="{sinistra - 4}" y="{base}" text-anchor="end">0 s</text>',
+             f'<text x="{larghezza - destra}" y="{base + 16}" text-anchor="end">{x_max:.1f} token/s</text>',
+             f'<text x="{sinistra}" y="{base + 16}">0</text>']
+    colori = ("#264653", "#2a9d8f", "#e76f51", "#6a4c93", "#f4a261", "#8d99ae")
+    for n, (titolo, prove) in enumerate(gruppi):
+        colore = colori[n % len(colori)]
+        prove = [p for p in prove if p in tutti]
+        medie = [(px(p.riepilogo.throughput), py(p.riepilogo.latenza_media)) for p in prove]
+        p90 = [(px(p.riepilogo.throughput), py(latenza_p90(p))) for p in prove if latenza_p90(p) is not None]
+        parti.append(f'<polyline fill="none" stroke="{colore}" stroke-width="2" points="'
+                     + " ".join(f"{a:.1f},{b:.1f}" for a, b in medie) + '"/>')
+        parti.append(f'<polyline fill="none" stroke="{colore}" stroke-dasharray="4 3" points="'
+                     + " ".join(f"{a:.1f},{b:.1f}" for a, b in p90) + '"/>')
+        satura = saturazione(prove)
+        for i, (p, (a, b)) in enumerate(zip(prove, medie)):
+            cifre = (f"{asse}={valore_punto(p, asse)}: {p.riepilogo.throughput:.1f} token/s, latenza media "
+                     f"{p.riepilogo.latenza_media:.2f} s, p90 {fmt(latenza_p90(p), '.2f s')}, picco slot "
+                     f"{fmt(p.riepilogo.picco, 'd')}, picco coda {fmt(picco_coda(p)[0], 'd')}")
+            parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="4" fill="{colore}"><title>{testo_xml(cifre)}</title></circle>')
+            parti.append(f'<text x="{a + 7:.1f}" y="{b + 4:.1f}" fill="{colore}">{valore_punto(p, asse)}</text>')
+            if i == satura:
+                parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="9" fill="none" stroke="#e63946" stroke-width="2"/>')
+                parti.append(f'<text x="{a:.1f}" y="{b - 13:.1f}" text-anchor="middle" fill="#e63946">saturazione</text>')
+        if titolo:
+            parti.append(f'<text x="{larghezza - destra}" y="{y + 40 + 16 * n}" text-anchor="end" fill="{colore}">'
+                         f'{testo_xml(titolo)}</text>')
+    y = base + 26
+    parti.append(f'<text x="{sinistra}" y="{y}">linea piena: latenza media; tratteggio: latenza p90; '
+                 f'accanto a ogni punto il valore di {asse}</text>')
+    return parti, y + 20
+
+
+def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Prova]]]) -> List[str]:
+    """--spiega on a sweep: where saturation came and why, from the figures; then Little's law,
+    checked on every run."""
+    frasi = []
+    for titolo, prove in gruppi:
+        dove = f" ({titolo})" if titolo else ""
+        misurate = [p for p in prove if p.riepilogo.throughput is not None]
+        if len(misurate) < 2:
+            continue
+        i = saturazione(prove)
+        if i is None:
+            a, b = misurate[0], misurate[-1]
+            frasi.append(f"Curva{dove}: il throughput è cresciuto di almeno il 10% a ogni passo, da "
+                         f"{a.riepilogo.throughput:.1f} a {b.riepilogo.throughput:.1f} token/s fino a "
+                         f"{asse}={valore_punto(b, asse)}: la saturazione non è ancora arrivata, prova valori più grandi.")
+            continue
+        p = prove[i]
+        frase = f"Curva{dove}: " + frase_saturazione(asse, prove, i) + "."
+        s, n_slot = p.riepilogo, p.info.n_slot
+        if s.picco is not None and n_slot is not None:
+            frase += (f" Lì gli slot erano tutti occupati (picco {s.picco} su {n_slot}): una richiesta in più non "
+                      "trova posto e aspetta." if s.picco >= n_slot else
+                      f" Gli slot non erano tutti occupati (picco {s.picco} su {n_slot}): il limite è la macchina, "
+                      "perché gli slot si dividono gli stessi core e ognuno rallenta.")
+        coda_prima, coda = picco_coda(prove[i - 1])[0], picco_coda(p)[0]
+        attese = [[a for a in map(attesa_coda, q.esecuzione.risultati) if a is not None] for q in (prove[i - 1], p)]
+        if coda is not None:
+            frase += f" La coda è arrivata a {coda} richieste (prima {fmt(coda_prima, 'd')})"
+            if all(attese):
+                frase += (f" e l'attesa media in coda è passata da {sum(attese[0]) / len(attese[0]):.2f} a "
+                          f"{sum(attese[1]) / len(attese[1]):.2f} s")
+            frase += "."
+        frasi.append(frase)
+    righe = frasi
+    little = [riga_little(p, asse) for _, prove in gruppi for p in prove]
+    little = [r for r in little if r]
+    if little:
+        righe.append("Legge di Little: le richieste in volo in media (contate a ogni lettura di /slots) devono "
+                     "valere richieste al secondo × latenza media; con poche letture la media è grossolana.")
+        righe += little
+    return righe
+
+
+def riga_little(prova: Prova, asse: str) -> Optional[str]:
+    """Little's law on one run: the mean in flight at the samples against throughput (req/s) × mean latency."""
+    s = prova.riepilogo
+    letture = in_volo(prova.esecuzione)
+    if not letture or not s.riuscite or not s.tempo_totale or s.latenza_media is None:
+        return None
+    media_in_volo = sum(n for _, n in letture) / len(letture)
+    al_secondo = s.riuscite / s.tempo_totale
+    attesa = al_secondo * s.latenza_media
+    riga = (f"  {asse}={valore_punto(prova, asse)}: in volo {media_in_volo:.2f} su {len(letture)} letture; "
+            f"{al_secondo:.2f} req/s × {s.latenza_media:.2f} s = {attesa:.2f} (scarto {media_in_volo / attesa - 1:+.0%})")
+    server = [c.occupati + c.in_coda for c, _ in letture if c.occupati is not None and c.in_coda is not None]
+    if server:
+        riga += f"; il server ne contava {sum(server) / len(server):.2f} (slot occupati + in coda)"
+    return riga
+
+
 # The picture: --grafico (terminal) and --svg ##################################################
 
-MARCHE_UNICODE = {"coda": "░", "prompt": "▒", "generazione": "█", "errore": "×", "ignoto": "▬"}
-MARCHE_ASCII = {"coda": ".", "prompt": "-", "generazione": "#", "errore": "x", "ignoto": "="}
+MARCHE_UNICODE = {"coda": "░", "prompt": "▒", "generazione": "█", "errore": "×", "ignoto": "▬",
+                  "media": "●", "p90": "+", "saturazione": "◆"}  # the last three: the capacity curve
+MARCHE_ASCII = {"coda": ".", "prompt": "-", "generazione": "#", "errore": "x", "ignoto": "=",
+                "media": "o", "p90": "+", "saturazione": "*"}
 LEGENDA = (("coda", "in coda"), ("prompt", "prompt"), ("generazione", "generazione"),
            ("errore", "fallita"), ("ignoto", "dettagli n/d"))
 
@@ -1142,10 +1606,13 @@ def testo_xml(testo: str) -> str:
     return testo.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def svg(prove: List[Prova]) -> str:
-    """The same picture as a standalone SVG, one panel per run, for the deliverable."""
+def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Prova]]]]] = None) -> str:
+    """The same picture as a standalone SVG, one panel per run, for the deliverable; a sweep's
+    capacity curve (`curve`: the load and the curves, from `serie`) comes first."""
     larghezza, sinistra, riga, destra = 760, 70, 18, 20
     pannelli, y = [], 10
+    if curve is not None:
+        pannelli, y = svg_curva(*curve, y, larghezza)
     for prova in prove:
         e = prova.esecuzione
         durata = max([r.fine for r in e.risultati] + [c.t for c in e.campioni] + [1e-9])
@@ -1209,15 +1676,17 @@ def file_scrivibile(testo: str) -> str:
     return testo
 
 
-CAMPI_CSV = ("prova", "np", "indice", "token_prompt", "token", "latenza_s", "attesa_coda_s", "prompt_ms",
-             "predicted_ms", "t_s_nel_slot", "primo_token_s", "finish_reason", "errore")
+CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token", "latenza_s",
+             "attesa_coda_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "finish_reason", "errore",
+             "inizio_s", "previsto_s", "ritardo_invio_s")
 
 
 def riga_dati(r: Risultato) -> dict:
     return {"indice": r.indice, "token_prompt": r.token_prompt, "token": r.token, "latenza_s": r.latenza,
             "attesa_coda_s": attesa_coda(r), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
             "t_s_nel_slot": r.tps, "primo_token_s": r.primo_token, "finish_reason": r.finish_reason,
-            "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine}
+            "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": r.previsto,
+            "ritardo_invio_s": None if r.previsto is None else r.inizio - r.previsto}
 
 
 def testo_csv(prove: List[Prova]) -> str:
@@ -1230,19 +1699,31 @@ def testo_csv(prove: List[Prova]) -> str:
     for numero, prova in enumerate(prove, 1):
         np = prova.configurazione.etichetta if prova.configurazione else prova.info.n_slot
         for r in prova.esecuzione.risultati:
-            scrittore.writerow({"prova": numero, "np": np, **riga_dati(r)})
+            scrittore.writerow({"prova": numero, "np": np, "parallele": prova.piano.parallele,
+                                "max_token": prova.piano.token, "ritmo": prova.piano.ritmo, **riga_dati(r)})
     return uscita.getvalue()
 
 
-def testo_json(prove: List[Prova], piano: Piano, url: str) -> str:
+def testo_json(prove: List[Prova], piani: List[Piano], url: str) -> str:
     """Every request, the /slots samples with their times, the server's props and the flags
-    (never the API key), for plotting."""
+    (never the API key), for plotting; in a sweep, every point with the values it was run at."""
+    senza_testo = lambda piano: {k: v for k, v in piano._asdict().items() if k != "testo"}  # noqa: E731
     dati = {
         "carico": __version__, "url": url,
-        "opzioni": {k: v for k, v in piano._asdict().items() if k != "testo"},
-        "prompt_file": piano.testo is not None,
+        "opzioni": senza_testo(piani[0]),
+        "griglia": {v: sorted({getattr(p, v) for p in piani}) for v in variate(piani)},
+        "prompt_file": piani[0].testo is not None,
         "prove": [{
             "np": p.configurazione.etichetta if p.configurazione else None,
+            "piano": senza_testo(p.piano),
+            "punto": {v: getattr(p.piano, v) for v in variate(piani)},
+            "latenza_p90_s": latenza_p90(p),
+            "picco_coda": dict(zip(("valore", "fonte"), picco_coda(p))),
+            "invii": {"ritmo_ottenuto_req_s": ritmo_ottenuto(p.esecuzione),
+                      "ritardo_p99_s": percentile(ritardi_invio(p.esecuzione), 99),
+                      "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
+                      "trattenute_dal_tetto": p.esecuzione.trattenute,
+                      "inviate": p.esecuzione.richieste} if p.piano.ritmo or p.piano.durata else None,
             "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "props": p.info.props},
             "macchina": p.macchina._asdict() if p.macchina else None,
             "riepilogo": p.riepilogo._asdict(),
@@ -1276,11 +1757,12 @@ def spiegazione(prova: Prova, parallele: int) -> List[str]:
             return [f"L'unica richiesta non è andata a buon fine ({primo}): non ci sono cifre da leggere."]
         return [f"Nessuna delle {e.richieste} richieste è andata a buon fine (la prima: {primo}): "
                 "non ci sono cifre da leggere."]
-    insieme = min(parallele, e.richieste)
     if info.n_slot is not None and s.picco is not None:
         servite = "è stata servita" if s.picco == 1 else "sono state servite"
-        frasi.append(f"Sono partite {insieme} richieste insieme e il server aveva {info.n_slot} slot: "
-                     f"al massimo {s.picco} {servite} nello stesso momento.")
+        partite = (f"Sono partite {min(parallele, e.richieste)} richieste insieme" if not prova.piano.ritmo else
+                   f"Sono partite {e.richieste} richieste, {fmt(ritmo_ottenuto(e), '.2f')} al secondo,")
+        frasi.append(f"{partite} e il server aveva {info.n_slot} slot: al massimo {s.picco} {servite} nello "
+                     "stesso momento.")
     attese = [(attesa_coda(r), r) for r in ok if attesa_coda(r) is not None]
     if attese:
         attesa, r = max(attese, key=lambda coppia: coppia[0])
@@ -1321,13 +1803,25 @@ def spiegazione(prova: Prova, parallele: int) -> List[str]:
 # At the end of a session: the deliverable's table and the files ##############################
 
 def tabella_e_file(sessione: Sessione) -> None:
-    """The sweep's table, then the files: written even after an error or an interruption."""
+    """The table (the deliverable's, or a sweep's with its curve and its explanation), then the files:
+    written even after an error or an interruption."""
     o, prove = sessione.opzioni, sessione.prove
-    if o.tabella or o.avvia:
+    curve = None
+    if variate(sessione.piani):
+        chiavi = chiavi_griglia(sessione)
+        curve = serie(prove, chiavi)
+        righe = tabella_griglia(prove, chiavi)
+        if o.grafico:
+            for titolo, gruppo in curve[1]:
+                righe += [""] + curva(curve[0], gruppo, titolo, marche_per(sys.stdout))
+        if o.spiega:
+            righe += [""] + spiegazione_griglia(*curve)
+        print("\n".join(righe), flush=True)
+    elif o.tabella or o.avvia:
         separa = [] if o.avvia or o.ripeti > 1 else [""]
         print("\n".join(separa + TESTA_TABELLA + [riga_tabella(p) for p in prove]), flush=True)
-    file = [(o.file_json, lambda: testo_json(prove, sessione.piano, o.url)),
-            (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove))]
+    file = [(o.file_json, lambda: testo_json(prove, sessione.piani, o.url)),
+            (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve))]
     for percorso, testo in file:
         if percorso:
             try:

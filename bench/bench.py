@@ -11,6 +11,8 @@ server and model (scripts/install-real.sh) and, for the scale row, nginx and wrk
   4. accuracy: client latency minus the server's prompt_ms + predicted_ms, for requests that did not queue
   5. the sampler: its real period against 0.5 s, and the peak of busy slots right in N lab runs
   6. aggregate throughput against the server's llamacpp:tokens_predicted_total
+  7. scale: 10,000 requests with 256 in flight against the fake server (zero delay): peak RSS, and
+     the send lag against the schedule at --ritmo 200
 """
 
 import argparse
@@ -45,15 +47,17 @@ def riga(misura, valore, dettaglio, obiettivo):
     print(f"  {misura}: {valore}  ({dettaglio})  target {obiettivo}", flush=True)
 
 
-def esegui_carico_cli(*argomenti):
-    """carico.py as a user runs it: (stdout, wall s, CPU s of that process)."""
+def esegui_carico_cli(*argomenti, memoria=False):
+    """carico.py as a user runs it: (stdout, wall s, CPU s of that process), and its peak RSS in MB
+    when `memoria`."""
     with tempfile.TemporaryFile() as uscita:
         inizio = time.perf_counter()
         proc = subprocess.Popen([sys.executable, CARICO, *argomenti], stdout=uscita, stderr=subprocess.DEVNULL)
         _, _, uso = os.wait4(proc.pid, 0)
         parete = time.perf_counter() - inizio
         uscita.seek(0)
-        return uscita.read().decode(), parete, uso.ru_utime + uso.ru_stime
+        cifre = (uscita.read().decode(), parete, uso.ru_utime + uso.ru_stime)
+        return cifre + (uso.ru_maxrss / 1024,) if memoria else cifre
 
 
 def cpu_processo():
@@ -161,6 +165,49 @@ def su_scala(ripetizioni):
          "the physical limit")
 
 
+# 7. Scale: 10,000 requests, 256 in flight ####################################################
+
+def scala(ripetizioni):
+    print("7. 10,000 requests with 256 in flight against the fake server (zero delay, 256 slots)", flush=True)
+    porta = porta_libera()
+    url = f"http://127.0.0.1:{porta}"
+    fake = subprocess.Popen([sys.executable, os.path.join(RADICE, "tests", "fakeserver.py"), "serve", "--port",
+                             str(porta), "-np", "256", "-c", "65536", "--kv-unified", "--s-per-token", "0"],
+                            stdout=subprocess.DEVNULL)
+    try:
+        while True:
+            try:
+                carico.Client(url).chiama("GET", "/health")
+                break
+            except carico.ErroreRete:
+                time.sleep(0.1)
+        rss, al_secondo = [], []
+        for _ in range(ripetizioni):
+            out, parete, _, picco = esegui_carico_cli("--url", url, "--richieste", "10000", "--parallele", "256",
+                                                      "--token", "1", memoria=True)
+            assert "richieste=10000 parallele=256" in out and "fallite" not in out, out[-500:]
+            rss.append(picco)
+            al_secondo.append(10000 / float(re.search(r"tempo totale ([\d.]+) s", out).group(1)))
+        p99, massimi, rss_ritmo = [], [], []
+        for k in range(min(3, ripetizioni)):  # 50 s each
+            out, _, _, picco = esegui_carico_cli("--url", url, "--ritmo", "200", "--seme", str(k), "--richieste",
+                                                 "10000", "--parallele", "256", "--token", "1", memoria=True)
+            ritardo = re.search(r"ottenuto ([\d.]+) req/s; ritardo degli invii sul programma: p99 ([\d.]+) ms, "
+                                r"max ([\d.]+) ms", out)
+            assert ritardo and "fallite" not in out, out[-500:]
+            p99.append(float(ritardo.group(2)))
+            massimi.append(float(ritardo.group(3)))
+            rss_ritmo.append(picco)
+    finally:
+        fake.terminate()
+        fake.wait()
+    riga("peak RSS of carico.py, 10,000 requests x 256 in flight", f"{mediana(rss):.0f} MB",
+         f"worst {max(rss):.0f} MB; {mediana(al_secondo):.0f} requests/s", "< 100 MB")
+    riga("send lag against the schedule, --ritmo 200, 10,000 requests, p99", f"{mediana(p99):.1f} ms",
+         f"worst p99 {max(p99):.1f} ms; max {mediana(massimi):.1f} ms; peak RSS {mediana(rss_ritmo):.0f} MB",
+         "< 10 ms")
+
+
 # 3. Start-up ##################################################################################
 
 def avvio(ripetizioni):
@@ -263,6 +310,7 @@ def main():
     cpu_nel_lab(a.ripetizioni)
     su_scala(a.ripetizioni)
     esattezza(a.ripetizioni, a.prove_picco)
+    scala(a.ripetizioni)
     print("\n| measure | median | detail | target |\n|---|---|---|---|")
     for misura, valore, dettaglio, obiettivo in RIGHE:
         print(f"| {misura} | {valore} | {dettaglio} | {obiettivo} |")

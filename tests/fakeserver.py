@@ -72,6 +72,9 @@ class FakeLlama:
         self.prompt_tokens_total = 0
         self.n_task = 0
         self.picco_occupati = 0
+        self.arrivi: List[float] = []  # time.perf_counter() when each chat request's headers were read
+        self.in_volo = 0  # chat requests queued or in a slot
+        self.picco_in_volo = 0
         self.inizio = time.monotonic()
         ThreadingHTTPServer.request_queue_size = 256  # 64 clients connect at once in the large run
         self.server = ThreadingHTTPServer(indirizzo, self._handler_class())
@@ -118,6 +121,7 @@ class FakeLlama:
     def lascia_slot(self, slot: Slot):
         with self.cond:
             slot.busy = False
+            self.in_volo -= 1  # before the answer is written: the client may send the next one at once
             self.cond.notify_all()
 
     def completa(self, body: dict, al_token: Optional[Callable[[int], None]] = None,
@@ -130,6 +134,9 @@ class FakeLlama:
         self.prompts.append(contenuto)
         n_prompt = conta_token(contenuto) + TEMPLATE_TOKENS
         max_tokens = body.get("max_tokens", body.get("n_predict", 16))
+        with self.cond:
+            self.in_volo += 1
+            self.picco_in_volo = max(self.picco_in_volo, self.in_volo)
         slot = self.prendi_slot()
         try:
             if n_prompt >= self.config.n_ctx_slot:
@@ -268,6 +275,7 @@ class FakeLlama:
                 self.send_json(status, {"error": {"code": status, "message": messaggio, "type": tipo}})
 
             def rispondi(self):
+                arrivo = time.perf_counter()
                 percorso = self.path.split("?")[0]
                 fake.richieste_ricevute.append((percorso, dict(self.headers)))
                 lunghezza = int(self.headers.get("Content-Length") or 0)
@@ -301,6 +309,7 @@ class FakeLlama:
                     self.end_headers()
                     return self.wfile.write(testo)
                 if percorso in ("/v1/chat/completions", "/chat/completions") and self.command == "POST":
+                    fake.arrivi.append(arrivo)
                     try:
                         body = json.loads(corpo)
                     except ValueError:

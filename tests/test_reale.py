@@ -6,6 +6,7 @@ long prompt of step 4 refused with 4 slots and accepted with --kv-unified. Timin
 reported at the end of the run (conftest.CIFRE), not asserted tightly: the machine is small and noisy.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -214,3 +215,27 @@ def test_stream_e_grafico_reale(llama):
     assert inizi[3] > inizi[2] > inizi[1] > inizi[0], out
     assert all(len(r) <= 80 for r in out.splitlines())
     CIFRE.append(("np 1 --stream: time to first token (s)", ", ".join(f"{p:.2f}" for p in primi)))
+
+
+def test_griglia_parallele_reale(llama, tmp_path):
+    """A sweep on one real server: --parallele 1,2,4 at -np 2. With 1 in flight one slot works; never
+    more than the 2 slots; with 4 in flight two requests wait for a slot."""
+    server = llama(2)
+    dati = tmp_path / "griglia.json"
+    rc, out, err = carico_cli(server.url, "--parallele", "1,2,4", "--token", "16", "--intervallo", "0.1",
+                              "--grafico", "--json", str(dati))
+    assert rc == 0, out + err
+    righe = [[c.strip() for c in r.strip("|").split("|")] for r in out.splitlines() if r.startswith("| ")]
+    testa, *punti = righe
+    assert testa[0] == "parallele" and [p[0] for p in punti] == ["1", "2", "4"], out
+    picchi = dict(zip(testa, zip(*punti)))["picco slot occupati"]
+    assert picchi[0] == "1/2" and all(int(p.split("/")[0]) <= 2 for p in picchi), out
+    assert "curva di capacità" in out
+    prove = json.loads(dati.read_text())["prove"]
+    # At 4 in flight the queue shows: latency minus the slot's own time, for the two that waited.
+    servizi = sorted((r["prompt_ms"] + r["predicted_ms"]) / 1000 for r in prove[2]["richieste"])
+    attese = sorted(r["attesa_coda_s"] for r in prove[2]["richieste"])
+    assert attese[-1] > 0.5 * servizi[0], (attese, servizi)
+    throughput = [p["riepilogo"]["throughput"] for p in prove]
+    CIFRE.append(("sweep -np 2 --parallele 1,2,4: throughput (token/s)", " / ".join(f"{t:.1f}" for t in throughput)))
+    CIFRE.append(("sweep -np 2: throughput at 2 parallel / at 1", f"{throughput[1] / throughput[0]:.2f}"))
