@@ -41,7 +41,7 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 # statistics, csv, ssl, subprocess...): `carico.py --help` and a bad flag answer at once, and a
 # plain lab run never loads what only an extra needs.
 
-__version__ = "1.1.0"
+__version__ = "1.2.0"
 
 # The eight prompts of the lab, one per request. Each opens with different words, so two requests
 # share no prefix beyond the chat template's and the server's prompt cache cannot favour one.
@@ -1299,13 +1299,15 @@ def latenza_p90(prova: Prova) -> Optional[float]:
 
 
 def in_volo(e: Esecuzione) -> List[Tuple[Campione, int]]:
-    """Each /slots sample with the requests in flight at its time, from the client's own times:
-    sent and not yet answered. Samples after the last answer are left out."""
+    """The /slots samples taken while the load ran (from the first send to the last answer), each
+    with the requests in flight at its time, from the client's own times: sent, not yet answered."""
     import bisect
 
     inizi, fini = sorted(r.inizio for r in e.risultati), sorted(r.fine for r in e.risultati)
-    ultimo = max(fini, default=0.0)
-    return [(c, bisect.bisect_right(inizi, c.t) - bisect.bisect_right(fini, c.t)) for c in e.campioni if c.t <= ultimo]
+    if not inizi:
+        return []
+    return [(c, bisect.bisect_right(inizi, c.t) - bisect.bisect_right(fini, c.t))
+            for c in e.campioni if inizi[0] <= c.t <= fini[-1]]
 
 
 def picco_coda(prova: Prova) -> Tuple[Optional[int], str]:
@@ -1411,7 +1413,7 @@ def frase_saturazione(asse: str, prove: List[Prova], i: int) -> str:
     prima, dopo = prove[i - 1], prove[i]
     a, b = prima.riepilogo, dopo.riepilogo
     return (f"saturazione a {asse}={valore_punto(dopo, asse)}: da {asse}={valore_punto(prima, asse)} il throughput "
-            f"è passato da {a.throughput:.1f} a {b.throughput:.1f} token/s ({b.throughput / a.throughput - 1:+.0%}, "
+            f"è passato da {a.throughput:.1f} a {b.throughput:.1f} token/s ({b.throughput / a.throughput - 1:+.1%}, "
             f"meno del +10%), la latenza media da {a.latenza_media:.2f} a {b.latenza_media:.2f} s "
             f"({b.latenza_media / a.latenza_media - 1:+.0%})")
 
@@ -1436,7 +1438,10 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Prova]]], y: int, larghezz
              f'<text x="{sinistra - 4}" y="{base - alto + 10}" text-anchor="end">{y_max:.2f} s</text>',
              f'<text x="{sinistra - 4}" y="{base}" text-anchor="end">0 s</text>',
              f'<text x="{larghezza - destra}" y="{base + 16}" text-anchor="end">{x_max:.1f} token/s</text>',
-             f'<text x="{sinistra}" y="{base + 16}">0</text>']
+             f'<text x="{sinistra}" y="{base + 16}">0</text>',
+             f'<text x="{(sinistra + larghezza - destra) / 2}" y="{base + 16}" text-anchor="middle">throughput aggregato'
+             '</text>',
+             f'<text x="{sinistra - 4}" y="{base - alto / 2}" text-anchor="end">latenza</text>']
     colori = ("#264653", "#2a9d8f", "#e76f51", "#6a4c93", "#f4a261", "#8d99ae")
     for n, (titolo, prove) in enumerate(gruppi):
         colore = colori[n % len(colori)]
@@ -1448,21 +1453,24 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Prova]]], y: int, larghezz
         parti.append(f'<polyline fill="none" stroke="{colore}" stroke-dasharray="4 3" points="'
                      + " ".join(f"{a:.1f},{b:.1f}" for a, b in p90) + '"/>')
         satura = saturazione(prove)
+        for a, b in p90:
+            parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="white" stroke="{colore}"/>')
         for i, (p, (a, b)) in enumerate(zip(prove, medie)):
             cifre = (f"{asse}={valore_punto(p, asse)}: {p.riepilogo.throughput:.1f} token/s, latenza media "
                      f"{p.riepilogo.latenza_media:.2f} s, p90 {fmt(latenza_p90(p), '.2f s')}, picco slot "
                      f"{fmt(p.riepilogo.picco, 'd')}, picco coda {fmt(picco_coda(p)[0], 'd')}")
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="4" fill="{colore}"><title>{testo_xml(cifre)}</title></circle>')
-            parti.append(f'<text x="{a + 7:.1f}" y="{b + 4:.1f}" fill="{colore}">{valore_punto(p, asse)}</text>')
+            parti.append(f'<text x="{a + (12 if i == satura else 7):.1f}" y="{b + 4:.1f}" fill="{colore}">'
+                         f'{valore_punto(p, asse)}</text>')
             if i == satura:
                 parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="9" fill="none" stroke="#e63946" stroke-width="2"/>')
-                parti.append(f'<text x="{a:.1f}" y="{b - 13:.1f}" text-anchor="middle" fill="#e63946">saturazione</text>')
+                parti.append(f'<text x="{a - 13:.1f}" y="{b + 4:.1f}" text-anchor="end" fill="#e63946">saturazione</text>')
         if titolo:
             parti.append(f'<text x="{larghezza - destra}" y="{y + 40 + 16 * n}" text-anchor="end" fill="{colore}">'
                          f'{testo_xml(titolo)}</text>')
-    y = base + 26
+    y = base + 36
     parti.append(f'<text x="{sinistra}" y="{y}">linea piena: latenza media; tratteggio: latenza p90; '
-                 f'accanto a ogni punto il valore di {asse}</text>')
+                 f'a ogni punto il valore di {asse}</text>')
     return parti, y + 20
 
 
@@ -1478,35 +1486,48 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Prova]]]) -> Lis
         i = saturazione(prove)
         if i is None:
             a, b = misurate[0], misurate[-1]
-            frasi.append(f"Curva{dove}: il throughput è cresciuto di almeno il 10% a ogni passo, da "
-                         f"{a.riepilogo.throughput:.1f} a {b.riepilogo.throughput:.1f} token/s fino a "
-                         f"{asse}={valore_punto(b, asse)}: la saturazione non è ancora arrivata, prova valori più grandi.")
+            frasi.append(f"Curva{dove}: nessuna saturazione fino a {asse}={valore_punto(b, asse)} (il throughput è "
+                         f"passato da {a.riepilogo.throughput:.1f} a {b.riepilogo.throughput:.1f} token/s): a ogni passo "
+                         "è cresciuto almeno del 10%, o la latenza non è salita. Per trovarla, prova valori più grandi.")
             continue
-        p = prove[i]
-        frase = f"Curva{dove}: " + frase_saturazione(asse, prove, i) + "."
-        s, n_slot = p.riepilogo, p.info.n_slot
-        if s.picco is not None and n_slot is not None:
-            frase += (f" Lì gli slot erano tutti occupati (picco {s.picco} su {n_slot}): una richiesta in più non "
-                      "trova posto e aspetta." if s.picco >= n_slot else
-                      f" Gli slot non erano tutti occupati (picco {s.picco} su {n_slot}): il limite è la macchina, "
-                      "perché gli slot si dividono gli stessi core e ognuno rallenta.")
-        coda_prima, coda = picco_coda(prove[i - 1])[0], picco_coda(p)[0]
-        attese = [[a for a in map(attesa_coda, q.esecuzione.risultati) if a is not None] for q in (prove[i - 1], p)]
-        if coda is not None:
-            frase += f" La coda è arrivata a {coda} richieste (prima {fmt(coda_prima, 'd')})"
-            if all(attese):
-                frase += (f" e l'attesa media in coda è passata da {sum(attese[0]) / len(attese[0]):.2f} a "
-                          f"{sum(attese[1]) / len(attese[1]):.2f} s")
-            frase += "."
-        frasi.append(frase)
-    righe = frasi
-    little = [riga_little(p, asse) for _, prove in gruppi for p in prove]
-    little = [r for r in little if r]
+        frasi.append(f"Curva{dove}: " + frase_saturazione(asse, prove, i) + ". " + perche_satura(prove[i - 1], prove[i]))
+    for titolo, prove in gruppi if asse == "ritmo" else []:
+        # Open loop: a server slower than the arrivals has a queue that grows for the whole run.
+        for p in prove:
+            arrivate, s = ritmo_ottenuto(p.esecuzione), p.riepilogo
+            if arrivate and s.tempo_totale and s.riuscite / s.tempo_totale < 0.9 * arrivate:
+                frasi.append(f"A ritmo={valore_punto(p, asse)}{f' ({titolo})' if titolo else ''} il server ha "
+                             f"completato {s.riuscite / s.tempo_totale:.2f} richieste al secondo mentre ne arrivavano "
+                             f"{arrivate:.2f}: è più lento degli arrivi, e la coda cresce finché dura la prova "
+                             "(sovraccarico): la latenza dipende allora da quanto è lunga la prova.")
+                break
+    little = [r for r in (riga_little(p, asse) for _, prove in gruppi for p in prove) if r]
     if little:
-        righe.append("Legge di Little: le richieste in volo in media (contate a ogni lettura di /slots) devono "
+        frasi.append("Legge di Little: le richieste in volo in media (contate a ogni lettura di /slots) devono "
                      "valere richieste al secondo × latenza media; con poche letture la media è grossolana.")
-        righe += little
-    return righe
+    return frasi + little
+
+
+def perche_satura(prima: Prova, dopo: Prova) -> str:
+    """Why the run `dopo` took no more than `prima`, from the figures: either the slots were all busy
+    and the queue grew, or each request had a slot and every slot went slower (the cores are shared)."""
+    coda_prima, coda = picco_coda(prima)[0], picco_coda(dopo)[0]
+    s, n_slot = dopo.riepilogo, dopo.info.n_slot
+    occupati = f"picco {fmt(s.picco, 'd')} su {fmt(n_slot, 'd')}"
+    if coda is not None and coda > (coda_prima or 0):
+        attese = [[a for a in map(attesa_coda, p.esecuzione.risultati) if a is not None] for p in (prima, dopo)]
+        frase = (f"Lì gli slot erano tutti occupati ({occupati}) e la coda è cresciuta fino a {coda} richieste "
+                 f"(prima {fmt(coda_prima, 'd')})")
+        if all(attese):
+            frase += (f"; l'attesa media in coda è passata da {sum(attese[0]) / len(attese[0]):.2f} a "
+                      f"{sum(attese[1]) / len(attese[1]):.2f} s")
+        return frase + ": una richiesta in più non trova uno slot libero e aspetta."
+    velocita = [[r.tps for r in p.esecuzione.risultati if r.riuscita and r.tps is not None] for p in (prima, dopo)]
+    frase = f"La coda non è cresciuta ({fmt(coda, 'd')} in attesa al massimo; {occupati})"
+    if all(velocita):
+        frase += (f", ma nel proprio slot ogni richiesta è scesa da {sum(velocita[0]) / len(velocita[0]):.1f} a "
+                  f"{sum(velocita[1]) / len(velocita[1]):.1f} t/s")
+    return frase + ": gli slot si dividono gli stessi core, e la macchina non genera più token al secondo."
 
 
 def riga_little(prova: Prova, asse: str) -> Optional[str]:
@@ -1606,9 +1627,11 @@ def testo_xml(testo: str) -> str:
     return testo.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Prova]]]]] = None) -> str:
+def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Prova]]]]] = None,
+        chiavi: Sequence[str] = ()) -> str:
     """The same picture as a standalone SVG, one panel per run, for the deliverable; a sweep's
-    capacity curve (`curve`: the load and the curves, from `serie`) comes first."""
+    capacity curve (`curve`: the load and the curves, from `serie`) comes first, and each panel
+    says its point (`chiavi`: what varied)."""
     larghezza, sinistra, riga, destra = 760, 70, 18, 20
     pannelli, y = [], 10
     if curve is not None:
@@ -1618,6 +1641,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Prov
         durata = max([r.fine for r in e.risultati] + [c.t for c in e.campioni] + [1e-9])
         scala = (larghezza - sinistra - destra) / durata
         titolo = riga_server(prova.info) + (f"  (-np {prova.configurazione.etichetta})" if prova.configurazione else "")
+        titolo += "".join(f"  {c}={valore_punto(prova, c)}" for c in chiavi if c != "np")
         parti = [f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">{testo_xml(titolo)}</text>']
         y += 22
         for r in e.risultati:
@@ -1806,7 +1830,7 @@ def tabella_e_file(sessione: Sessione) -> None:
     """The table (the deliverable's, or a sweep's with its curve and its explanation), then the files:
     written even after an error or an interruption."""
     o, prove = sessione.opzioni, sessione.prove
-    curve = None
+    curve, chiavi = None, []
     if variate(sessione.piani):
         chiavi = chiavi_griglia(sessione)
         curve = serie(prove, chiavi)
@@ -1821,7 +1845,7 @@ def tabella_e_file(sessione: Sessione) -> None:
         separa = [] if o.avvia or o.ripeti > 1 else [""]
         print("\n".join(separa + TESTA_TABELLA + [riga_tabella(p) for p in prove]), flush=True)
     file = [(o.file_json, lambda: testo_json(prove, sessione.piani, o.url)),
-            (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve))]
+            (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve, chiavi))]
     for percorso, testo in file:
         if percorso:
             try:

@@ -161,7 +161,7 @@ def test_griglia_parallele_tabella_curva_e_spiega(fake, carica, tmp_path):
     assert all(len(p["richieste"]) == 4 and p["campioni"] for p in dati["prove"])
     testo_svg = (tmp_path / "g.svg").read_text()
     assert "curva di capacità" in testo_svg and "saturazione" in testo_svg
-    assert testo_svg.count("<circle") == 3 + 1  # three points, one of them ringed
+    assert testo_svg.count('r="4" fill=') == 3 and testo_svg.count('r="9"') == 1  # three points, one ringed
 
 
 def test_griglia_token_e_ritmo_insieme(fake, carica):
@@ -275,3 +275,17 @@ def test_forza_accetta_una_griglia_grande():
     assert piani[0].parallele == 4 and piani[0].richieste == 4  # the cap: no more than the requests
     piani, _ = carico.analizza_argomenti(["--durata", "3", "--ritmo", "2"])
     assert piani[0].richieste is None and piani[0].parallele == carico.TETTO_RITMO
+
+
+def test_ritmo_oltre_la_capacita_e_sovraccarico(fake, carica):
+    """One slot at ~0.1 s a request holds ~10 a second: at 40 a second the queue grows all run long."""
+    server = fake(n_slot=1, s_per_token=0.005)
+    rc, out, err = carica(server.url, "--ritmo", "4,40", "--arrivi", "costanti", "--richieste", "12",
+                          "--token", "20", "--spiega", *VELOCE)
+    assert rc == 0, out + err
+    (frase,) = [r for r in out.splitlines() if "sovraccarico" in r]
+    assert frase.startswith("A ritmo=40 il server ha completato "), frase
+    completate = float(re.search(r"completato ([\d.]+) richieste al secondo", frase).group(1))
+    assert completate < 15, frase
+    testa, *righe = righe_tabella(out)
+    assert [r[0] for r in righe] == ["4", "40"] and int(righe[1][testa.index("picco coda")]) >= 5
