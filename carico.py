@@ -1514,20 +1514,29 @@ def perche_satura(prima: Prova, dopo: Prova) -> str:
     coda_prima, coda = picco_coda(prima)[0], picco_coda(dopo)[0]
     s, n_slot = dopo.riepilogo, dopo.info.n_slot
     occupati = f"picco {fmt(s.picco, 'd')} su {fmt(n_slot, 'd')}"
-    if coda is not None and coda > (coda_prima or 0):
-        attese = [[a for a in map(attesa_coda, p.esecuzione.risultati) if a is not None] for p in (prima, dopo)]
-        frase = (f"Lì gli slot erano tutti occupati ({occupati}) e la coda è cresciuta fino a {coda} richieste "
-                 f"(prima {fmt(coda_prima, 'd')})")
-        if all(attese):
-            frase += (f"; l'attesa media in coda è passata da {sum(attese[0]) / len(attese[0]):.2f} a "
-                      f"{sum(attese[1]) / len(attese[1]):.2f} s")
+    # The queue grew when the mean wait for a slot (from the server's own times) grew by more than a
+    # tenth of the latency; without those times, when its peak grew.
+    attese = [[a for a in map(attesa_coda, p.esecuzione.risultati) if a is not None] for p in (prima, dopo)]
+    medie = [sum(a) / len(a) for a in attese] if all(attese) else None
+    if medie is not None and s.latenza_media is not None:
+        cresciuta = medie[1] - medie[0] > 0.1 * s.latenza_media
+    else:
+        cresciuta = coda is not None and coda > (coda_prima or 0)
+    pieni = s.picco is not None and n_slot is not None and s.picco >= n_slot
+    if cresciuta:
+        frase = (f"Lì gli slot erano tutti occupati ({occupati}) e " if pieni else f"Lì ({occupati}) ") + (
+            f"la coda è cresciuta fino a {fmt(coda, 'd')} richieste (prima {fmt(coda_prima, 'd')})")
+        if medie is not None:
+            frase += f"; l'attesa media in coda è passata da {medie[0]:.2f} a {medie[1]:.2f} s"
         return frase + ": una richiesta in più non trova uno slot libero e aspetta."
     velocita = [[r.tps for r in p.esecuzione.risultati if r.riuscita and r.tps is not None] for p in (prima, dopo)]
     frase = f"La coda non è cresciuta ({fmt(coda, 'd')} in attesa al massimo; {occupati})"
     if all(velocita):
-        frase += (f", ma nel proprio slot ogni richiesta è scesa da {sum(velocita[0]) / len(velocita[0]):.1f} a "
-                  f"{sum(velocita[1]) / len(velocita[1]):.1f} t/s")
-    return frase + ": gli slot si dividono gli stessi core, e la macchina non genera più token al secondo."
+        da, a = (sum(v) / len(v) for v in velocita)
+        if a < 0.9 * da:
+            return (frase + f", ma nel proprio slot ogni richiesta è scesa da {da:.1f} a {a:.1f} t/s: gli slot si "
+                    "dividono gli stessi core, e la macchina non genera più token al secondo.")
+    return frase + "."
 
 
 def riga_little(prova: Prova, asse: str) -> Optional[str]:

@@ -289,3 +289,24 @@ def test_ritmo_oltre_la_capacita_e_sovraccarico(fake, carica):
     assert completate < 15, frase
     testa, *righe = righe_tabella(out)
     assert [r[0] for r in righe] == ["4", "40"] and int(righe[1][testa.index("picco coda")]) >= 5
+
+
+def test_perche_satura_coda_o_core():
+    """Why saturation came, read from the figures: requests that waited for a slot, or slots that
+    each went slower because they share the cores."""
+    info = carico.InfoServer(2, 1024, True)
+
+    def prova(latenza, servizio, tps, picco):
+        risultati = [carico.Risultato(i, 0.0, latenza, 32, tps, 20, 0.0, servizio * 1000) for i in range(4)]
+        campioni = [carico.Campione(0.1, picco), carico.Campione(0.2, picco)]
+        return carico.Prova(info, carico.Esecuzione(risultati, campioni, 4))
+
+    # Two slots at half speed each: latency doubled, nobody waited.
+    frase = carico.perche_satura(prova(0.5, 0.5, 70.0, 1), prova(1.0, 1.0, 35.0, 2))
+    assert frase == ("La coda non è cresciuta (2 in attesa al massimo; picco 2 su 2), ma nel proprio slot ogni "
+                     "richiesta è scesa da 70.0 a 35.0 t/s: gli slot si dividono gli stessi core, e la macchina non "
+                     "genera più token al secondo."), frase
+    # Same speed in the slot, but each request waited 0.5 s of its 1.0 s for one.
+    frase = carico.perche_satura(prova(0.5, 0.5, 70.0, 2), prova(1.0, 0.5, 70.0, 2))
+    assert frase.startswith("Lì gli slot erano tutti occupati (picco 2 su 2) e la coda è cresciuta"), frase
+    assert "l'attesa media in coda è passata da 0.00 a 0.50 s" in frase
