@@ -85,6 +85,7 @@ class Piano(NamedTuple):
     arrivi: str = "poisson"  # --arrivi: poisson or costanti
     seme: Optional[int] = None  # --seme: the seed of the Poisson schedule
     durata: Optional[float] = None  # --durata: keep sending for this many seconds
+    esatti: bool = False  # --esatti: ignore_eos, so that every request generates exactly `token`
 
 
 class Risultato(NamedTuple):
@@ -102,6 +103,8 @@ class Risultato(NamedTuple):
     primo_token: Optional[float] = None  # --stream: seconds from send to the first token
     annullata: bool = False  # closed by Ctrl+C: not a measurement
     previsto: Optional[float] = None  # --ritmo: when the schedule meant to send it
+    token_cache: Optional[int] = None  # the server's timings.cache_n: prompt tokens reused from the slot's cache
+    arrivi_chunk: Optional[Tuple[float, ...]] = None  # --stream: seconds from send to each chunk with text
 
     @property
     def latenza(self) -> float:
@@ -117,6 +120,7 @@ class Campione(NamedTuple):
     t: float  # seconds from the start of the run
     occupati: Optional[int]  # busy slots, None when that reading failed
     in_coda: Optional[int] = None  # llamacpp:requests_deferred, when /metrics is there
+    in_corso: Optional[int] = None  # tokens generated so far by the requests in the busy slots (the live line)
 
 
 class Esecuzione(NamedTuple):
@@ -385,6 +389,8 @@ def domanda_chat(prompt: str, piano: Piano) -> dict:
     }
     if piano.modello:
         domanda["model"] = piano.modello
+    if piano.esatti:  # --esatti: see "Oltre il lab"
+        domanda["ignore_eos"] = True
     return domanda
 
 
@@ -423,7 +429,7 @@ def cifre_completamento(dati) -> dict:
     finish = scelte[0].get("finish_reason") if scelte and isinstance(scelte[0], dict) else None
     return dict(token=token, tps=numero(timings.get("predicted_per_second")), token_prompt=token_prompt,
                 prompt_ms=numero(timings.get("prompt_ms")), predicted_ms=numero(timings.get("predicted_ms")),
-                finish_reason=finish if isinstance(finish, str) else None)
+                finish_reason=finish if isinstance(finish, str) else None, token_cache=intero(timings.get("cache_n")))
 
 
 def numero(valore) -> Optional[float]:
@@ -448,10 +454,12 @@ class Campionatore:
     on a fixed schedule: the time a read takes does not stretch the period. A failed read is kept
     as a gap, not a zero."""
 
-    def __init__(self, client: Client, intervallo: float, slots: bool, metrics: bool, timer=time.perf_counter):
+    def __init__(self, client: Client, intervallo: float, slots: bool, metrics: bool, timer=time.perf_counter,
+                 al_campione=None):
         self.campioni: List[Campione] = []
         self._client, self._intervallo, self._timer = client, intervallo, timer
         self._slots, self._metrics = slots, metrics
+        self._al_campione = al_campione  # called with each sample: the live line (see "Oltre il lab")
         self._t0 = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._ciclo, name="campionatore", daemon=True)
@@ -470,14 +478,20 @@ class Campionatore:
         prossimo = self._timer()
         while True:
             t = self._timer() - self._t0
-            occupati = in_coda = None
+            occupati = in_coda = in_corso = None
             if self._slots:
-                occupati = self._leggi("/slots", lambda corpo: conta_occupati(leggi_json(corpo)))
+                dati = self._leggi("/slots", leggi_json)
+                occupati = conta_occupati(dati)
+                if self._al_campione is not None:
+                    in_corso = token_in_corso(dati)
             if self._metrics:
                 valore = self._leggi("/metrics", lambda corpo: leggi_metrica(
                     corpo.decode("utf-8", "replace"), "requests_deferred"))
                 in_coda = None if valore is None else int(valore)
-            self.campioni.append(Campione(t, occupati, in_coda))
+            campione = Campione(t, occupati, in_coda, in_corso)
+            self.campioni.append(campione)
+            if self._al_campione is not None:
+                self._al_campione(campione)
             prossimo += self._intervallo
             if self._stop.wait(max(0.0, prossimo - self._timer())):
                 return
@@ -491,7 +505,7 @@ class Campionatore:
 
 
 def esegui_carico(client: Client, piano: Piano, slots: bool = True, metrics: bool = False,
-                  primo_prompt: int = 0, timer=time.perf_counter) -> Esecuzione:
+                  primo_prompt: int = 0, timer=time.perf_counter, diretta: Optional[Diretta] = None) -> Esecuzione:
     """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled.
     The clock starts at the first request. Prompts start at `primo_prompt`, so that repeated runs
     never resend one the server has cached. Ctrl+C or SIGTERM ends the run early: the requests in
@@ -502,9 +516,10 @@ def esegui_carico(client: Client, piano: Piano, slots: bool = True, metrics: boo
     programma = Programma(piano, primo_prompt) if piano.ritmo or piano.durata else None  # see "Oltre il lab"
     domande = [] if programma else [domanda_chat(prompt_per(primo_prompt + i, piano.testo), piano)
                                     for i in range(piano.richieste)]
-    campionatore = Campionatore(client, piano.intervallo, slots, metrics, timer)
-    esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     futuri = {}  # each request's future -> its index
+    al_campione = diretta.seguendo(futuri, piano) if diretta else None  # the live line: see "Oltre il lab"
+    campionatore = Campionatore(client, piano.intervallo, slots, metrics, timer, al_campione)
+    esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     interrotta = None
     try:
         t0 = timer()
@@ -522,6 +537,8 @@ def esegui_carico(client: Client, piano: Piano, slots: bool = True, metrics: boo
         with segnali_ignorati():  # a second Ctrl+C must not lose the report
             esecutore.shutdown(wait=True, cancel_futures=True)
             campionatore.ferma()
+            if diretta:
+                diretta.cancella()
     # What the interruption closed is not a measurement: keep only the requests that ended by themselves.
     finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
     richieste = piano.richieste if piano.durata is None else len(futuri)
@@ -614,6 +631,40 @@ def rapporto(esecuzione: Esecuzione, parallele: int, info: InfoServer, stream: b
     return righe
 
 
+# What the run's tokens mean: notes on stderr after every run ##################################
+# Two things change what throughput means, and stdout cannot show them: requests that stopped
+# before --token (the model said it was done), and prompt tokens the server reused from its cache.
+
+INIZIO_TEMPLATE = 16  # prompt tokens the cache may reuse from the chat template's opening alone
+
+
+def note_token(prova: Prova) -> List[str]:
+    """The notes on stderr after every run, with or without flags: requests that stopped before
+    --token, and a prompt cache that served more than the chat template's opening."""
+    note = [frase_fermate(prova)] if fermate_prima(prova) else []
+    dalla_cache = [r for r in prova.esecuzione.risultati if (r.token_cache or 0) > INIZIO_TEMPLATE]
+    if dalla_cache:
+        note.append(f"la cache dei prompt ha servito {sum(r.token_cache for r in dalla_cache)} token di prompt in "
+                    f"{len(dalla_cache)} richieste (oltre i primi {INIZIO_TEMPLATE}, l'inizio del template di chat): "
+                    "quei token non sono stati calcolati, e la prova ne esce avvantaggiata")
+    return note
+
+
+def fermate_prima(prova: Prova) -> List[Risultato]:
+    """The successful requests that generated fewer tokens than --token (finish_reason `stop`)."""
+    return [r for r in prova.esecuzione.risultati if r.riuscita and r.token is not None and r.token < prova.piano.token]
+
+
+def frase_fermate(prova: Prova) -> str:
+    corte, piano = fermate_prima(prova), prova.piano
+    frase = (f"{len(corte)} richieste su {len(prova.esecuzione.risultati)} si sono fermate prima di --token "
+             f"{piano.token} (finish_reason stop, {min(r.token for r in corte)}-{max(r.token for r in corte)} token)")
+    if piano.esatti:
+        return frase + ": il server non rispetta ignore_eos (--esatti)"
+    return (frase + ": il throughput conta i token generati davvero, e non si confronta con prove che arrivano a "
+            "--token; --esatti li fa generare tutti")
+
+
 # Is the machine quiet? ########################################################################
 # The lab asks for a quiet machine: the server shares the cores with whatever else runs.
 
@@ -679,6 +730,10 @@ class Opzioni(NamedTuple):
     file_csv: Optional[str] = None
     avvia: Optional[List[str]] = None  # the server's command, split as a shell would
     np: Optional[List[Configurazione]] = None  # with --avvia: one server per value
+    dettagli: bool = False
+    slo: Optional[Dict[str, float]] = None  # --slo: objective -> seconds
+    riscaldamento: int = 0  # --riscaldamento: warm-up requests before the first run on each server
+    silenzioso: bool = False  # --silenzioso: no live line
 
 
 def positivo(converti, cosa: str):
@@ -767,6 +822,16 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
     gruppo("--durata", type=secondi_positivi, metavar="S", help="continua a inviare per S secondi (al posto di "
            "--richieste), poi aspetta quelle in volo")
     gruppo("--forza", action="store_true", help="accetta una griglia di oltre 100 punti")
+    gruppo = parser.add_argument_group("ogni cifra, esatta").add_argument
+    gruppo("--dettagli", action="store_true", help="dopo il riepilogo: min, media, p50, p90, p99, max di latenza, "
+           "attesa in coda e, con --stream, primo token, TPOT e ITL")
+    gruppo("--slo", type=obiettivi_slo, metavar="OBIETTIVI", help="per esempio latenza=5,ttft=1,tpot=0.1 (secondi): "
+           "quante richieste li rispettano tutti, e il goodput")
+    gruppo("--riscaldamento", type=intero_positivo, default=0, metavar="N",
+           help="N richieste prima della prova, con prompt propri, escluse da ogni cifra")
+    gruppo("--esatti", action="store_true", help="ignore_eos: ogni richiesta genera esattamente --token token, così "
+           "le prove si confrontano")
+    gruppo("--silenzioso", action="store_true", help="niente riga dal vivo su stderr durante la prova")
     gruppo = parser.add_argument_group("vedere la prova").add_argument
     gruppo("--stream", action="store_true", help="richieste in streaming: il tempo al primo token (l'attesa in coda)")
     gruppo("--grafico", action="store_true", help="disegna la prova nel terminale (coda, prompt, generazione, slot)")
@@ -791,6 +856,8 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
         parser.error("--durata e --richieste si escludono: con --durata si inviano richieste finché dura il tempo")
     if a.ritmo is None and (a.arrivi is not None or a.seme is not None):
         parser.error("--arrivi e --seme vanno usati insieme a --ritmo")
+    if a.slo and not a.stream and set(a.slo) & {"ttft", "tpot"}:
+        parser.error("--slo: ttft e tpot si misurano solo in streaming: aggiungi --stream")
     api_key = a.api_key
     if api_key is None and os.environ.get("LLAMA_API_KEY"):
         try:
@@ -810,14 +877,14 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
     richieste = None if a.durata is not None else a.richieste or 4
     np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
     piani = [Piano(richieste, (a.parallele or [4])[0], a.token[0], a.timeout, a.intervallo, a.stream, a.modello,
-                   testo, durata=a.durata)]
+                   testo, durata=a.durata, esatti=a.esatti)]
     if a.ritmo or len(a.parallele or []) > 1 or len(a.token) > 1:  # --ritmo, lists of values: see "Oltre il lab"
         piani = griglia(piani[0]._replace(arrivi=a.arrivi or "poisson"), a.parallele, a.token, a.ritmo, a.seme)
     punti = len(piani) * len(np or [None])
     if punti > MAX_PUNTI and not a.forza:
         parser.error(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
     opzioni = Opzioni(a.url, api_key, a.attesa, a.ripeti, a.tabella, a.grafico, a.spiega,
-                      a.svg, a.json, a.csv, a.avvia, np)
+                      a.svg, a.json, a.csv, a.avvia, np, a.dettagli, a.slo, a.riscaldamento, a.silenzioso)
     return piani, opzioni
 
 
@@ -888,6 +955,8 @@ class Sessione:
         info = interroga_server(client, self.opzioni.attesa, sys.stderr, con_props=bool(self.opzioni.file_json))
         for avviso in info.avvisi:
             nota(avviso)
+        if self.opzioni.riscaldamento:  # see "Oltre il lab"
+            riscalda(client, self.piani[0], self.opzioni.riscaldamento, sys.stderr)
         ripeti = self.opzioni.ripeti
         # Each run on this server gets prompts it was not sent before: a cached prompt would flatter
         # it. A new server (--avvia) starts again from the lab's first prompt.
@@ -905,8 +974,10 @@ class Sessione:
                 if ripeti > 1:
                     print(f"prova {k + 1} di {ripeti}")
                 print(riga_server(info), flush=True)
+                # On a terminal, one line on stderr shows the run while it lasts: see "Oltre il lab".
+                diretta = Diretta(sys.stderr, info.n_slot) if sys.stderr.isatty() and not self.opzioni.silenzioso else None
                 esecuzione = esegui_carico(client, piano, info.slots_disponibile, info.metrics_disponibile,
-                                           primo_prompt=inviate)
+                                           primo_prompt=inviate, diretta=diretta)
                 inviate += esecuzione.richieste
                 prova = Prova(info, esecuzione, configurazione, macchina, piano)
                 self.prove.append(prova)
@@ -922,6 +993,10 @@ class Sessione:
         righe = rapporto(e, piano.parallele, prova.info, piano.stream)
         if piano.ritmo or piano.durata:
             righe += righe_ritmo(prova)  # --ritmo, --durata: see "Oltre il lab"
+        if self.opzioni.dettagli:
+            righe += [""] + righe_dettagli(prova)
+        if self.opzioni.slo:
+            righe += ([] if self.opzioni.dettagli else [""]) + [riga_slo(prova, self.opzioni.slo)]
         if self.opzioni.grafico and e.risultati:
             righe += [""] + grafico(e, marche_per(sys.stdout))
         if self.opzioni.spiega:
@@ -933,9 +1008,8 @@ class Sessione:
         if prova.info.slots_disponibile and durata is not None and durata < 2 * piano.intervallo:
             nota(f"la prova è durata {durata:.2f} s, meno di due letture di /slots (--intervallo "
                  f"{piano.intervallo:g}): il picco di slot occupati può essere sottostimato")
-        if piano.ritmo:
-            for testo in note_ritmo(prova):
-                nota(testo)
+        for testo in (note_ritmo(prova) if piano.ritmo else []) + note_token(prova):
+            nota(testo)
 
     def codice(self) -> int:
         """0 when every request was answered; 1 when one failed, the server could not be measured or a
@@ -1040,7 +1114,7 @@ class ErroreNelFlusso(ErroreRichiesta):
 class RispostaInFlusso(NamedTuple):
     """A streamed answer, read whole."""
     completamento: dict  # the chunks folded into the shape of a chat completion (choices, usage, timings)
-    primo_token: Optional[float]  # the timer's reading when the first token arrived
+    arrivi: List[float]  # the timer's reading when each chunk with text arrived: the first is the first token
 
 
 def invia_in_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
@@ -1056,24 +1130,27 @@ def invia_in_flusso(client: Client, indice: int, domanda: dict, timeout: float, 
                 return Risultato(indice, inizio, timer() - t0, errore=errore)
             letta = leggi_flusso(risposta, timer)
         fine = timer() - t0
-        primo = None if letta.primo_token is None else letta.primo_token - t0 - inizio
-        return Risultato(indice, inizio, fine, **cifre_completamento(letta.completamento), primo_token=primo)
+        arrivi = tuple(t - t0 - inizio for t in letta.arrivi)
+        return Risultato(indice, inizio, fine, **cifre_completamento(letta.completamento),
+                         primo_token=arrivi[0] if arrivi else None, arrivi_chunk=arrivi)
     except Exception as exc:  # a worker never raises
         return fallita(client, indice, inizio, timer() - t0, exc)
 
 
 def leggi_flusso(righe, timer) -> RispostaInFlusso:
-    """Read the `data:` events as they come, note when the first token arrived, and fold the chunks
-    into one completion (the last chunks carry finish_reason, usage and timings)."""
+    """Read the `data:` events as they come, note when each chunk with text arrived, and fold the
+    chunks into one completion (the last chunks carry finish_reason, usage and timings). A chunk
+    with only the role, or empty text, is not a token: the first token is the first chunk with
+    content or reasoning text."""
     completamento = {"choices": [{}]}
-    primo = None
+    arrivi = []
     for riga in righe:
         riga = riga.strip()
         if not riga.startswith(b"data:"):
             continue  # blank separators and ':' keep-alives
         dato = riga[5:].strip()
         if dato == b"[DONE]":
-            return RispostaInFlusso(completamento, primo)
+            return RispostaInFlusso(completamento, arrivi)
         try:
             evento = json.loads(dato.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
@@ -1084,8 +1161,8 @@ def leggi_flusso(righe, timer) -> RispostaInFlusso:
             raise ErroreNelFlusso(testo_errore(evento["error"].get("code", 200), evento["error"]))
         for scelta in evento.get("choices") or []:
             delta = scelta.get("delta") or {}
-            if primo is None and (delta.get("content") or delta.get("reasoning_content")):
-                primo = timer()
+            if delta.get("content") or delta.get("reasoning_content"):
+                arrivi.append(timer())
             if scelta.get("finish_reason"):
                 completamento["choices"] = [{"finish_reason": scelta["finish_reason"]}]
         for chiave in ("usage", "timings"):
@@ -1208,6 +1285,219 @@ def note_ritmo(prova: Prova) -> List[str]:
     return [f"il client non ha tenuto il ritmo chiesto: gli invii sono partiti in ritardo sul programma (p99 "
             f"{ms(percentile(ritardi, 99)):.1f} ms, max {ms(max(ritardi)):.1f} ms): le cifre valgono per il ritmo "
             f"ottenuto, {ottenuto}, non per {piano.ritmo:g} req/s"]
+
+
+# --dettagli, --slo, --esatti: every figure, exact to the token ###############################
+
+METODO = 'statistics.quantiles(method="inclusive")'  # the one percentile method, see `percentile`
+CHIAVI_SLO = {"latenza": "latenza", "ttft": "primo token", "tpot": "TPOT"}
+
+
+def tpot(r: Risultato) -> Optional[float]:
+    """Time per output token after the first, in seconds: (latency - first token) / (tokens - 1)."""
+    if r.primo_token is None or r.token is None or r.token < 2:
+        return None
+    return (r.latenza - r.primo_token) / (r.token - 1)
+
+
+def token_per_chunk(r: Risultato) -> Optional[float]:
+    """How many tokens one chunk with text carried, on average: the server's token count (never the
+    chunks) over the chunks. llama.cpp sends one token a chunk; other servers may send several."""
+    if not r.arrivi_chunk or len(r.arrivi_chunk) < 2 or r.token is None or r.token < 2:
+        return None
+    return (r.token - 1) / (len(r.arrivi_chunk) - 1)
+
+
+def itl(r: Risultato) -> List[float]:
+    """The gaps between streamed tokens, in seconds: between chunks with text, each divided by the
+    tokens a chunk carried when that is more than one."""
+    per_chunk = token_per_chunk(r)
+    if per_chunk is None:
+        return []
+    dividi = per_chunk if per_chunk > 1.05 else 1.0
+    return [(b - a) / dividi for a, b in zip(r.arrivi_chunk, r.arrivi_chunk[1:])]
+
+
+def figure(e: Esecuzione) -> Dict[str, List[float]]:
+    """The values of each figure of --dettagli over the successful requests, in seconds."""
+    ok = [r for r in e.risultati if r.riuscita]
+    valori = {"latenza": [r.latenza for r in ok], "attesa in coda": [a for a in map(attesa_coda, ok) if a is not None]}
+    if any(r.arrivi_chunk is not None for r in ok):  # --stream
+        valori["primo token"] = [r.primo_token for r in ok if r.primo_token is not None]
+        valori["TPOT"] = [t for t in map(tpot, ok) if t is not None]
+        valori["ITL"] = [g for r in ok for g in itl(r)]
+    return valori
+
+
+def riassunto(valori: List[float]) -> Dict[str, Optional[float]]:
+    """min, mean, p50, p90, p99, max of a figure (None when it has no values)."""
+    return {"min": min(valori, default=None), "media": sum(valori) / len(valori) if valori else None,
+            "p50": percentile(valori, 50), "p90": percentile(valori, 90), "p99": percentile(valori, 99),
+            "max": max(valori, default=None), "n": len(valori)}
+
+
+def tipo_errore(errore: str) -> str:
+    """The kind of a failure, for counting: `HTTP 400 exceed_context_size_error`, or the phrase before ':'."""
+    return errore.split(":")[0]
+
+
+def cadenze(prova: Prova) -> Dict[str, Optional[float]]:
+    """Requests, prompt tokens and generated tokens per second over the run's total time."""
+    s, ok = prova.riepilogo, [r for r in prova.esecuzione.risultati if r.riuscita]
+    prompt = [r.token_prompt for r in ok]
+    per_secondo = (lambda n: n / s.tempo_totale) if s.tempo_totale else (lambda n: None)  # noqa: E731
+    return {"richieste": per_secondo(len(ok)) if ok else None,
+            "token_prompt": per_secondo(sum(prompt)) if ok and None not in prompt else None,
+            "token_generati": s.throughput}
+
+
+def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None) -> dict:
+    """What --dettagli prints, as data: always in --json."""
+    fallite: Dict[str, int] = {}
+    for r in prova.esecuzione.risultati:
+        if not r.riuscita:
+            fallite[tipo_errore(r.errore)] = fallite.get(tipo_errore(r.errore), 0) + 1
+    dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v) for nome, v in figure(prova.esecuzione).items()},
+            "al_secondo": cadenze(prova), "fallite_per_tipo": fallite, "fermate_prima_di_token": len(fermate_prima(prova)),
+            "token_dalla_cache": sum(r.token_cache or 0 for r in prova.esecuzione.risultati)}
+    if slo:
+        dati["slo"] = dict(zip(("obiettivi", "rispettate", "quota", "goodput_richieste_s", "goodput_token_s"),
+                               (slo,) + goodput(prova, slo)))
+    return dati
+
+
+def righe_dettagli(prova: Prova) -> List[str]:
+    """--dettagli: a table of min, mean, p50, p90, p99 and max per figure, then the rates, the failures
+    by kind, and what changes what throughput means."""
+    d = dati_dettagli(prova)
+    colonne = ("min", "media", "p50", "p90", "p99", "max")
+    righe = [f"dettagli (percentili: {METODO})", f"  {'':<20}" + "".join(f"{c:>9}" for c in colonne)]
+    for nome, cifre in d["figure_s"].items():
+        ms_o_s = nome in ("TPOT", "ITL")  # per token: in milliseconds
+        scala, formato = (1000, ".1f") if ms_o_s else (1, ".2f")
+        righe.append(f"  {nome + (' (ms)' if ms_o_s else ' (s)'):<20}" + "".join(
+            f"{fmt(None if cifre[c] is None else cifre[c] * scala, formato):>9}" for c in colonne))
+    a = d["al_secondo"]
+    righe.append(f"  richieste/s {fmt(a['richieste'], '.2f')}  token di prompt/s {fmt(a['token_prompt'], '.1f')}  "
+                 f"token generati/s {fmt(a['token_generati'], '.1f')}")
+    if d["fallite_per_tipo"]:
+        righe.append("  fallite per tipo: " + "; ".join(f"{n} {tipo}" for tipo, n in d["fallite_per_tipo"].items()))
+    divise = [r for r in prova.esecuzione.risultati if (token_per_chunk(r) or 0) > 1.05]
+    if divise:
+        righe.append(f"  ITL: in {len(divise)} richieste un chunk portava più token (in media "
+                     f"{sum(map(token_per_chunk, divise)) / len(divise):.1f}): ogni intervallo è diviso per il loro numero")
+    if d["fermate_prima_di_token"]:
+        righe.append(f"  {frase_fermate(prova)}")
+    return righe
+
+
+def riga_slo(prova: Prova, slo: Dict[str, float]) -> str:
+    rispettate, quota, al_s, token_s = goodput(prova, slo)
+    obiettivi = ", ".join(f"{CHIAVI_SLO[k]} <= {v:g} s" for k, v in slo.items())
+    return (f"SLO ({obiettivi}): rispettati da {rispettate} richieste su {len(prova.esecuzione.risultati)} "
+            f"({fmt(quota, '.0%')}); goodput {fmt(al_s, '.2f req/s')}, {fmt(token_s, '.1f token/s')}")
+
+
+def obiettivi_slo(testo: str) -> Dict[str, float]:
+    """An argparse type: `latenza=5,ttft=1,tpot=0.1`, in seconds."""
+    obiettivi = {}
+    for voce in testo.split(","):
+        chiave, uguale, valore = voce.strip().partition("=")
+        if chiave not in CHIAVI_SLO or not uguale:
+            raise argparse.ArgumentTypeError(f"'{voce.strip()}' non è un obiettivo: usa latenza=S, ttft=S o tpot=S "
+                                             "(secondi), per esempio latenza=5,ttft=1,tpot=0.1")
+        obiettivi[chiave] = positivo(float, "un numero di secondi")(valore.strip())
+    return obiettivi
+
+
+def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], Optional[float], Optional[float]]:
+    """The requests that met every objective: how many, their share of all, and the goodput (their
+    requests and their tokens per second over the run's total time), as vLLM and aiperf define it."""
+    misura = {"latenza": lambda r: r.latenza, "ttft": lambda r: r.primo_token, "tpot": tpot}
+    e, totale = prova.esecuzione, prova.riepilogo.tempo_totale
+    buone = [r for r in e.risultati if r.riuscita and all(
+        misura[k](r) is not None and misura[k](r) <= v for k, v in slo.items())]
+    quota = len(buone) / len(e.risultati) if e.risultati else None
+    if not totale:
+        return len(buone), quota, None, None
+    token = sum(r.token for r in buone) if all(r.token is not None for r in buone) else None
+    return len(buone), quota, len(buone) / totale, None if token is None else token / totale
+
+
+def riscalda(client: Client, piano: Piano, n: int, stderr) -> None:
+    """--riscaldamento: n requests before the measured ones, with prompts of their own (so that the
+    cache cannot favour a measured one), left out of every figure."""
+    import concurrent.futures
+
+    print(f"riscaldamento: {n} richieste prima della prova, escluse dalle cifre", file=stderr, flush=True)
+    domande = [domanda_chat(f"(riscaldamento {i + 1}) {prompt_per(i)}", piano) for i in range(n)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(n, piano.parallele)) as esecutore:
+        try:
+            risultati = list(esecutore.map(lambda i: invia(client, i, domande[i], piano.timeout, 0.0), range(n)))
+        except Interruzione:
+            client.annulla()
+            raise
+    fallite = [r for r in risultati if not r.riuscita]
+    if fallite:
+        nota(f"riscaldamento: {len(fallite)} richieste su {n} fallite (la prima: {fallite[0].errore})")
+
+
+# The live line: the run seen while it lasts, on a terminal ####################################
+
+class Diretta:
+    """One line on stderr, rewritten at each /slots sample while a run lasts, only on a terminal:
+    requests done, busy slots, queue, tokens generated, speed, time. It uses the sampler's own
+    readings (no extra request) and is cleared at the end, so stdout and the lab's lines stay as
+    they are."""
+
+    def __init__(self, stderr, n_slot: Optional[int]):
+        self.stderr, self.n_slot = stderr, n_slot
+        self._futuri: dict = {}
+        self._piano = Piano()
+
+    def seguendo(self, futuri: dict, piano: Piano):
+        """Follow the run whose requests go into `futuri`; returns what the sampler calls with each sample."""
+        self._futuri, self._piano = futuri, piano
+        return self.aggiorna
+
+    def riga(self, c: Campione) -> str:
+        futuri = list(self._futuri)  # one atomic copy: the sender may be adding to it
+        finite = [f.result() for f in futuri if f.done() and not f.cancelled()]
+        generati = sum(r.token or 0 for r in finite) + (c.in_corso or 0)
+        in_coda = c.in_coda
+        if in_coda is None and c.occupati is not None:  # sent (the pool sends `parallele` at a time), not in a slot
+            in_coda = max(0, min(len(futuri) - len(finite), self._piano.parallele) - c.occupati)
+        totale = self._piano.richieste if self._piano.richieste is not None else len(futuri)
+        larghezza = len(str(totale))
+        return (f"[{len(finite):>{larghezza}}/{totale}] slot occupati {fmt(c.occupati, 'd')}/{fmt(self.n_slot, 'd')}"
+                f"  in coda {fmt(in_coda, 'd')}  generati {generati} token  "
+                f"{generati / c.t if c.t > 0 else 0:.1f} t/s  {c.t:.1f} s")
+
+    def aggiorna(self, c: Campione) -> None:
+        try:
+            colonne = os.get_terminal_size(self.stderr.fileno()).columns
+        except (OSError, ValueError, AttributeError):
+            colonne = 0
+        colonne = colonne or 80  # a terminal that does not say its width
+        self.stderr.write("\r" + self.riga(c)[:colonne - 1] + "\033[K")  # never wider than the terminal
+        self.stderr.flush()
+
+    def cancella(self) -> None:
+        self.stderr.write("\r\033[K")
+        self.stderr.flush()
+
+
+def token_in_corso(dati) -> Optional[int]:
+    """Tokens generated so far by the requests in the busy slots, from /slots' next_token[0].n_decoded."""
+    slots = lista_slot(dati)
+    if slots is None:
+        return None
+    in_corso = 0
+    for slot in slots:
+        prossimo = slot.get("next_token")
+        if slot.get("is_processing") and isinstance(prossimo, list) and prossimo and isinstance(prossimo[0], dict):
+            in_corso += intero(prossimo[0].get("n_decoded")) or 0
+    return in_corso
 
 
 # --ripeti and --tabella: the same load again, and the deliverable's table #####################
@@ -1709,9 +1999,9 @@ def file_scrivibile(testo: str) -> str:
     return testo
 
 
-CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token", "latenza_s",
-             "attesa_coda_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "finish_reason", "errore",
-             "inizio_s", "previsto_s", "ritardo_invio_s")
+CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token_cache", "token",
+             "latenza_s", "attesa_coda_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "tpot_s",
+             "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s")
 
 
 def riga_dati(r: Risultato) -> dict:
@@ -1719,7 +2009,8 @@ def riga_dati(r: Risultato) -> dict:
             "attesa_coda_s": attesa_coda(r), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
             "t_s_nel_slot": r.tps, "primo_token_s": r.primo_token, "finish_reason": r.finish_reason,
             "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": r.previsto,
-            "ritardo_invio_s": None if r.previsto is None else r.inizio - r.previsto}
+            "ritardo_invio_s": None if r.previsto is None else r.inizio - r.previsto, "token_cache": r.token_cache,
+            "tpot_s": tpot(r), "chunk_s": r.arrivi_chunk}
 
 
 def testo_csv(prove: List[Prova]) -> str:
@@ -1737,7 +2028,7 @@ def testo_csv(prove: List[Prova]) -> str:
     return uscita.getvalue()
 
 
-def testo_json(prove: List[Prova], piani: List[Piano], url: str) -> str:
+def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[Dict[str, float]] = None) -> str:
     """Every request, the /slots samples with their times, the server's props and the flags
     (never the API key), for plotting; in a sweep, every point with the values it was run at."""
     senza_testo = lambda piano: {k: v for k, v in piano._asdict().items() if k != "testo"}  # noqa: E731
@@ -1751,6 +2042,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str) -> str:
             "piano": senza_testo(p.piano),
             "punto": {v: getattr(p.piano, v) for v in variate(piani)},
             "latenza_p90_s": latenza_p90(p),
+            "dettagli": dati_dettagli(p, slo),
             "picco_coda": dict(zip(("valore", "fonte"), picco_coda(p))),
             "invii": {"ritmo_ottenuto_req_s": ritmo_ottenuto(p.esecuzione),
                       "ritardo_p99_s": percentile(ritardi_invio(p.esecuzione), 99),
@@ -1821,6 +2113,8 @@ def spiegazione(prova: Prova, parallele: int) -> List[str]:
             frase += (f"; il prompt più lungo ne ha usati {max(prompt)} più {max(r.token or 0 for r in ok)} generati: "
                       "una richiesta più lunga del contesto dello slot viene rifiutata (HTTP 400)")
         frasi.append(frase + ".")
+    if fermate_prima(prova):
+        frasi.append(frase_fermate(prova)[0].upper() + frase_fermate(prova)[1:] + ".")
     if s.picco_coda is not None:
         frasi.append(f"/metrics ha visto al massimo {s.picco_coda} richieste in coda insieme (requests_deferred).")
     if prova.macchina is not None:
@@ -1853,7 +2147,7 @@ def tabella_e_file(sessione: Sessione) -> None:
     elif o.tabella or o.avvia:
         separa = [] if o.avvia or o.ripeti > 1 else [""]
         print("\n".join(separa + TESTA_TABELLA + [riga_tabella(p) for p in prove]), flush=True)
-    file = [(o.file_json, lambda: testo_json(prove, sessione.piani, o.url)),
+    file = [(o.file_json, lambda: testo_json(prove, sessione.piani, o.url, o.slo)),
             (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve, chiavi))]
     for percorso, testo in file:
         if percorso:

@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, List, Optional
 
 TEMPLATE_TOKENS = 11  # what the chat template adds to a prompt, as in the lab's step 4
+APERTURA_TEMPLATE = 4  # the template's opening, the same for every prompt: what the cache reuses of a new one
 
 
 def conta_token(testo: str) -> int:
@@ -40,6 +41,8 @@ class Config:
     api_key: Optional[str] = None
     loading_s: float = 0.0  # answers 503 "Loading model" for this long after start
     alias: str = "fake-model"
+    eos_dopo: Optional[int] = None  # the model's answer ends (EOS, finish_reason stop) after this many tokens
+    rispetta_ignore_eos: bool = True  # False: a server that ignores the request's ignore_eos
 
     @property
     def n_ctx_slot(self) -> int:
@@ -54,6 +57,7 @@ class Slot:
     n_prompt: int = 0
     n_decoded: int = 0
     n_remain: int = 0
+    parole: Optional[List[str]] = None  # the last prompt's words: what its prompt cache holds
 
 
 class FakeLlama:
@@ -134,6 +138,10 @@ class FakeLlama:
         self.prompts.append(contenuto)
         n_prompt = conta_token(contenuto) + TEMPLATE_TOKENS
         max_tokens = body.get("max_tokens", body.get("n_predict", 16))
+        finish = "length"
+        if self.config.eos_dopo is not None and self.config.eos_dopo < max_tokens and not (
+                body.get("ignore_eos") and self.config.rispetta_ignore_eos):
+            max_tokens, finish = self.config.eos_dopo, "stop"
         with self.cond:
             self.in_volo += 1
             self.picco_in_volo = max(self.picco_in_volo, self.in_volo)
@@ -147,6 +155,14 @@ class FakeLlama:
                     "n_prompt_tokens": n_prompt, "n_ctx": self.config.n_ctx_slot}}
             if all_avvio:
                 all_avvio()
+            # The prompt cache, as llama.cpp's: the common prefix with the slot's last prompt (the
+            # template's opening at least), and all but the last token of the same prompt again.
+            parole = re.findall(r"\w+|[^\w\s]", contenuto)
+            cache_n = 0
+            if slot.parole is not None:
+                comuni = next((i for i, (a, b) in enumerate(zip(parole, slot.parole)) if a != b), min(len(parole), len(slot.parole)))
+                cache_n = min(n_prompt - 1, APERTURA_TEMPLATE + comuni if comuni < len(parole) else n_prompt - 1)
+            slot.parole = parole
             slot.n_prompt, slot.n_remain = n_prompt, max_tokens
             t0 = time.perf_counter()
             time.sleep(n_prompt * self.config.s_per_prompt_token)
@@ -168,13 +184,13 @@ class FakeLlama:
                 self.prompt_tokens_total += n_prompt
             prompt_ms, predicted_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
             return 200, {
-                "choices": [{"finish_reason": "length", "index": 0,
+                "choices": [{"finish_reason": finish, "index": 0,
                              "message": {"role": "assistant", "content": "parola " * max_tokens}}],
                 "created": int(time.time()), "model": self.config.alias, "object": "chat.completion",
                 "system_fingerprint": "b0-fake", "id": f"chatcmpl-{slot.id_task}",
                 "usage": {"completion_tokens": max_tokens, "prompt_tokens": n_prompt,
-                          "total_tokens": n_prompt + max_tokens, "prompt_tokens_details": {"cached_tokens": 0}},
-                "timings": {"cache_n": 0, "prompt_n": n_prompt, "prompt_ms": prompt_ms,
+                          "total_tokens": n_prompt + max_tokens, "prompt_tokens_details": {"cached_tokens": cache_n}},
+                "timings": {"cache_n": cache_n, "prompt_n": n_prompt - cache_n, "prompt_ms": prompt_ms,
                             "prompt_per_token_ms": prompt_ms / n_prompt,
                             "prompt_per_second": n_prompt / max(t1 - t0, 1e-9),
                             "predicted_n": max_tokens, "predicted_ms": predicted_ms,
@@ -266,7 +282,7 @@ class FakeLlama:
                     return
                 if status != 200:
                     return self.send_json(status, dati)
-                self.evento({"choices": [{"index": 0, "finish_reason": "length", "delta": {}}]})
+                self.evento({"choices": [{"index": 0, "finish_reason": dati["choices"][0]["finish_reason"], "delta": {}}]})
                 self.evento({"choices": [], "usage": dati["usage"], "timings": dati["timings"]})
                 self.scrivi_chunk(b"data: [DONE]\n\n")
                 self.scrivi_chunk(b"")

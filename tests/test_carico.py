@@ -356,7 +356,7 @@ def test_aiuto_il_lab_per_primo(capsys):
 @pytest.mark.parametrize("argomenti,messaggio", [
     (["--tabella=x"], "opzione --tabella: non accetta valori ('x')"),
     (["--token"], "opzione --token: richiede un valore"),
-    (["--ri", "3"], "opzione ambigua: --ri potrebbe essere --richieste, --ripeti, --ritmo"),
+    (["--ri", "3"], "opzione ambigua: --ri potrebbe essere --richieste, --ripeti, --ritmo, --riscaldamento"),
     (["--boh"], "opzioni non riconosciute: --boh"),
 ])
 def test_errori_di_argparse_in_italiano(capsys, argomenti, messaggio):

@@ -9,6 +9,7 @@ reported at the end of the run (conftest.CIFRE), not asserted tightly: the machi
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -239,3 +240,35 @@ def test_griglia_parallele_reale(llama, tmp_path):
     throughput = [p["riepilogo"]["throughput"] for p in prove]
     CIFRE.append(("sweep -np 2 --parallele 1,2,4: throughput (token/s)", " / ".join(f"{t:.1f}" for t in throughput)))
     CIFRE.append(("sweep -np 2: throughput at 2 parallel / at 1", f"{throughput[1] / throughput[0]:.2f}"))
+
+
+def test_dettagli_in_streaming_reale(llama, tmp_path):
+    """-np 1 --stream --dettagli: the last request's first token waited for the others; the gap
+    between streamed tokens is the slot's own time per token (1000 / predicted_per_second)."""
+    server = llama(1)
+    dati = tmp_path / "d.json"
+    rc, out, err = carico_cli(server.url, "--stream", "--dettagli", "--json", str(dati))
+    assert rc == 0, out + err
+    prova = json.loads(dati.read_text())["prove"][0]
+    primi = sorted(r["primo_token_s"] for r in prova["richieste"])
+    assert primi[-1] > primi[0]
+    figure = prova["dettagli"]["figure_s"]
+    per_token = statistics.fmean(1 / r["t_s_nel_slot"] for r in prova["richieste"])
+    assert 0.5 * per_token < figure["ITL"]["p50"] < 1.5 * per_token, (figure["ITL"], per_token)
+    for nome in ("latenza (s)", "attesa in coda (s)", "primo token (s)", "TPOT (ms)", "ITL (ms)"):
+        assert re.match(rf"  {re.escape(nome)} +(\d+\.\d+ +){{5}}\d+\.\d+$",
+                        next(r for r in out.splitlines() if r.startswith(f"  {nome}"))), out
+    CIFRE.append(("np 1 --stream: ITL p50 / 1000 / predicted_per_second", f"{figure['ITL']['p50'] / per_token:.2f}"))
+    CIFRE.append(("np 1 --stream: TTFT p50, TPOT p50 (ms)",
+                  f"{figure['primo token']['p50'] * 1000:.0f}, {figure['TPOT']['p50'] * 1000:.1f}"))
+
+
+def test_esatti_reale(llama):
+    """--esatti sends ignore_eos: the server takes it (its slot says so) and every request generates
+    exactly --token tokens."""
+    server = llama(2)
+    rc, out, err = carico_cli(server.url, "--esatti", "--token", "40", "--richieste", "2", "--parallele", "2")
+    assert rc == 0, out + err
+    assert [int(m.group(3)) for m in map(RIGA_REQ.match, out.splitlines()) if m] == [40, 40]
+    assert "(80 token generati)" in out and "si sono fermate" not in err
+    assert all(s["params"]["ignore_eos"] is True for s in server.get_json("/slots"))

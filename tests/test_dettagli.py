@@ -1,0 +1,278 @@
+"""Every figure, exact to the token: --dettagli (percentiles, TTFT, TPOT, ITL), --slo and goodput,
+--riscaldamento, --esatti, the prompt cache made visible, and the live line on a terminal."""
+
+import json
+import os
+import re
+import select
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+
+import carico
+from aiuti import CARICO, RIGA_REQ, VELOCE
+from fakeserver import flusso_scritto
+
+
+def latenze_scritte(ritardi):
+    """A chat handler that answers request i (known by its prompt) after ritardi[i] seconds, one token."""
+    per_prompt = {carico.prompt_per(i): r for i, r in enumerate(ritardi)}
+
+    def handler(h, corpo):
+        prompt = json.loads(corpo)["messages"][0]["content"]
+        ritardo = per_prompt[prompt]
+        time.sleep(ritardo)
+        h.send_json(200, {"choices": [{"finish_reason": "length", "index": 0, "message": {"content": "ok"}}],
+                          "usage": {"completion_tokens": 1, "prompt_tokens": 10},
+                          "timings": {"cache_n": 0, "prompt_n": 10, "prompt_ms": 0.0, "predicted_n": 1,
+                                      "predicted_ms": ritardo * 1000, "predicted_per_second": 1 / max(ritardo, 1e-9)}})
+    return {"/v1/chat/completions": handler}
+
+
+def leggi_terminale(madre):
+    """Everything written to a pseudo-terminal so far, read from its master side, which is then closed."""
+    scritto = b""
+    while select.select([madre], [], [], 0.2)[0]:
+        try:
+            pezzo = os.read(madre, 65536)
+        except OSError:  # the other side is closed
+            break
+        if not pezzo:
+            break
+        scritto += pezzo
+    os.close(madre)
+    return scritto
+
+
+def riga_figura(out, nome):
+    """The six numbers of a --dettagli row."""
+    riga = next(r for r in out.splitlines() if r.startswith(f"  {nome} "))
+    return [float(v) for v in riga.split()[-6:]]
+
+
+# --dettagli #################################################################################
+
+def test_percentili_sulle_latenze_scritte(fake, carica, tmp_path):
+    ritardi = [i / 1000 for i in range(1, 101)]  # 1 to 100 ms
+    server = fake(override=latenze_scritte(ritardi))
+    rc, out, err = carica(server.url, "--richieste", "100", "--parallele", "10", "--dettagli",
+                          "--json", str(tmp_path / "p.json"))
+    assert rc == 0, out + err
+    prova = json.loads((tmp_path / "p.json").read_text())["prove"][0]
+    misurate = {r["indice"]: r["latenza_s"] for r in prova["richieste"]}
+    assert all(ritardi[i] <= lat < ritardi[i] + 0.1 for i, lat in misurate.items())
+    # The tool's percentiles are the method's own answer on the same list.
+    q = statistics.quantiles(list(misurate.values()), n=100, method="inclusive")
+    cifre = prova["dettagli"]["figure_s"]["latenza"]
+    assert (cifre["p50"], cifre["p90"], cifre["p99"]) == (q[49], q[89], q[98])
+    assert cifre["min"] == min(misurate.values()) and cifre["max"] == max(misurate.values())
+    assert prova["dettagli"]["metodo_percentili"] == 'statistics.quantiles(method="inclusive")'
+    assert 'dettagli (percentili: statistics.quantiles(method="inclusive"))' in out
+    assert riga_figura(out, "latenza (s)") == [round(v, 2) for v in (cifre["min"], cifre["media"], q[49], q[89],
+                                                                      q[98], cifre["max"])]
+    cadenze = re.search(r"richieste/s ([\d.]+)  token di prompt/s ([\d.]+)  token generati/s ([\d.]+)", out)
+    totale = prova["riepilogo"]["tempo_totale"]
+    assert float(cadenze.group(1)) == round(100 / totale, 2)
+    assert float(cadenze.group(2)) == round(1000 / totale, 1)
+
+
+def test_ttft_tpot_itl_sul_fake(fake, carica, tmp_path):
+    """One slot, 30 ms a token: ITL and TPOT 30 ms, the first token after the prompt and one step.
+    The fake's first chunk carries only the role: it must not count as the first token."""
+    server = fake(n_slot=1, s_per_token=0.03)
+    rc, out, err = carica(server.url, "--stream", "--dettagli", "--richieste", "2", "--parallele", "1",
+                          "--token", "10", "--json", str(tmp_path / "s.json"))
+    assert rc == 0, out + err
+    prova = json.loads((tmp_path / "s.json").read_text())["prove"][0]
+    figure = prova["dettagli"]["figure_s"]
+    assert figure["ITL"]["p50"] == pytest.approx(0.03, rel=0.1)
+    assert figure["TPOT"]["media"] == pytest.approx(0.03, rel=0.1)
+    for r in prova["richieste"]:
+        atteso = r["prompt_ms"] / 1000 + 0.03  # the prompt, then one decode step
+        assert r["primo_token_s"] == pytest.approx(atteso, rel=0.1), r
+        assert len(r["chunk_s"]) == 10 and r["tpot_s"] == pytest.approx(0.03, rel=0.1)
+    assert figure["ITL"]["n"] == 2 * 9
+    assert riga_figura(out, "ITL (ms)")[2] == pytest.approx(30, rel=0.1)
+
+
+def test_itl_divide_per_i_token_del_chunk():
+    """A server that sends 3 tokens a chunk: the gap between chunks is 3 tokens' worth."""
+    r = carico.Risultato(0, 0.0, 1.0, token=7, arrivi_chunk=(0.1, 0.4, 0.7), primo_token=0.1)
+    assert carico.token_per_chunk(r) == 3
+    assert carico.itl(r) == pytest.approx([0.1, 0.1])
+    assert carico.tpot(r) == pytest.approx(0.9 / 6)
+    prova = carico.Prova(carico.InfoServer(1, 512, True), carico.Esecuzione([r], [], 1), piano=carico.Piano(token=7))
+    (riga,) = [r for r in carico.righe_dettagli(prova) if "ITL:" in r]
+    assert riga == "  ITL: in 1 richieste un chunk portava più token (in media 3.0): ogni intervallo è diviso per il loro numero"
+
+
+def test_flusso_senza_usage_ne_timings(fake, carica):
+    """A stream that ends well but never says its tokens: n/d, never a count of the chunks."""
+    eventi = [b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'] + [
+        b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'] * 5 + [b"data: [DONE]\n\n"]
+    server = fake(override={"/v1/chat/completions": flusso_scritto(*eventi, finito=True)})
+    rc, out, err = carica(server.url, "--stream", "--dettagli", "--richieste", "1", "--parallele", "1")
+    assert rc == 0, out + err
+    assert re.match(r"  req 0: +[\d.]+ s +n/d token  \(n/d t/s nel proprio slot\)  primo token [\d.]+ s$",
+                    out.splitlines()[1]), out
+    tpot = next(r for r in out.splitlines() if r.startswith("  TPOT (ms)"))
+    assert tpot.split()[2:] == ["n/d"] * 6, tpot  # no token count: no time per token
+    itl = next(r for r in out.splitlines() if r.startswith("  ITL (ms)"))
+    assert itl.split()[2:] == ["n/d"] * 6, itl
+    assert "(n/d token generati)" in out
+
+
+# --slo and goodput ############################################################################
+
+def test_slo_goodput_contato_a_mano(fake, carica, tmp_path):
+    ritardi = [0.01 * (i + 1) for i in range(20)]  # 10 to 200 ms
+    server = fake(override=latenze_scritte(ritardi))
+    rc, out, err = carica(server.url, "--richieste", "20", "--parallele", "20", "--slo", "latenza=0.105",
+                          "--json", str(tmp_path / "g.json"))
+    assert rc == 0, out + err
+    prova = json.loads((tmp_path / "g.json").read_text())["prove"][0]
+    buone = [r for r in prova["richieste"] if r["latenza_s"] <= 0.105]
+    assert 8 <= len(buone) <= 10  # 10 to 100 ms plus a few ms of HTTP
+    totale = prova["riepilogo"]["tempo_totale"]
+    slo = prova["dettagli"]["slo"]
+    assert slo["rispettate"] == len(buone) and slo["quota"] == len(buone) / 20
+    assert slo["goodput_richieste_s"] == pytest.approx(len(buone) / totale)
+    assert slo["goodput_token_s"] == pytest.approx(len(buone) / totale)  # one token each
+    riga = next(r for r in out.splitlines() if r.startswith("SLO "))
+    assert riga == (f"SLO (latenza <= 0.105 s): rispettati da {len(buone)} richieste su 20 ({len(buone) / 20:.0%}); "
+                    f"goodput {len(buone) / totale:.2f} req/s, {len(buone) / totale:.1f} token/s")
+
+
+def test_slo_in_streaming_con_tre_obiettivi(fake, carica):
+    server = fake(n_slot=1, s_per_token=0.01)
+    rc, out, err = carica(server.url, "--stream", "--slo", "latenza=100,ttft=100,tpot=0.001", "--token", "4")
+    assert rc == 0, out + err
+    assert "SLO (latenza <= 100 s, primo token <= 100 s, TPOT <= 0.001 s): rispettati da 0 richieste su 4 (0%)" in out
+
+
+@pytest.mark.parametrize("argomenti,messaggio", [
+    (["--slo", "boh=1"], "opzione --slo: 'boh=1' non è un obiettivo: usa latenza=S, ttft=S o tpot=S (secondi), "
+                         "per esempio latenza=5,ttft=1,tpot=0.1"),
+    (["--slo", "latenza"], "opzione --slo: 'latenza' non è un obiettivo: usa latenza=S, ttft=S o tpot=S (secondi), "
+                           "per esempio latenza=5,ttft=1,tpot=0.1"),
+    (["--slo", "latenza=0"], "opzione --slo: deve essere maggiore di 0, non 0"),
+    (["--slo", "latenza=due"], "opzione --slo: 'due' non è un numero di secondi"),
+    (["--slo", "ttft=1"], "--slo: ttft e tpot si misurano solo in streaming: aggiungi --stream"),
+    (["--riscaldamento", "0"], "opzione --riscaldamento: deve essere maggiore di 0, non 0"),
+    (["--riscaldamento", "-2"], "opzione --riscaldamento: deve essere maggiore di 0, non -2"),
+])
+def test_opzioni_sbagliate_dei_dettagli(fake, capsys, argomenti, messaggio):
+    server = fake()
+    with pytest.raises(SystemExit) as uscita:
+        carico.main(["--url", server.url, *argomenti])
+    assert uscita.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"carico.py: errore: {messaggio}"
+    assert server.richieste_ricevute == []
+
+
+# --riscaldamento ##############################################################################
+
+def test_riscaldamento_escluso_dalle_cifre(fake, carica, tmp_path):
+    server = fake(n_slot=2, s_per_token=0.002)
+    rc, out, err = carica(server.url, "--riscaldamento", "3", "--json", str(tmp_path / "r.json"))
+    assert rc == 0, out + err
+    assert "riscaldamento: 3 richieste prima della prova, escluse dalle cifre" in err
+    assert len(server.prompts) == 3 + 4
+    assert sorted(server.prompts[:3]) == [f"(riscaldamento {i + 1}) {carico.prompt_per(i)}" for i in range(3)]
+    assert sorted(server.prompts[3:]) == sorted(carico.prompt_per(i) for i in range(4))  # the lab's, unchanged
+    assert len([r for r in out.splitlines() if RIGA_REQ.match(r)]) == 4
+    assert "(128 token generati)" in out
+    assert len(json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]) == 4
+
+
+# --esatti, and requests that stopped before --token ###########################################
+
+def test_fermate_prima_di_token_e_esatti(fake, carica, tmp_path):
+    server = fake(n_slot=4, s_per_token=0.001, eos_dopo=5)
+    rc, out, err = carica(server.url, "--spiega")
+    assert rc == 0, out + err
+    nota = ("carico.py: nota: 4 richieste su 4 si sono fermate prima di --token 32 (finish_reason stop, 5-5 token): "
+            "il throughput conta i token generati davvero, e non si confronta con prove che arrivano a --token; "
+            "--esatti li fa generare tutti")
+    assert nota in err.splitlines()
+    assert "4 richieste su 4 si sono fermate prima di --token 32" in out  # --spiega says it too
+    assert "(20 token generati)" in out
+    assert not any("ignore_eos" in b for b in server.bodies)
+
+    rc, out, err = carica(server.url, "--esatti", "--dettagli")
+    assert rc == 0, out + err
+    assert all(b["ignore_eos"] is True for b in server.bodies[4:])
+    assert "(128 token generati)" in out and "si sono fermate" not in out + err
+
+
+def test_esatti_con_un_server_che_ignora_ignore_eos(fake, carica):
+    server = fake(n_slot=4, s_per_token=0.001, eos_dopo=5, rispetta_ignore_eos=False)
+    rc, out, err = carica(server.url, "--esatti", "--dettagli")
+    assert rc == 0, out + err
+    assert ("carico.py: nota: 4 richieste su 4 si sono fermate prima di --token 32 (finish_reason stop, 5-5 token): "
+            "il server non rispetta ignore_eos (--esatti)") in err.splitlines()
+    assert "  4 richieste su 4 si sono fermate prima di --token 32" in out  # in the --dettagli block
+
+
+# The prompt cache ##############################################################################
+
+def test_la_cache_dei_prompt_resa_visibile(fake, carica, tmp_path):
+    server = fake(n_slot=1, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--csv", str(tmp_path / "a.csv"))
+    assert rc == 0 and "cache" not in err  # distinct prompts: only the template's opening is reused
+    cache = [int(r.split(",")[7]) for r in (tmp_path / "a.csv").read_text().splitlines()[1:]]
+    assert cache == [0, 4, 4, 4]
+
+    stesso = tmp_path / "stesso.txt"
+    stesso.write_text("Spiega la stessa cosa quattro volte, parola per parola, senza cambiare nulla.\n")
+    rc, out, err = carica(server.url, "--prompt-file", str(stesso), "--json", str(tmp_path / "b.json"))
+    assert rc == 0, err
+    richieste = json.loads((tmp_path / "b.json").read_text())["prove"][0]["richieste"]
+    riusati = [r["token_cache"] for r in richieste if r["token_cache"] > carico.INIZIO_TEMPLATE]
+    assert len(riusati) == 3
+    assert (f"carico.py: nota: la cache dei prompt ha servito {sum(riusati)} token di prompt in 3 richieste "
+            f"(oltre i primi 16, l'inizio del template di chat): quei token non sono stati calcolati, e la prova "
+            f"ne esce avvantaggiata") in err.splitlines()
+
+
+# The live line ##################################################################################
+
+def test_riga_dal_vivo_su_un_terminale(fake, capsys, monkeypatch):
+    server = fake(n_slot=2, s_per_token=0.01)
+    madre, figlia = os.openpty()
+    with open(figlia, "w", encoding="utf-8", closefd=True) as terminale:
+        monkeypatch.setattr(sys, "stderr", terminale)
+        rc = carico.main(["--url", server.url, "--richieste", "8", "--parallele", "4", "--token", "20", *VELOCE])
+    monkeypatch.undo()
+    out = capsys.readouterr().out
+    scritto = leggi_terminale(madre)
+    assert rc == 0
+    testo = scritto.decode()
+    righe = re.findall(r"\r(\[[^\r\x1b]*)\x1b\[K", testo)
+    assert len(righe) >= 3, testo
+    for riga in righe:
+        assert re.fullmatch(r"\[[0-8]/8\] slot occupati [0-2]/2  in coda [0-4]  generati \d+ token  [\d.]+ t/s  "
+                            r"[\d.]+ s", riga), riga
+    # 4 in flight (--parallele), 2 in the slots: 2 wait at the server; the 4 not yet sent are not its queue.
+    assert any(" slot occupati 2/2  in coda 2 " in r for r in righe), righe
+    generati = [int(re.search(r"generati (\d+)", r).group(1)) for r in righe]
+    assert generati == sorted(generati) and generati[-1] > 0
+    assert testo.endswith("\r\x1b[K")  # cleared at the end
+    assert "\r" not in out and "slot occupati 2/2 " not in out  # stdout: the lab's lines only
+    assert out.splitlines()[0] == "server: 2 slot, n_ctx per slot = 1024"
+
+
+def test_riga_dal_vivo_mai_in_una_pipe_ne_con_silenzioso(fake):
+    server = fake(n_slot=2, s_per_token=0.005)
+    proc = subprocess.run([sys.executable, CARICO, "--url", server.url, *VELOCE], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and "\r" not in proc.stderr and "slot occupati" not in proc.stderr
+    madre, figlia = os.openpty()
+    proc = subprocess.run([sys.executable, CARICO, "--url", server.url, "--silenzioso", *VELOCE], stdout=subprocess.PIPE,
+                          stderr=figlia, timeout=60)
+    os.close(figlia)
+    scritto = leggi_terminale(madre)
+    assert proc.returncode == 0 and b"slot occupati" not in scritto and b"\r" not in scritto.replace(b"\r\n", b"")
