@@ -276,3 +276,13 @@ def test_riga_dal_vivo_mai_in_una_pipe_ne_con_silenzioso(fake):
     os.close(figlia)
     scritto = leggi_terminale(madre)
     assert proc.returncode == 0 and b"slot occupati" not in scritto and b"\r" not in scritto.replace(b"\r\n", b"")
+
+
+def test_fallite_contate_per_tipo(fake, carica):
+    """A slot of 28 tokens: the longer lab prompts are refused (HTTP 400), the shorter ones answered."""
+    server = fake(n_slot=1, n_ctx=28, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--dettagli", "--token", "4")
+    assert rc == 1, out + err
+    fallite = [r for r in out.splitlines() if "errore: HTTP 400 exceed_context_size_error" in r]
+    assert 0 < len(fallite) < 4, out
+    assert f"  fallite per tipo: {len(fallite)} HTTP 400 exceed_context_size_error" in out.splitlines()
