@@ -506,17 +506,18 @@ class Campionatore:
 
 def esegui_carico(client: Client, piano: Piano, slots: bool = True, metrics: bool = False,
                   primo_prompt: int = 0, timer=time.perf_counter, diretta: Optional[Diretta] = None) -> Esecuzione:
-    """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled.
-    The clock starts at the first request. Prompts start at `primo_prompt`, so that repeated runs
-    never resend one the server has cached. Ctrl+C or SIGTERM ends the run early: the requests in
-    flight are closed, the ones not sent are cancelled, and the run says it was cut short."""
+    """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled
+    (with --ritmo or --durata, a Programma sends them by the clock instead). The clock starts at the
+    first request. Prompts start at `primo_prompt`, so that repeated runs never resend one the
+    server has cached. Ctrl+C or SIGTERM ends the run early: the requests in flight are closed, the
+    ones not sent are cancelled, and the run says it was cut short."""
     import concurrent.futures  # here, not at the top: see the note under the imports
 
     invio = invia_in_flusso if piano.stream else invia  # --stream: see "Oltre il lab"
     programma = Programma(piano, primo_prompt) if piano.ritmo or piano.durata else None  # see "Oltre il lab"
     domande = [] if programma else [domanda_chat(prompt_per(primo_prompt + i, piano.testo), piano)
                                     for i in range(piano.richieste)]
-    futuri = {}  # each request's future -> its index
+    futuri = []  # each request's future, in the order they were submitted
     al_campione = diretta.seguendo(futuri, piano) if diretta else None  # the live line: see "Oltre il lab"
     campionatore = Campionatore(client, piano.intervallo, slots, metrics, timer, al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
@@ -526,7 +527,7 @@ def esegui_carico(client: Client, piano: Piano, slots: bool = True, metrics: boo
         campionatore.avvia(t0)
         if programma is None:  # the lab: every request submitted now, the pool runs `parallele` at a time
             for i, domanda in enumerate(domande):
-                futuri[esecutore.submit(invio, client, i, domanda, piano.timeout, t0, timer)] = i
+                futuri.append(esecutore.submit(invio, client, i, domanda, piano.timeout, t0, timer))
         else:  # --ritmo, --durata: sent by the clock
             programma.lancia(futuri, esecutore, invio, client, t0, timer)
         concurrent.futures.wait(futuri)
@@ -656,6 +657,7 @@ def fermate_prima(prova: Prova) -> List[Risultato]:
 
 
 def frase_fermate(prova: Prova) -> str:
+    """What stderr, --spiega and --dettagli say of the requests that stopped before --token."""
     corte, piano = fermate_prima(prova), prova.piano
     frase = (f"{len(corte)} richieste su {len(prova.esecuzione.risultati)} si sono fermate prima di --token "
              f"{piano.token} (finish_reason stop, {min(r.token for r in corte)}-{max(r.token for r in corte)} token)")
@@ -1044,6 +1046,11 @@ valore, poi la tabella e, con --grafico o --svg, la curva di capacità (throughp
 
   python3 carico.py --parallele 1,2,4,8 --grafico --spiega
   python3 carico.py --ritmo 0.5,1,2,4 --durata 30 --svg curva.svg
+
+Ogni cifra: --dettagli aggiunge percentili di latenza, attesa in coda e (con --stream) primo token,
+TPOT e ITL; --slo latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il
+goodput); --esatti fa generare a ogni richiesta esattamente --token token. Su un terminale una riga
+su stderr mostra la prova mentre dura (--silenzioso la spegne).
 """
 
 
@@ -1201,8 +1208,8 @@ class Programma:
         self.piano, self.primo_prompt = piano, primo_prompt
         self.trattenute = 0  # planned requests that found --parallele already in flight
 
-    def lancia(self, futuri: dict, esecutore, invio, client: Client, t0: float, timer) -> None:
-        """Submit each request at its time, into `futuri` (future -> index), until --richieste or
+    def lancia(self, futuri: list, esecutore, invio, client: Client, t0: float, timer) -> None:
+        """Submit each request at its time, appending its future to `futuri`, until --richieste or
         --durata ends. Each wait runs to the planned time measured from t0, so one late send does not
         push back the ones after it: the schedule is kept on the clock."""
         piano = self.piano
@@ -1221,7 +1228,7 @@ class Programma:
             domanda = domanda_chat(prompt_per(self.primo_prompt + i, piano.testo), piano)
             futuro = esecutore.submit(self.invia, invio, client, i, domanda, previsto, t0, timer)
             futuro.add_done_callback(lambda _: posti.release())
-            futuri[futuro] = i
+            futuri.append(futuro)
 
     def invia(self, invio, client: Client, indice: int, domanda: dict, previsto: Optional[float], t0: float,
               timer) -> Risultato:
@@ -1452,10 +1459,10 @@ class Diretta:
 
     def __init__(self, stderr, n_slot: Optional[int]):
         self.stderr, self.n_slot = stderr, n_slot
-        self._futuri: dict = {}
+        self._futuri: list = []
         self._piano = Piano()
 
-    def seguendo(self, futuri: dict, piano: Piano):
+    def seguendo(self, futuri: list, piano: Piano):
         """Follow the run whose requests go into `futuri`; returns what the sampler calls with each sample."""
         self._futuri, self._piano = futuri, piano
         return self.aggiorna
