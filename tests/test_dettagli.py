@@ -224,7 +224,7 @@ def test_la_cache_dei_prompt_resa_visibile(fake, carica, tmp_path):
     rc, out, err = carica(server.url, "--csv", str(tmp_path / "a.csv"))
     assert rc == 0 and "cache" not in err  # distinct prompts: only the template's opening is reused
     cache = [int(r.split(",")[7]) for r in (tmp_path / "a.csv").read_text().splitlines()[1:]]
-    assert cache == [0, 4, 4, 4]
+    assert sorted(cache) == [0, 4, 4, 4]  # the first served found the slot empty; in whatever order they came
 
     stesso = tmp_path / "stesso.txt"
     stesso.write_text("Spiega la stessa cosa quattro volte, parola per parola, senza cambiare nulla.\n")
