@@ -80,22 +80,22 @@ def test_percentili_sulle_latenze_scritte(fake, carica, tmp_path):
 
 
 def test_ttft_tpot_itl_sul_fake(fake, carica, tmp_path):
-    """One slot, 30 ms a token: ITL and TPOT 30 ms, the first token after the prompt and one step.
+    """One slot, 50 ms a token: ITL and TPOT 50 ms, the first token after the prompt and one step.
     The fake's first chunk carries only the role: it must not count as the first token."""
-    server = fake(n_slot=1, s_per_token=0.03)
+    server = fake(n_slot=1, s_per_token=0.05)
     rc, out, err = carica(server.url, "--stream", "--dettagli", "--richieste", "2", "--parallele", "1",
                           "--token", "10", "--json", str(tmp_path / "s.json"))
     assert rc == 0, out + err
     prova = json.loads((tmp_path / "s.json").read_text())["prove"][0]
     figure = prova["dettagli"]["figure_s"]
-    assert figure["ITL"]["p50"] == pytest.approx(0.03, rel=0.1)
-    assert figure["TPOT"]["media"] == pytest.approx(0.03, rel=0.1)
+    assert figure["ITL"]["p50"] == pytest.approx(0.05, rel=0.1)
+    assert figure["TPOT"]["media"] == pytest.approx(0.05, rel=0.1)
     for r in prova["richieste"]:
-        atteso = r["prompt_ms"] / 1000 + 0.03  # the prompt, then one decode step
+        atteso = r["prompt_ms"] / 1000 + 0.05  # the prompt, then one decode step
         assert r["primo_token_s"] == pytest.approx(atteso, rel=0.1), r
-        assert len(r["chunk_s"]) == 10 and r["tpot_s"] == pytest.approx(0.03, rel=0.1)
+        assert len(r["chunk_s"]) == 10 and r["tpot_s"] == pytest.approx(0.05, rel=0.1)
     assert figure["ITL"]["n"] == 2 * 9
-    assert riga_figura(out, "ITL (ms)")[2] == pytest.approx(30, rel=0.1)
+    assert riga_figura(out, "ITL (ms)")[2] == pytest.approx(50, rel=0.1)
 
 
 def test_itl_divide_per_i_token_del_chunk():
