@@ -100,7 +100,6 @@ class Risultato(NamedTuple):
     predicted_ms: Optional[float] = None  # the server's time generating
     finish_reason: Optional[str] = None
     errore: Optional[str] = None  # why it failed, in Italian; None when it succeeded
-    primo_token: Optional[float] = None  # --stream: seconds from send to the first token
     annullata: bool = False  # closed by Ctrl+C: not a measurement
     previsto: Optional[float] = None  # --ritmo: when the schedule meant to send it
     token_cache: Optional[int] = None  # the server's timings.cache_n: prompt tokens reused from the slot's cache
@@ -109,6 +108,11 @@ class Risultato(NamedTuple):
     @property
     def latenza(self) -> float:
         return self.fine - self.inizio
+
+    @property
+    def primo_token(self) -> Optional[float]:
+        """--stream: seconds from send to the first token, the first chunk with text."""
+        return self.arrivi_chunk[0] if self.arrivi_chunk else None
 
     @property
     def riuscita(self) -> bool:
@@ -1137,9 +1141,8 @@ def invia_in_flusso(client: Client, indice: int, domanda: dict, timeout: float, 
                 return Risultato(indice, inizio, timer() - t0, errore=errore)
             letta = leggi_flusso(risposta, timer)
         fine = timer() - t0
-        arrivi = tuple(t - t0 - inizio for t in letta.arrivi)
         return Risultato(indice, inizio, fine, **cifre_completamento(letta.completamento),
-                         primo_token=arrivi[0] if arrivi else None, arrivi_chunk=arrivi)
+                         arrivi_chunk=tuple(t - t0 - inizio for t in letta.arrivi))
     except Exception as exc:  # a worker never raises
         return fallita(client, indice, inizio, timer() - t0, exc)
 
@@ -1360,12 +1363,11 @@ def cadenze(prova: Prova) -> Dict[str, Optional[float]]:
 
 def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None) -> dict:
     """What --dettagli prints, as data: always in --json."""
-    fallite: Dict[str, int] = {}
-    for r in prova.esecuzione.risultati:
-        if not r.riuscita:
-            fallite[tipo_errore(r.errore)] = fallite.get(tipo_errore(r.errore), 0) + 1
+    from collections import Counter
+
+    fallite = Counter(tipo_errore(r.errore) for r in prova.esecuzione.risultati if not r.riuscita)
     dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v) for nome, v in figure(prova.esecuzione).items()},
-            "al_secondo": cadenze(prova), "fallite_per_tipo": fallite, "fermate_prima_di_token": len(fermate_prima(prova)),
+            "al_secondo": cadenze(prova), "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
             "token_dalla_cache": sum(r.token_cache or 0 for r in prova.esecuzione.risultati)}
     if slo:
         dati["slo"] = dict(zip(("obiettivi", "rispettate", "quota", "goodput_richieste_s", "goodput_token_s"),

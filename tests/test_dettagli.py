@@ -100,7 +100,7 @@ def test_ttft_tpot_itl_sul_fake(fake, carica, tmp_path):
 
 def test_itl_divide_per_i_token_del_chunk():
     """A server that sends 3 tokens a chunk: the gap between chunks is 3 tokens' worth."""
-    r = carico.Risultato(0, 0.0, 1.0, token=7, arrivi_chunk=(0.1, 0.4, 0.7), primo_token=0.1)
+    r = carico.Risultato(0, 0.0, 1.0, token=7, arrivi_chunk=(0.1, 0.4, 0.7))
     assert carico.token_per_chunk(r) == 3
     assert carico.itl(r) == pytest.approx([0.1, 0.1])
     assert carico.tpot(r) == pytest.approx(0.9 / 6)
