@@ -11,16 +11,22 @@ Esempio (il lab):
   llama serve -hf ggml-org/Qwen3.5-0.8B-GGUF --host 127.0.0.1 --port 8080 -c 2048 -np 1 -t 3 -a qwen-0.8b
   python3 carico.py --url http://127.0.0.1:8080 --richieste 4 --parallele 4 --token 32
 
-Ogni richiesta ha un prompt diverso (con lo stesso prompt la cache dei prompt falserebbe il
-confronto) e il "thinking" spento, così i token generati sono tutti risposta.
+Ogni richiesta ha un prompt diverso e chiede al server di non usare la cache dei prompt
+(cache_prompt: false), così nessuna prova, neanche ripetuta, ne esce avvantaggiata; il
+"thinking" è spento, così i token generati sono tutti risposta.
 
 Oltre il lab: le opzioni dopo il gruppo "il lab" sono tutte facoltative e non cambiano le righe
 del lab (in fondo, qualche esempio).
 
 Codici di uscita: 0 tutto bene; 1 server non raggiungibile o almeno una richiesta fallita;
-2 opzioni sbagliate; 130 interrotto con Ctrl+C (143 con SIGTERM): si stampa comunque quello che
-era già stato misurato; 141 se chi legge l'uscita la chiude prima (per esempio | head).
+2 opzioni sbagliate; 130 interrotto con Ctrl+C (143 con SIGTERM): si stampa e si salva comunque
+quello che era già stato misurato; 141 se chi legge l'uscita la chiude prima (per esempio | head).
 """
+
+# How to read this file. First the lab, in the order its data flows: 1. the records, 2. one request,
+# 3. the /slots sampler, 4. the pool that fires the requests, 5. the report and the print that writes
+# it, 6. main with the lab's four flags. Then what a careful tool needs (a server still loading, HTTP
+# and its errors, signals, a busy machine). Then, after the `# Oltre il lab` banner, each extra.
 
 from __future__ import annotations
 
@@ -37,14 +43,13 @@ import time
 import urllib.parse
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-# Some modules are imported inside the functions that use them (http.client, concurrent.futures,
-# statistics, csv, ssl, subprocess...): `carico.py --help` and a bad flag answer at once, and a
-# plain lab run never loads what only an extra needs.
+# Some modules are imported where they are used (http.client, concurrent.futures, statistics...):
+# `--help` and a bad flag answer at once, and a lab run never loads what only an extra needs.
 
-__version__ = "1.2.0"
+__version__ = "1.3.0"
 
 # The eight prompts of the lab, one per request. Each opens with different words, so two requests
-# share no prefix beyond the chat template's and the server's prompt cache cannot favour one.
+# share no prefix beyond the chat template's.
 PROMPTS = (
     "Spiega in poche frasi perché il cielo di giorno è blu e al tramonto diventa rosso.",
     "Descrivi una mattina qualunque in un porto di pescatori della Liguria.",
@@ -57,62 +62,43 @@ PROMPTS = (
 )
 
 CHAT = "/v1/chat/completions"
-ND = "n/d"  # what the lab's lines show for a figure the server did not give
+ND = "n/d"  # what the lab's lines show for a figure that was not measured
 
 # Timeouts, in seconds. Every network call has one, so that nothing can hang the tool.
 TIMEOUT_INFO = 10.0  # /health, /slots, /props: the server answers them between two decode steps
-TIMEOUT_RICHIESTA = 300.0  # one chat request: it may wait in the server's queue behind the others
+TIMEOUT_RICHIESTA = 300.0  # one whole answer: it may wait in the server's queue behind the others
 ATTESA_PRONTO = 120.0  # how long to wait for a server that is still loading its model
-PAUSA_PRONTO = 0.25  # how often to ask /health again meanwhile
-SGUARDO_MACCHINA = 0.25  # how long the quiet-machine check watches the CPU before a run
 
 
-# The records that flow ########################################################################
-# Piano (what to send) -> Risultato (one request) + Campione (one /slots reading) -> Esecuzione
-# (the run) -> Prova (the run with the server it ran against) -> the report.
+# 1. The records that flow ######################################################################
+# Piano (what to send) -> Risultato (one request) + Campione (one /slots reading) -> Esecuzione (the
+# run) -> Prova (the run and its server) -> the report. `oltre`: what the extras add (after the banner).
 
 class Piano(NamedTuple):
-    """What to send: the lab's four flags and how to send them."""
-    richieste: Optional[int] = 4  # None with --durata: as many as fit in the time
-    parallele: int = 4  # requests in flight together: the pool's workers
-    token: int = 32  # max_tokens of each request
-    timeout: float = TIMEOUT_RICHIESTA
-    intervallo: float = 0.5  # period of the /slots sampling
-    stream: bool = False  # --stream
-    modello: Optional[str] = None  # --modello: the requests' `model` field
-    testo: Optional[str] = None  # --prompt-file: one prompt for every request
-    ritmo: Optional[float] = None  # --ritmo: requests per second, sent by the clock (open loop)
-    arrivi: str = "poisson"  # --arrivi: poisson or costanti
-    seme: Optional[int] = None  # --seme: the seed of the Poisson schedule
-    durata: Optional[float] = None  # --durata: keep sending for this many seconds
-    esatti: bool = False  # --esatti: ignore_eos, so that every request generates exactly `token`
+    """What to send: the lab's three numbers, and how often to read /slots."""
+    richieste: Optional[int] = 4  # how many requests in all (None with --durata: as many as fit)
+    parallele: int = 4  # how many in flight together: the pool's workers
+    max_token: int = 32  # each request's max_tokens (--token)
+    intervallo: float = 0.5  # seconds between two readings of /slots
+    timeout: float = TIMEOUT_RICHIESTA  # the longest wait for one whole answer, queue included
+    oltre: Optional[PianoOltre] = None  # --stream, --ritmo, --durata...
 
 
 class Risultato(NamedTuple):
     """One request. Times are seconds from the start of the run (time.perf_counter)."""
     indice: int
     inizio: float  # when it was sent
-    fine: float  # when its whole answer had arrived
-    token: Optional[int] = None  # generated tokens, from the server's usage
-    tps: Optional[float] = None  # the server's timings.predicted_per_second: speed in its own slot
-    token_prompt: Optional[int] = None
-    prompt_ms: Optional[float] = None  # the server's time on the prompt
-    predicted_ms: Optional[float] = None  # the server's time generating
-    finish_reason: Optional[str] = None
+    fine: float  # when its whole answer had arrived, or it failed
+    token: Optional[int] = None  # tokens generated, from the server's usage
+    tps: Optional[float] = None  # the server's timings.predicted_per_second: the speed in its own slot
+    prompt_ms: Optional[float] = None  # the server's timings.prompt_ms: its slot's time on the prompt
+    predicted_ms: Optional[float] = None  # the server's timings.predicted_ms: its slot's time generating
     errore: Optional[str] = None  # why it failed, in Italian; None when it succeeded
-    annullata: bool = False  # closed by Ctrl+C: not a measurement
-    previsto: Optional[float] = None  # --ritmo: when the schedule meant to send it
-    token_cache: Optional[int] = None  # the server's timings.cache_n: prompt tokens reused from the slot's cache
-    arrivi_chunk: Optional[Tuple[float, ...]] = None  # --stream: seconds from send to each chunk with text
+    oltre: Optional[RisultatoOltre] = None  # finish_reason, cached tokens, the streamed chunks...
 
     @property
     def latenza(self) -> float:
         return self.fine - self.inizio
-
-    @property
-    def primo_token(self) -> Optional[float]:
-        """--stream: seconds from send to the first token, the first chunk with text."""
-        return self.arrivi_chunk[0] if self.arrivi_chunk else None
 
     @property
     def riuscita(self) -> bool:
@@ -120,170 +106,497 @@ class Risultato(NamedTuple):
 
 
 class Campione(NamedTuple):
-    """One reading of /slots (and /metrics), taken by the sampler."""
-    t: float  # seconds from the start of the run
-    occupati: Optional[int]  # busy slots, None when that reading failed
-    in_coda: Optional[int] = None  # llamacpp:requests_deferred, when /metrics is there
-    in_corso: Optional[int] = None  # tokens generated so far by the requests in the busy slots (the live line)
+    """One reading of /slots (and of /metrics, on a server started with --metrics)."""
+    t: float  # seconds from the start of the run, when the answers arrived
+    occupati: Optional[int]  # busy slots; None when that reading failed
+    in_coda: Optional[int] = None  # llamacpp:requests_deferred: requests waiting for a free slot
 
 
 class Esecuzione(NamedTuple):
     """One run of the load."""
-    risultati: List[Risultato]  # in request order; those never sent or cut by Ctrl+C are missing
+    risultati: List[Risultato]  # in request order; those cut short by Ctrl+C are left out
     campioni: List[Campione]
-    richieste: int  # how many were to be sent
-    interrotta: Optional[int] = None  # the exit code when Ctrl+C (130) or SIGTERM (143) cut it short
-    trattenute: int = 0  # --ritmo: requests sent late because --parallele were already in flight
+    n_richieste: int  # the requests the run numbered: the plan's (with --durata, those sent)
+    interruzione: Optional[int] = None  # the exit code when Ctrl+C (130) or SIGTERM (143) cut it short
+    oltre: Optional[EsecuzioneOltre] = None  # --ritmo: requests the cap held back
+
+
+class InfoServer(NamedTuple):
+    """What the server says about itself before the load."""
+    n_slot: Optional[int]
+    n_ctx_slot: Optional[int]
+    slots_disponibile: bool  # /slots answers: busy slots can be read while the load runs
+    metrics_disponibile: bool = False  # /metrics answers: requests_deferred can be read too
+    avvisi: tuple = ()  # Italian lines for stderr: what could not be seen
+    props: Optional[dict] = None  # /props as the server gave it, for --json
+    kv_unificata: bool = False  # the slots share one context (--kv-unified): known when --avvia started it
 
 
 class Prova(NamedTuple):
-    """One run with what it ran against: what the report, --ripeti, --avvia and the files read."""
+    """One run with what it ran against: what the report, the tables and the files read."""
     info: InfoServer
     esecuzione: Esecuzione
-    configurazione: Optional[Configurazione] = None  # --avvia: the -np it started the server with
+    piano: Piano = Piano()
+    configurazione: Optional[Configurazione] = None  # --avvia: the -np the server was started with
     macchina: Optional[Macchina] = None  # how busy the machine was just before
-    piano: Piano = Piano()  # what was sent: with lists of values, one point of the sweep
 
     @property
     def riepilogo(self) -> Riepilogo:
-        return riassumi(self.esecuzione)
+        return riassumi(self.esecuzione, self.info.n_slot)
 
 
-class ErroreUtente(Exception):
-    """A problem the user can fix (server down, wrong key...): one Italian line, exit 1."""
+# 2. One request ################################################################################
+
+def prompt_per(indice: int, piano: Piano = Piano()) -> str:
+    """Request i's prompt: the lab's i-th; past the eighth, the same behind a number (--prompt-file: its text)."""
+    if piano.oltre is not None and piano.oltre.testo is not None:
+        return piano.oltre.testo
+    base = PROMPTS[indice % len(PROMPTS)]
+    return base if indice < len(PROMPTS) else f"{indice}. {base}"
 
 
-class Interruzione(BaseException):
-    """Ctrl+C or SIGTERM: stop sending, report what was measured, exit 128 + the signal."""
-
-    def __init__(self, codice: int):
-        super().__init__(codice)
-        self.codice = codice
-
-
-# Talking to the server: one HTTP exchange #####################################################
-
-class Risposta(NamedTuple):
-    status: int
-    corpo: bytes
-
-
-class ErroreRichiesta(Exception):
-    """A request that got no usable answer; the message is Italian and ready to print."""
+def domanda_chat(prompt: str, piano: Piano) -> dict:
+    """The JSON that one request sends to /v1/chat/completions."""
+    domanda = {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": piano.max_token,
+        # Thinking off, so that every generated token is answer (ignored by models without it).
+        "chat_template_kwargs": {"enable_thinking": False},
+        # No prompt cache, neither the slot's nor the one in the server's RAM: a rerun of the same
+        # prompts computes them again, and is never flattered by the run before.
+        "cache_prompt": False,
+    }
+    if piano.oltre is not None:  # --modello, --esatti, --stream: see "Oltre il lab"
+        domanda.update(campi_oltre(piano.oltre))
+    return domanda
 
 
-class ErroreRete(ErroreRichiesta):
-    """No HTTP answer at all: refused, unknown host, timeout, connection closed."""
-
-
-class Client:
-    """Talks to one server with the standard library's http.client, one connection per exchange
-    (`Connection: close`, so that a request's latency never hides a stale keep-alive). Redirects
-    are never followed (http.client does not follow them). The connections in flight are kept in a
-    set, so that `annulla()` can close them from another thread: that is how Ctrl+C stops requests
-    blocked in a read without leaving a thread behind."""
-
-    def __init__(self, base: str, api_key: Optional[str] = None, timeout_info: float = TIMEOUT_INFO):
-        parti = urllib.parse.urlsplit(base)
-        self.base = base
-        self.timeout_info = timeout_info  # for everything but the chat requests
-        self.con_chiave = bool(api_key)
-        self._https = parti.scheme == "https"
-        self._host, self._porta = parti.hostname, parti.port or (443 if self._https else 80)
-        host = parti.netloc.rpartition("@")[2]
-        self._intestazioni = {"Host": host if host.isascii() else host.encode("idna").decode("ascii"),
-                              "Accept": "application/json", "Connection": "close",
-                              "User-Agent": f"carico.py/{__version__}"}
-        if api_key:
-            self._intestazioni["Authorization"] = f"Bearer {api_key}"
-        self._indirizzo = None  # the address that answered first: the name is looked up once
-        self._tls = None  # one ssl context for every https exchange
-        self._aperte = set()
-        self._lock = threading.Lock()
-        self.annullato = threading.Event()
-
-    def chiama(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:
-        """One exchange: status and whole body. Raises ErroreRete when no answer comes."""
-        with self.apri(metodo, percorso, dati, timeout) as risposta:
-            return Risposta(risposta.status, risposta.read())
-
-    @contextlib.contextmanager
-    def apri(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None):
-        """One exchange on a new connection: yields http.client's answer with its headers read, for
-        the caller to read the body. A network error, while connecting or while reading, becomes an
-        ErroreRete with an Italian phrase."""
-        import http.client  # here, not at the top: see the note under the imports
-
-        timeout = self.timeout_info if timeout is None else timeout
-        intestazioni = dict(self._intestazioni)
-        corpo = None
-        if dati is not None:
-            corpo = json.dumps(dati).encode("utf-8")
-            intestazioni["Content-Type"] = "application/json"
-        connessione = self._connessione(timeout)
-        with self._lock:
-            self._aperte.add(connessione)
-        try:
-            connessione.connect()
-            if self.annullato.is_set():
-                raise ErroreRete("richiesta annullata")
-            if self._indirizzo is None and not self._https:
-                self._indirizzo = connessione.sock.getpeername()[0]
-            connessione.request(metodo, percorso, corpo, intestazioni)
-            yield connessione.getresponse()
-        except (OSError, http.client.HTTPException) as exc:
-            raise ErroreRete(descrivi_errore_rete(exc, timeout)) from None
-        finally:
-            with self._lock:
-                self._aperte.discard(connessione)
-            connessione.close()
-
-    def _connessione(self, timeout: float):
-        import http.client
-
-        if not self._https:  # after the first exchange, the address that answered: no lookup per request
-            return http.client.HTTPConnection(self._indirizzo or self._host, self._porta, timeout=timeout)
-        if self._tls is None:
-            import ssl
-
-            self._tls = ssl.create_default_context()
-        # TLS checks the certificate against the name: the name, not an address, goes here.
-        return http.client.HTTPSConnection(self._host, self._porta, timeout=timeout, context=self._tls)
-
-    def annulla(self) -> None:
-        """Close every connection in flight (from any thread); later exchanges fail at once."""
-        self.annullato.set()
-        with self._lock:
-            aperte = [c.sock for c in self._aperte if c.sock is not None]
-        for sock in aperte:
-            with contextlib.suppress(OSError):  # already closed by the other side
-                sock.shutdown(socket.SHUT_RDWR)
-
-
-def leggi_json(corpo: bytes):
-    """A body as JSON, or None when it is not JSON."""
+def invia(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
+          timer=time.perf_counter) -> Risultato:
+    """One request, timed from send to whole answer. Never raises: a failure is a Risultato with
+    its error text, so that one bad request does not stop the others."""
+    inizio = timer() - t0
     try:
-        return json.loads(corpo)  # bytes: json finds the UTF encoding itself
-    except ValueError:  # UnicodeDecodeError included
+        with client.apri("POST", CHAT, domanda, timeout) as risposta:
+            if risposta.status != 200:
+                return Risultato(indice, inizio, timer() - t0,
+                                 errore=descrivi_errore_http(Risposta(risposta.status, risposta.leggi())))
+            if domanda.get("stream"):  # --stream: the answer comes in chunks, see "Oltre il lab"
+                dati, chunk = leggi_flusso(risposta.righe(), timer)
+            else:
+                dati, chunk = leggi_json(risposta.leggi()), None
+        fine = timer() - t0
+        if dati is None:
+            raise ErroreRichiesta("risposta non JSON dal server")
+        return Risultato(indice, inizio, fine, **cifre_completamento(dati, chunk and [t - t0 - inizio for t in chunk]))
+    except Exception as exc:  # a worker never raises
+        return fallita(client, indice, inizio, timer() - t0, exc)
+
+
+def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
+    """The figures of a chat completion: tokens from `usage` (else `timings.predicted_n`), speed and
+    the slot's times from `timings`. A missing field stays None (printed n/d), never guessed."""
+    if not isinstance(dati, dict) or not isinstance(dati.get("choices"), list):
+        raise ErroreRichiesta("risposta non valida: la risposta non è un completamento di chat (manca choices)")
+    usage = dati.get("usage") if isinstance(dati.get("usage"), dict) else {}
+    timings = dati.get("timings") if isinstance(dati.get("timings"), dict) else {}
+    token, token_prompt = numero(usage.get("completion_tokens"), int), numero(usage.get("prompt_tokens"), int)
+    scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
+    finish = scelta.get("finish_reason")
+    # What the extras read (see "Oltre il lab"): the prompt's tokens, those reused from a cache, why it stopped.
+    oltre = RisultatoOltre(token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
+                           numero(timings.get("cache_n"), int), finish if isinstance(finish, str) else None,
+                           tuple(chunk_s) if chunk_s is not None else None)
+    return dict(token=token if token is not None else numero(timings.get("predicted_n"), int),
+                tps=numero(timings.get("predicted_per_second")), prompt_ms=numero(timings.get("prompt_ms")),
+                predicted_ms=numero(timings.get("predicted_ms")), oltre=oltre)
+
+
+def numero(valore, tipo=float):
+    """A JSON number as `tipo` (int: whole numbers only); None for anything else."""
+    ammessi = (int,) if tipo is int else (int, float)
+    return tipo(valore) if isinstance(valore, ammessi) and not isinstance(valore, bool) else None
+
+
+ANNULLATA = "annullata (interruzione)"  # the error of a request closed by Ctrl+C: not a measurement
+
+
+# 3. What the server says about itself, and the /slots sampler ################################
+
+def interroga_server(client: Client, attesa: float, stderr, con_props: bool = False) -> InfoServer:
+    """Before any load: is the server ready, how many slots of what context, can /slots and /metrics be read."""
+    aspetta_pronto(client, attesa, stderr)
+    risposta = chiedi(client, "/slots")
+    slots = lista_slot(leggi_json(risposta.corpo)) if risposta.status == 200 else None
+    n_ctx = slots[0].get("n_ctx") if slots else None
+    info = InfoServer(len(slots), n_ctx if isinstance(n_ctx, int) else None,
+                      conta_occupati(slots) is not None) if slots else None
+    if info is None or not info.slots_disponibile or con_props:
+        info = info_da_props(client, risposta, info)  # /slots off, another server, --json: see "Oltre il lab"
+    metrics = chiedi(client, "/metrics")
+    return info._replace(metrics_disponibile=metrics.status == 200 and b"llamacpp:" in metrics.corpo)
+
+
+def lista_slot(dati) -> Optional[List[dict]]:
+    """The slots of a /slots answer: a list (this server), {"slots": [...]} or one bare slot (older ones)."""
+    if isinstance(dati, dict):
+        dati = dati.get("slots", [dati] if "id" in dati else None)
+    if not isinstance(dati, list) or not all(isinstance(s, dict) for s in dati):
         return None
+    return dati
 
 
-# What the server says about itself ############################################################
+def conta_occupati(dati) -> Optional[int]:
+    """Busy slots in a /slots answer: `is_processing` true (this server), or `state` not 0 (older ones)."""
+    slots = lista_slot(dati)
+    if slots is None or not all("is_processing" in s or isinstance(s.get("state"), int) for s in slots):
+        return None
+    return sum(bool(s["is_processing"]) if "is_processing" in s else s["state"] != 0 for s in slots)
 
-class InfoServer(NamedTuple):
-    n_slot: Optional[int]
-    n_ctx_slot: Optional[int]
-    slots_disponibile: bool  # /slots answers, so the peak of busy slots can be sampled
-    avvisi: tuple = ()  # Italian lines for stderr: what could not be seen
-    metrics_disponibile: bool = False  # /metrics answers: requests_deferred can be sampled
-    props: Optional[dict] = None  # /props as the server gave it, for --json
 
+class Campionatore:
+    """Reads /slots (and /metrics) every `intervallo` s in a background thread, on a fixed schedule (a slow
+    reading does not stretch the period); a failed one is a gap, not a zero. `al_campione`: the live line."""
+
+    def __init__(self, client: Client, intervallo: float, info: InfoServer, timer=time.perf_counter, al_campione=None):
+        self.campioni: List[Campione] = []
+        self._client, self._intervallo, self._timer, self._info = client, intervallo, timer, info
+        self._al_campione, self._t0, self._stop = al_campione, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._ciclo, name="campionatore", daemon=True)
+
+    def avvia(self, t0: float) -> None:
+        if self._info.slots_disponibile or self._info.metrics_disponibile:
+            self._t0 = t0
+            self._thread.start()
+
+    def ferma(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _ciclo(self) -> None:
+        prossimo = self._timer()
+        while True:
+            dati = self._leggi("/slots", leggi_json) if self._info.slots_disponibile else None
+            in_coda = self._leggi("/metrics", lambda corpo: leggi_metrica(corpo.decode("utf-8", "replace"),
+                                                                          "requests_deferred"))
+            # The sample's time is when the answers arrived: what they say is the state then.
+            campione = Campione(self._timer() - self._t0, conta_occupati(dati), None if in_coda is None else int(in_coda))
+            self.campioni.append(campione)
+            if self._al_campione is not None:
+                self._al_campione(campione, dati)
+            prossimo += self._intervallo
+            if self._stop.wait(max(0.0, prossimo - self._timer())):
+                return
+
+    def _leggi(self, percorso: str, interpreta):
+        if percorso == "/metrics" and not self._info.metrics_disponibile:
+            return None
+        try:
+            risposta = self._client.chiama("GET", percorso)
+        except ErroreRete:
+            return None
+        return interpreta(risposta.corpo) if risposta.status == 200 else None
+
+
+# 4. The pool that fires the requests ###########################################################
+
+def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: int = 0,
+                  timer=time.perf_counter, diretta: Optional[Diretta] = None) -> Esecuzione:
+    """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled; the
+    clock starts at the first request. Prompts start at `primo_prompt`: a second run on the same
+    server sends new ones. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled."""
+    import concurrent.futures  # here, not at the top: see the note under the imports
+
+    domande = [domanda_chat(prompt_per(primo_prompt + i, piano), piano) for i in range(piano.richieste or 0)]
+    futuri = []  # each request's future, in the order they were submitted
+    al_campione = diretta.seguendo(futuri, piano) if diretta else None  # the live line: see "Oltre il lab"
+    campionatore = Campionatore(client, piano.intervallo, info, timer, al_campione)
+    esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
+    oltre = interruzione = None
+    try:
+        t0 = timer()
+        campionatore.avvia(t0)
+        if piano.oltre is None or not piano.oltre.al_tempo:  # the lab: all submitted now, `parallele` at a time
+            for i, domanda in enumerate(domande):
+                futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0, timer))
+        else:  # --ritmo, --durata: sent by the clock, see "Oltre il lab"
+            oltre = Programma(piano, primo_prompt).lancia(futuri, esecutore, client, t0, timer)
+        concurrent.futures.wait(futuri)
+    except Interruzione as exc:
+        interruzione = exc.codice
+        client.annulla()  # the requests in flight return at once, marked ANNULLATA
+    finally:
+        with segnali(signal.SIG_IGN):  # a second Ctrl+C must not lose the report
+            esecutore.shutdown(wait=True, cancel_futures=True)
+            campionatore.ferma()
+            if diretta:
+                diretta.cancella()
+    # What the interruption closed is not a measurement: keep only the requests that ended by themselves.
+    finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
+    n_richieste = piano.richieste if piano.richieste is not None else len(futuri)
+    return Esecuzione([r for r in finite if r.errore != ANNULLATA], campionatore.campioni, n_richieste,
+                      interruzione, oltre)
+
+
+# 5. The report: pure formatting, data -> lines, then the print ################################
+
+class Riepilogo(NamedTuple):
+    riuscite: int
+    fallite: int
+    non_completate: int
+    tempo_totale: Optional[float]  # from the first send (t = 0) to the last answer, failed or not
+    latenza_media: Optional[float]  # over the successful requests
+    latenza_max: Optional[float]
+    token: Optional[int]  # generated by the successful ones; None when one did not say how many
+    throughput: Optional[float]  # token / tempo_totale
+    occupati_letti: Optional[int]  # the most busy slots one /slots reading saw
+    occupati_dai_tempi: Optional[int]  # the most slots the server's own timings prove busy together
+    coda_letta: Optional[int]  # the most requests_deferred one /metrics reading saw
+    coda_dai_tempi: Optional[int]  # the most requests the timings prove waiting for a slot together
+
+    @property
+    def picco(self) -> Optional[int]:  # the larger of what the readings saw and what the timings prove
+        return max((v for v in (self.occupati_letti, self.occupati_dai_tempi) if v is not None), default=None)
+
+    @property
+    def picco_coda(self) -> Optional[int]:
+        return max((v for v in (self.coda_letta, self.coda_dai_tempi) if v is not None), default=None)
+
+
+def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
+    """Mean and max latency over the successful requests; total time from the first request (t = 0) to
+    the last answer; aggregate throughput = tokens generated / total time; the peaks of slots and queue."""
+    ok = [r for r in esecuzione.risultati if r.riuscita]
+    latenze = [r.latenza for r in ok]
+    totale = max((r.fine for r in esecuzione.risultati), default=None)
+    token = sum(r.token for r in ok) if ok and all(r.token is not None for r in ok) else None
+    occupati = [c.occupati for c in esecuzione.campioni if c.occupati is not None]
+    in_coda = [c.in_coda for c in esecuzione.campioni if c.in_coda is not None]
+    dai_tempi = picchi_dai_tempi(ok, n_slot)
+    return Riepilogo(len(ok), len(esecuzione.risultati) - len(ok), esecuzione.n_richieste - len(esecuzione.risultati),
+                     totale, sum(latenze) / len(latenze) if latenze else None, max(latenze, default=None), token,
+                     token / totale if token is not None and totale else None, max(occupati, default=None),
+                     dai_tempi[0], max(in_coda, default=None), dai_tempi[1])
+
+
+# Readings every 0.5 s miss a run shorter than a second (on a GPU, every lab run). The server's
+# timings do not: each answer says how long its slot spent on it (prompt_ms + predicted_ms), up to
+# when the answer left. So a request was in its slot from `fine` minus that to `fine`; before, it waited.
+MARGINE = 0.02  # seconds trimmed from each end of those intervals: the client reads an answer a little late
+
+
+def in_slot(r: Risultato) -> Optional[Tuple[float, float]]:
+    """When the server's slot worked on a request, from its timings (never before it was sent)."""
+    if r.prompt_ms is None or r.predicted_ms is None:
+        return None
+    return max(r.inizio, r.fine - (r.prompt_ms + r.predicted_ms) / 1000), r.fine
+
+
+def accorcia(intervallo: Optional[Tuple[float, float]]) -> Optional[Tuple[float, float]]:
+    """An interval read from the timings, MARGINE inside each end (a quarter of it, if it is short)."""
+    if intervallo is None or intervallo[1] <= intervallo[0]:
+        return None
+    margine = min(MARGINE, (intervallo[1] - intervallo[0]) / 4)
+    return intervallo[0] + margine, intervallo[1] - margine
+
+
+def picchi_dai_tempi(ok: List[Risultato], n_slot: Optional[int]) -> Tuple[Optional[int], Optional[int]]:
+    """The most slots busy together (the largest overlap of the slot intervals, never above the slots) and
+    the most requests waiting together while every slot was busy (with one free, the wait was HTTP)."""
+    eventi = []  # (time, +1 opens or -1 closes, 0 for a slot or 1 for a wait)
+    for r in ok:
+        slot = in_slot(r)
+        for tipo, intervallo in ((0, slot), (1, slot and (r.inizio, slot[0]))):
+            eventi += [(t, passo, tipo) for t, passo in zip(accorcia(intervallo) or (), (1, -1))]
+    if not eventi:
+        return None, None
+    aperti, occupati, coda = [0, 0], 0, 0
+    for _, passo, tipo in sorted(eventi):  # at one instant, what closes before what opens
+        aperti[tipo] += passo
+        occupati = max(occupati, aperti[0])
+        if n_slot is None or aperti[0] >= n_slot:
+            coda = max(coda, aperti[1])
+    return (occupati if n_slot is None else min(occupati, n_slot)), coda
+
+
+def fmt(valore, formato: str) -> str:
+    """`valore` formatted, with an optional unit after the format spec ('.2f s'); n/d for None."""
+    spec, _, unita = formato.partition(" ")
+    return ND if valore is None else format(valore, spec) + (f" {unita}" if unita else "")
+
+
+def riga_server(info: InfoServer) -> str:
+    return f"server: {fmt(info.n_slot, 'd')} slot, n_ctx per slot = {fmt(info.n_ctx_slot, 'd')}"
+
+
+def riga_richiesta(r: Risultato, larghezza: int = 1) -> str:
+    inizio_riga = f"  req {r.indice:>{larghezza}}: {r.latenza:6.2f} s"
+    if not r.riuscita:
+        return f"{inizio_riga}   errore: {r.errore}"
+    riga = f"{inizio_riga} {fmt(r.token, 'd'):>4} token  ({fmt(r.tps, '.1f')} t/s nel proprio slot)"
+    if r.oltre is not None and r.oltre.chunk_s:  # --stream: the first chunk with text, see "Oltre il lab"
+        riga += f"  primo token {r.oltre.chunk_s[0]:.2f} s"
+    return riga
+
+
+def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServer) -> List[str]:
+    righe = [
+        f"richieste={richieste} parallele={parallele} slot={fmt(info.n_slot, 'd')}"
+        f"  picco slot occupati insieme={fmt(s.picco, 'd')}",
+        f"tempo totale {fmt(s.tempo_totale, '.2f s')}  |  latenza media {fmt(s.latenza_media, '.2f s')},"
+        f" max {fmt(s.latenza_max, '.2f s')}",
+        f"throughput aggregato {fmt(s.throughput, '.2f token/s')}  ({fmt(s.token, 'd')} token generati)",
+    ]
+    if info.metrics_disponibile:  # the lab's question: "what does llamacpp:requests_deferred say?"
+        fonte = "requests_deferred" if (s.coda_letta or 0) >= (s.coda_dai_tempi or 0) else "dai tempi del server"
+        righe.append(f"picco richieste in coda ({fonte})={fmt(s.picco_coda, 'd')}")
+    if s.fallite:
+        righe.append(f"richieste fallite: {s.fallite} su {richieste}" + {
+            0: " (nessuna riuscita: niente da riassumere)", 1: " (il riepilogo conta solo 1 riuscita)"
+        }.get(s.riuscite, f" (il riepilogo conta solo le {s.riuscite} riuscite)"))
+    if s.non_completate:
+        righe.append(f"richieste non completate: {s.non_completate} su {richieste} (interrotto)")
+    return righe
+
+
+def rapporto(prova: Prova) -> List[str]:
+    """The lab's lines after the `server:` line: one per request, a blank line, the summary. After
+    an interruption the requests that did not end get a line that says so."""
+    e, piano = prova.esecuzione, prova.piano
+    larghezza = len(str(max(e.n_richieste - 1, 0)))
+    per_indice = {r.indice: r for r in e.risultati}
+    righe = []
+    for i in range(e.n_richieste):
+        if i in per_indice:
+            righe.append(riga_richiesta(per_indice[i], larghezza))
+        elif e.interruzione:
+            righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
+    parallele = str(piano.parallele) if piano.oltre is None else valore_parallele(piano)  # --ritmo's cap
+    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
+
+
+def stampa_prova(prova: Prova) -> None:
+    """Write one run's lines as soon as it ends; then, on stderr, notes on what its figures mean."""
+    print("\n".join(rapporto(prova)), flush=True)
+    for testo in note(prova):
+        nota(testo)
+
+
+# 6. main #######################################################################################
+
+class Opzioni(NamedTuple):
+    """What the flags say beyond what to send: which server, and how to reach it."""
+    url: str = "http://127.0.0.1:8080"
+    api_key: Optional[str] = None  # --api-key, or the LLAMA_API_KEY variable
+    attesa_pronto: float = ATTESA_PRONTO  # --attesa: how long to wait for a server loading its model
+    oltre: Optional[OpzioniOltre] = None  # --ripeti, --grafico, --json, --avvia...: see "Oltre il lab"
+
+
+def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzioni]:
+    """The plans of the load (the lab: one) and the other options, from the flags. Any flag beyond the
+    lab's four, or a list of values, is read after the banner; a bad flag ends here with exit 2."""
+    parser = ParserItaliano(prog="carico.py", description=__doc__, epilog=EPILOGO, add_help=False, allow_abbrev=False,
+                            usage="%(prog)s [--url URL] [--richieste N] [--parallele N] [--token N] [altre opzioni]",
+                            formatter_class=formato_aiuto)
+    lab = parser.add_argument_group("il lab")
+    lab.add_argument("--url", type=url_server, default="http://127.0.0.1:8080",
+                     help="radice del server llama.cpp (default: %(default)s)")
+    lab.add_argument("--richieste", type=intero_positivo, metavar="N",
+                     help="quante richieste inviare in tutto (default: 4)")
+    lab.add_argument("--parallele", type=lista_di(intero_positivo), metavar="N",
+                     help="quante richieste tenere in volo insieme (default: 4)")
+    lab.add_argument("--token", type=lista_di(intero_positivo), default=[32], metavar="N",
+                     help="token da generare per richiesta, max_tokens (default: 32)")
+    a, altri = parser.parse_known_args(argv)
+    if altri or len(a.parallele or [4]) > 1 or len(a.token) > 1:
+        return leggi_opzioni_oltre(parser, argv)  # see "Oltre il lab"
+    chiave = chiave_dall_ambiente(parser) if os.environ.get("LLAMA_API_KEY") else None  # see "Oltre il lab"
+    return [Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])], Opzioni(a.url, chiave)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Read the flags (a bad one: exit 2), turn Ctrl+C into an Interruzione, run, return the exit code."""
+    for flusso in (sys.stdout, sys.stderr):
+        if hasattr(flusso, "reconfigure"):  # a terminal that cannot encode Unicode gets '?', not an error
+            flusso.reconfigure(errors="replace")
+    piani, opzioni = analizza_argomenti(argv)
+    with segnali(al_segnale):
+        return Sessione(piani, opzioni).esegui()
+
+
+class Sessione:
+    """One invocation: ask the server what it is, run the load, print it (with extras, `Oltre` runs it).
+    What was measured is printed whatever stops it; `codice()` decides the exit code, once."""
+
+    def __init__(self, piani: List[Piano], opzioni: Opzioni):
+        self.piani, self.opzioni = piani, opzioni  # the lab: one plan; a sweep: one per point
+        self.prove: List[Prova] = []
+        self.errore = False  # something the user must fix stopped it, or a file could not be written
+        self.interruzione: Optional[int] = None  # 130 (Ctrl+C), 143 (SIGTERM), 141 (stdout closed)
+        self.oltre = Oltre(self) if opzioni.oltre is not None else None  # the extras asked for, if any
+
+    def esegui(self) -> int:
+        try:
+            if self.oltre is None:  # the lab: one server, one run
+                self.prova(*self.collega(), self.piani[0])
+            else:  # more runs, sweeps, more servers: see "Oltre il lab"
+                self.oltre.esegui()
+        except ErroreUtente as exc:
+            print(f"carico.py: errore: {exc}", file=sys.stderr)
+            self.errore = True
+        except Interruzione as exc:  # the report of a run cut short says which requests did not end
+            self.interruzione = exc.codice
+            print("carico.py: interrotto", file=sys.stderr)
+        except BrokenPipeError:  # the reader went away (| head): stop; the files are still written
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            self.interruzione = 141
+        if self.oltre is not None and self.prove:
+            with segnali_rimandati() as rimandato:  # Ctrl+C now waits: the files whole, never half written
+                self.oltre.alla_fine()  # the tables and the files
+            self.interruzione = self.interruzione or rimandato.codice
+        return self.codice()
+
+    def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
+        """A client for the server at --url, and what the server says about itself."""
+        o = self.opzioni
+        client = Client(o.url, o.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
+        info = interroga_server(client, o.attesa_pronto, sys.stderr, con_props=bool(o.oltre and o.oltre.file_json))
+        for avviso in info.avvisi:
+            nota(avviso)
+        return client, info._replace(kv_unificata=bool(configurazione and configurazione.kv_unificata))
+
+    def prova(self, client: Client, info: InfoServer, piano: Piano, primo_prompt: int = 0,
+              configurazione: Optional[Configurazione] = None) -> Prova:
+        """One run: look at the machine, write the `server:` line, fire the load, print the report."""
+        macchina = guarda_la_macchina()
+        print(riga_server(info) + (riga_kv_unificata(info) if info.kv_unificata else ""), flush=True)  # step 5
+        silenzioso = self.oltre is not None and self.oltre.o.silenzioso  # the live line, on a terminal: see "Oltre il lab"
+        diretta = Diretta(sys.stderr, info.n_slot) if sys.stderr.isatty() and not silenzioso else None
+        esecuzione = esegui_carico(client, piano, info, primo_prompt, diretta=diretta)
+        prova = Prova(info, esecuzione, piano, configurazione, macchina)
+        self.prove.append(prova)  # before printing: a closed stdout must not lose it
+        stampa_prova(prova)
+        if self.oltre is not None:
+            self.oltre.dopo_la_prova(prova)  # its pace, figures, picture, explanation
+        if esecuzione.interruzione:
+            raise Interruzione(esecuzione.interruzione)
+        return prova
+
+    def codice(self) -> int:
+        """0: every request answered; 1: one failed, or no server, or a file not written; 128 + a signal."""
+        riuscite = all(r.riuscita for p in self.prove for r in p.esecuzione.risultati)
+        return self.interruzione or (1 if self.errore or not riuscite else 0)
+
+
+# What a careful tool needs #####################################################################
+# What keeps the tool honest when things go wrong: a server still loading, HTTP with a deadline,
+# Ctrl+C, a busy machine, flags checked. (The errors, and how they are said: "Plumbing", at the end.)
 
 def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[ServerAvviato] = None,
                    timer=time.monotonic) -> None:
-    """Ask /health until the server is ready, up to `attesa` seconds. While it answers 503 it is
-    still loading its model; a server that --avvia has just started may not even listen yet. Any
-    other server that does not answer is down. 401: nothing can be measured without the key."""
+    """Ask /health until the server is ready, up to `attesa` seconds: 503 means it is still loading its
+    model; no answer, down (or, just started by --avvia, not listening yet); 401, the key is missing."""
     inizio = timer()
     avvisato = None  # when the user was last told that we wait
     while True:
@@ -293,8 +606,7 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[Serv
             risposta = client.chiama("GET", "/health")
         except ErroreRete as exc:
             if avviato is None:
-                raise ErroreUtente(f"nessuna risposta dal server {client.base}: {exc}. "
-                                   "Avvia il server (llama serve ...) o correggi --url, poi riprova") from None
+                raise ErroreUtente(perche_non_risponde(client, exc)) from None
             risposta = None  # just started: not listening yet
         if risposta is not None and risposta.status == 401:
             raise ErroreUtente(messaggio_chiave(client))
@@ -312,7 +624,7 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[Serv
             print(f"il server {client.base} sta caricando il modello: attendo fino a {attesa:g} s..."
                   if avvisato is None else f"  attendo ancora il server... {passati:.0f} s", file=stderr, flush=True)
             avvisato = passati
-        time.sleep(PAUSA_PRONTO)
+        time.sleep(0.25)
 
 
 def chiedi(client: Client, percorso: str) -> Risposta:
@@ -326,353 +638,169 @@ def chiedi(client: Client, percorso: str) -> Risposta:
     return risposta
 
 
-def interroga_server(client: Client, attesa: float, stderr, con_props: bool = False) -> InfoServer:
-    """Before any load: is the server there and ready, how many slots of what context, and can
-    /slots and /metrics be sampled."""
-    aspetta_pronto(client, attesa, stderr)
-    risposta = chiedi(client, "/slots")
-    info = info_da_slots(leggi_json(risposta.corpo)) if risposta.status == 200 else None
-    if info is None or not info.slots_disponibile or con_props:
-        info = info_da_props(client, risposta, info)  # /slots off, another server, --json: see "Oltre il lab"
-    metrics = chiedi(client, "/metrics")
-    return info._replace(metrics_disponibile=metrics.status == 200 and b"llamacpp:" in metrics.corpo)
+# HTTP: one exchange on its own connection, within a deadline ###################################
+
+class Risposta(NamedTuple):
+    status: int
+    corpo: bytes
 
 
-def lista_slot(dati) -> Optional[List[dict]]:
-    """The slots of a /slots answer: a list (this server), {"slots": [...]} or one bare slot (older ones)."""
-    if isinstance(dati, dict):
-        dati = dati.get("slots", [dati] if "id" in dati else None)
-    if not isinstance(dati, list) or not all(isinstance(s, dict) for s in dati):
-        return None
-    return dati
+class Client:
+    """Talks to one server with http.client, one connection per exchange (`Connection: close`: a
+    latency never hides a stale keep-alive); no redirects; the host name looked up once. Every socket
+    in flight is in a set, so that Ctrl+C (`annulla`) stops a connect or a read at once."""
 
+    def __init__(self, base: str, api_key: Optional[str] = None, timeout_info: float = TIMEOUT_INFO):
+        parti = urllib.parse.urlsplit(base)
+        self.base, self.timeout_info, self.con_chiave = base, timeout_info, bool(api_key)
+        self.https, self.host = parti.scheme == "https", parti.hostname
+        self._porta = parti.port or (443 if self.https else 80)
+        host = parti.netloc.rpartition("@")[2]
+        self._intestazioni = {"Host": host if host.isascii() else host.encode("idna").decode("ascii"),
+                              "Accept": "application/json", "Connection": "close", "User-Agent": f"carico.py/{__version__}",
+                              **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+        self._indirizzo = None  # the address that answered first (a getaddrinfo tuple)
+        self.tls = None  # https: one ssl context for every exchange
+        self._aperti, self._lock, self.annullato = set(), threading.Lock(), threading.Event()  # sockets in flight
 
-def conta_occupati(dati) -> Optional[int]:
-    """Busy slots in a /slots answer; None when the answer says nothing readable.
-    Reads `is_processing` (this server), or `state` (older servers: 0 is idle)."""
-    slots = lista_slot(dati)
-    if slots is None:
-        return None
-    occupati = 0
-    for slot in slots:
-        if "is_processing" in slot:
-            occupati += bool(slot["is_processing"])
-        elif isinstance(slot.get("state"), int):
-            occupati += slot["state"] != 0
-        else:
-            return None
-    return occupati
+    def chiama(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:
+        """One exchange: status and whole body. Raises ErroreRete when no answer comes."""
+        with self.apri(metodo, percorso, dati, timeout) as risposta:
+            return Risposta(risposta.status, risposta.leggi())
 
+    @contextlib.contextmanager
+    def apri(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None):
+        """One exchange on a new connection, all of it within `timeout` seconds: yields the answer with its
+        headers read; a network error, connecting or reading, becomes an ErroreRete in Italian."""
+        import http.client  # here, not at the top: see the note under the imports
 
-def info_da_slots(dati) -> Optional[InfoServer]:
-    slots = lista_slot(dati)
-    if not slots:
-        return None
-    n_ctx = slots[0].get("n_ctx")
-    return InfoServer(len(slots), n_ctx if isinstance(n_ctx, int) else None, conta_occupati(dati) is not None)
-
-
-# The load: one request, the /slots sampler, the pool that fires them ##########################
-
-def prompt_per(indice: int, testo: Optional[str] = None) -> str:
-    """Request i's prompt: the lab's i-th, and past 8 the same ones behind a number, so that they
-    stay distinct and share at most a digit of prefix."""
-    if testo is not None:
-        return testo
-    base = PROMPTS[indice % len(PROMPTS)]
-    return base if indice < len(PROMPTS) else f"{indice}. {base}"
-
-
-def domanda_chat(prompt: str, piano: Piano) -> dict:
-    """The JSON that one request sends to /v1/chat/completions."""
-    domanda = {
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": piano.token,
-        # Thinking off, so that every generated token is answer (ignored by models without it).
-        "chat_template_kwargs": {"enable_thinking": False},
-    }
-    if piano.modello:
-        domanda["model"] = piano.modello
-    if piano.esatti:  # --esatti: see "Oltre il lab"
-        domanda["ignore_eos"] = True
-    return domanda
-
-
-def invia(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
-          timer=time.perf_counter) -> Risultato:
-    """One request, timed from send to full answer. Never raises: a failure is a Risultato with
-    its error text, so that one bad request does not stop the others."""
-    inizio = timer() - t0
-    try:
-        risposta = client.chiama("POST", CHAT, domanda, timeout)
-        fine = timer() - t0
-        if risposta.status != 200:
-            return Risultato(indice, inizio, fine, errore=descrivi_errore_http(risposta))
-        dati = leggi_json(risposta.corpo)
-        if dati is None:
-            raise ErroreRichiesta("risposta non JSON dal server")
-        return Risultato(indice, inizio, fine, **cifre_completamento(dati))
-    except Exception as exc:  # a worker never raises
-        return fallita(client, indice, inizio, timer() - t0, exc)
-
-
-def cifre_completamento(dati) -> dict:
-    """The figures of a chat completion: tokens from `usage`, else `timings.predicted_n`; speed
-    and server times from `timings`. A missing field stays None (printed n/d), never guessed."""
-    if not isinstance(dati, dict) or not isinstance(dati.get("choices"), list):
-        raise ErroreRichiesta("risposta non valida: la risposta non è un completamento di chat (manca choices)")
-    usage = dati.get("usage") if isinstance(dati.get("usage"), dict) else {}
-    timings = dati.get("timings") if isinstance(dati.get("timings"), dict) else {}
-    token = intero(usage.get("completion_tokens"))
-    if token is None:
-        token = intero(timings.get("predicted_n"))
-    token_prompt = intero(usage.get("prompt_tokens"))
-    if token_prompt is None:
-        token_prompt = intero(timings.get("prompt_n"))
-    scelte = dati["choices"]
-    finish = scelte[0].get("finish_reason") if scelte and isinstance(scelte[0], dict) else None
-    return dict(token=token, tps=numero(timings.get("predicted_per_second")), token_prompt=token_prompt,
-                prompt_ms=numero(timings.get("prompt_ms")), predicted_ms=numero(timings.get("predicted_ms")),
-                finish_reason=finish if isinstance(finish, str) else None, token_cache=intero(timings.get("cache_n")))
-
-
-def numero(valore) -> Optional[float]:
-    return float(valore) if isinstance(valore, (int, float)) and not isinstance(valore, bool) else None
-
-
-def intero(valore) -> Optional[int]:
-    return int(valore) if isinstance(valore, int) and not isinstance(valore, bool) else None
-
-
-def fallita(client: Client, indice: int, inizio: float, fine: float, exc: Exception) -> Risultato:
-    """The Risultato of a request that raised. What the server or the network said is printed as
-    it is; anything else is a bug of carico.py, and says so rather than blame the server."""
-    if client.annullato.is_set():
-        return Risultato(indice, inizio, fine, errore="annullata (interruzione)", annullata=True)
-    errore = str(exc) if isinstance(exc, ErroreRichiesta) else f"errore interno: {type(exc).__name__}: {exc}"
-    return Risultato(indice, inizio, fine, errore=errore)
-
-
-class Campionatore:
-    """Reads /slots (and /metrics, when there) every `intervallo` seconds in a background thread,
-    on a fixed schedule: the time a read takes does not stretch the period. A failed read is kept
-    as a gap, not a zero."""
-
-    def __init__(self, client: Client, intervallo: float, slots: bool, metrics: bool, timer=time.perf_counter,
-                 al_campione=None):
-        self.campioni: List[Campione] = []
-        self._client, self._intervallo, self._timer = client, intervallo, timer
-        self._slots, self._metrics = slots, metrics
-        self._al_campione = al_campione  # called with each sample: the live line (see "Oltre il lab")
-        self._t0 = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._ciclo, name="campionatore", daemon=True)
-
-    def avvia(self, t0: float) -> None:
-        if self._slots or self._metrics:
-            self._t0 = t0
-            self._thread.start()
-
-    def ferma(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-
-    def _ciclo(self) -> None:
-        prossimo = self._timer()
-        while True:
-            t = self._timer() - self._t0
-            occupati = in_coda = in_corso = None
-            if self._slots:
-                dati = self._leggi("/slots", leggi_json)
-                occupati = conta_occupati(dati)
-                if self._al_campione is not None:
-                    in_corso = token_in_corso(dati)
-            if self._metrics:
-                valore = self._leggi("/metrics", lambda corpo: leggi_metrica(
-                    corpo.decode("utf-8", "replace"), "requests_deferred"))
-                in_coda = None if valore is None else int(valore)
-            campione = Campione(t, occupati, in_coda, in_corso)
-            self.campioni.append(campione)
-            if self._al_campione is not None:
-                self._al_campione(campione)
-            prossimo += self._intervallo
-            if self._stop.wait(max(0.0, prossimo - self._timer())):
-                return
-
-    def _leggi(self, percorso: str, interpreta):
+        timeout = self.timeout_info if timeout is None else timeout
+        scadenza = time.monotonic() + timeout
+        intestazioni, corpo = dict(self._intestazioni), None
+        if dati is not None:
+            corpo = json.dumps(dati).encode("utf-8")
+            intestazioni["Content-Type"] = "application/json"
+        connessione = http.client.HTTPConnection(self.host, self._porta, timeout=timeout)
         try:
-            risposta = self._client.chiama("GET", percorso)
-        except ErroreRete:
-            return None
-        return interpreta(risposta.corpo) if risposta.status == 200 else None
+            connessione.sock = self._connetti(scadenza)  # http.client sends on it, and does not connect again
+            connessione.request(metodo, percorso, corpo, intestazioni)
+            yield RispostaHttp(connessione, scadenza, timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            raise ErroreRete(descrivi_errore_rete(exc, timeout)) from None
+        finally:
+            if connessione.sock is not None:
+                self.lascia(connessione.sock)
+            connessione.close()
+
+    def _connetti(self, scadenza: float) -> socket.socket:
+        """socket.create_connection's loop, written out only to register the socket before it connects."""
+        indirizzi = [self._indirizzo] if self._indirizzo else socket.getaddrinfo(
+            self.host, self._porta, type=socket.SOCK_STREAM)
+        errore = None
+        for indirizzo in indirizzi:
+            sock = self.tieni(socket.socket(*indirizzo[:3]))
+            try:
+                sock.settimeout(max(0.001, scadenza - time.monotonic()))
+                sock.connect(indirizzo[4])
+                if self.annullato.is_set():
+                    raise ConnectionAbortedError("richiesta annullata")
+                self._indirizzo = indirizzo
+                return cifra(self, sock, scadenza) if self.https else sock  # https: see "Oltre il lab"
+            except OSError as exc:
+                errore = exc
+                self.lascia(sock)
+        raise errore
+
+    def tieni(self, sock: socket.socket) -> socket.socket:
+        with self._lock:
+            self._aperti.add(sock)
+        return sock
+
+    def lascia(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._aperti.discard(sock)
+        sock.close()
+
+    def annulla(self) -> None:
+        """Shut every socket in flight, connecting ones included, from any thread; later ones fail too."""
+        self.annullato.set()
+        with self._lock:
+            aperti = list(self._aperti)
+        for sock in aperti:
+            with contextlib.suppress(OSError):  # already closed
+                sock.shutdown(socket.SHUT_RDWR)
 
 
-def esegui_carico(client: Client, piano: Piano, slots: bool = True, metrics: bool = False,
-                  primo_prompt: int = 0, timer=time.perf_counter, diretta: Optional[Diretta] = None) -> Esecuzione:
-    """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled
-    (with --ritmo or --durata, a Programma sends them by the clock instead). The clock starts at the
-    first request. Prompts start at `primo_prompt`, so that repeated runs never resend one the
-    server has cached. Ctrl+C or SIGTERM ends the run early: the requests in flight are closed, the
-    ones not sent are cancelled, and the run says it was cut short."""
-    import concurrent.futures  # here, not at the top: see the note under the imports
+class RispostaHttp:
+    """An answer read within its exchange's deadline (--timeout bounds the whole answer, streamed or not)."""
 
-    invio = invia_in_flusso if piano.stream else invia  # --stream: see "Oltre il lab"
-    programma = Programma(piano, primo_prompt) if piano.ritmo or piano.durata else None  # see "Oltre il lab"
-    domande = [] if programma else [domanda_chat(prompt_per(primo_prompt + i, piano.testo), piano)
-                                    for i in range(piano.richieste)]
-    futuri = []  # each request's future, in the order they were submitted
-    al_campione = diretta.seguendo(futuri, piano) if diretta else None  # the live line: see "Oltre il lab"
-    campionatore = Campionatore(client, piano.intervallo, slots, metrics, timer, al_campione)
-    esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
-    interrotta = None
+    def __init__(self, connessione, scadenza: float, timeout: float):
+        self._sock, self._scadenza, self._timeout = connessione.sock, scadenza, timeout
+        self._sock.settimeout(max(0.001, scadenza - time.monotonic()))
+        self._risposta = connessione.getresponse()  # the headers: with no stream, the whole wait is here
+        self.status = self._risposta.status
+
+    def leggi(self) -> bytes:
+        """The whole body."""
+        return next(self._letture(self._risposta.read))
+
+    def righe(self) -> Iterator[bytes]:
+        """The body line by line, as it arrives (a stream of server-sent events)."""
+        return self._letture(self._risposta.readline, fino_a=b"")
+
+    def _letture(self, leggi, fino_a=None) -> Iterator[bytes]:
+        try:
+            while True:
+                resto = self._scadenza - time.monotonic()
+                if resto <= 0:
+                    raise socket.timeout
+                self._sock.settimeout(resto)
+                pezzo = leggi()
+                if pezzo == fino_a:
+                    return
+                yield pezzo
+        except socket.timeout:
+            raise ErroreRete(f"risposta non completa entro {self._timeout:g} s") from None
+
+
+def leggi_json(corpo: bytes):
+    """A body as JSON, or None when it is not JSON."""
     try:
-        t0 = timer()
-        campionatore.avvia(t0)
-        if programma is None:  # the lab: every request submitted now, the pool runs `parallele` at a time
-            for i, domanda in enumerate(domande):
-                futuri.append(esecutore.submit(invio, client, i, domanda, piano.timeout, t0, timer))
-        else:  # --ritmo, --durata: sent by the clock
-            programma.lancia(futuri, esecutore, invio, client, t0, timer)
-        concurrent.futures.wait(futuri)
-    except Interruzione as exc:
-        interrotta = exc.codice
-        client.annulla()  # the requests in flight return at once, marked `annullata`
+        return json.loads(corpo)  # bytes: json finds the UTF encoding itself
+    except ValueError:  # UnicodeDecodeError included
+        return None
+
+
+def nota(testo: str) -> None:
+    print(f"carico.py: nota: {testo}", file=sys.stderr, flush=True)
+
+
+# Signals: Ctrl+C and SIGTERM ###################################################################
+
+SEGNALI = (signal.SIGINT, signal.SIGTERM)
+
+
+def al_segnale(numero_segnale, _frame):
+    raise Interruzione(128 + numero_segnale)
+
+
+@contextlib.contextmanager
+def segnali(gestore):
+    """Ctrl+C and SIGTERM go to `gestore` inside the block (only the main thread may touch handlers)."""
+    principale = threading.current_thread() is threading.main_thread()
+    vecchi = {s: signal.signal(s, gestore) for s in SEGNALI} if principale else {}
+    try:
+        yield
     finally:
-        with segnali_ignorati():  # a second Ctrl+C must not lose the report
-            esecutore.shutdown(wait=True, cancel_futures=True)
-            campionatore.ferma()
-            if diretta:
-                diretta.cancella()
-    # What the interruption closed is not a measurement: keep only the requests that ended by themselves.
-    finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
-    richieste = piano.richieste if piano.durata is None else len(futuri)
-    return Esecuzione([r for r in finite if not r.annullata], campionatore.campioni, richieste, interrotta,
-                      programma.trattenute if programma else 0)
+        for segnale, vecchio in vecchi.items():
+            signal.signal(segnale, vecchio)
 
 
-# The report: pure formatting, data -> lines ###################################################
-
-class Riepilogo(NamedTuple):
-    riuscite: int
-    fallite: int
-    non_completate: int
-    tempo_totale: Optional[float]
-    latenza_media: Optional[float]
-    latenza_max: Optional[float]
-    token: Optional[int]  # None when some successful answer did not say how many
-    throughput: Optional[float]
-    picco: Optional[int]
-    picco_coda: Optional[int]  # llamacpp:requests_deferred, None without /metrics
-
-
-def riassumi(esecuzione: Esecuzione) -> Riepilogo:
-    """Mean and max latency over the successful requests; total time from the first request
-    (t = 0) to the last successful answer; aggregate throughput = their tokens / total time."""
-    ok = [r for r in esecuzione.risultati if r.riuscita]
-    latenze = [r.latenza for r in ok]
-    totale = max((r.fine for r in ok), default=None)
-    token = sum(r.token for r in ok) if ok and all(r.token is not None for r in ok) else None
-    throughput = token / totale if token is not None and totale else None
-    occupati = [c.occupati for c in esecuzione.campioni if c.occupati is not None]
-    in_coda = [c.in_coda for c in esecuzione.campioni if c.in_coda is not None]
-    return Riepilogo(len(ok), len(esecuzione.risultati) - len(ok), esecuzione.richieste - len(esecuzione.risultati),
-                     totale, sum(latenze) / len(latenze) if latenze else None, max(latenze, default=None),
-                     token, throughput, max(occupati, default=None), max(in_coda, default=None))
-
-
-def fmt(valore, formato: str) -> str:
-    """`valore` formatted, with an optional unit after the format spec ('.2f s'); n/d for None."""
-    spec, _, unita = formato.partition(" ")
-    return ND if valore is None else format(valore, spec) + (f" {unita}" if unita else "")
-
-
-def riga_server(info: InfoServer) -> str:
-    return f"server: {fmt(info.n_slot, 'd')} slot, n_ctx per slot = {fmt(info.n_ctx_slot, 'd')}"
-
-
-def riga_richiesta(r: Risultato, larghezza: int = 1, stream: bool = False) -> str:
-    inizio_riga = f"  req {r.indice:>{larghezza}}: {r.latenza:6.2f} s"
-    if not r.riuscita:
-        return f"{inizio_riga}   errore: {r.errore}"
-    riga = f"{inizio_riga} {fmt(r.token, 'd'):>4} token  ({fmt(r.tps, '.1f')} t/s nel proprio slot)"
-    if stream:
-        riga += f"  primo token {fmt(r.primo_token, '.2f s')}"
-    return riga
-
-
-def righe_riepilogo(s: Riepilogo, richieste: int, parallele: int, info: InfoServer) -> List[str]:
-    righe = [
-        f"richieste={richieste} parallele={parallele} slot={fmt(info.n_slot, 'd')}"
-        f"  picco slot occupati insieme={fmt(s.picco, 'd')}",
-        f"tempo totale {fmt(s.tempo_totale, '.2f s')}  |  latenza media {fmt(s.latenza_media, '.2f s')},"
-        f" max {fmt(s.latenza_max, '.2f s')}",
-        f"throughput aggregato {fmt(s.throughput, '.2f token/s')}  ({fmt(s.token, 'd')} token generati)",
-    ]
-    if info.metrics_disponibile:
-        righe.append(f"picco richieste in coda (requests_deferred)={fmt(s.picco_coda, 'd')}")
-    if s.fallite:
-        righe.append(f"richieste fallite: {s.fallite} su {richieste}" + {
-            0: " (nessuna riuscita: niente da riassumere)", 1: " (il riepilogo conta solo 1 riuscita)"
-        }.get(s.riuscite, f" (il riepilogo conta solo le {s.riuscite} riuscite)"))
-    if s.non_completate:
-        righe.append(f"richieste non completate: {s.non_completate} su {richieste} (interrotto)")
-    return righe
-
-
-def rapporto(esecuzione: Esecuzione, parallele: int, info: InfoServer, stream: bool = False) -> List[str]:
-    """The lab's lines after the `server:` line: one per request, a blank line, the summary. After
-    an interruption the requests that did not end get a line that says so."""
-    larghezza = len(str(max(esecuzione.richieste - 1, 0)))
-    per_indice = {r.indice: r for r in esecuzione.risultati}
-    righe = []
-    for i in range(esecuzione.richieste):
-        if i in per_indice:
-            righe.append(riga_richiesta(per_indice[i], larghezza, stream))
-        elif esecuzione.interrotta:
-            righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
-    righe.append("")
-    righe += righe_riepilogo(riassumi(esecuzione), esecuzione.richieste, parallele, info)
-    return righe
-
-
-# What the run's tokens mean: notes on stderr after every run ##################################
-# Two things change what throughput means, and stdout cannot show them: requests that stopped
-# before --token (the model said it was done), and prompt tokens the server reused from its cache.
-
-INIZIO_TEMPLATE = 16  # prompt tokens the cache may reuse from the chat template's opening alone
-
-
-def note_token(prova: Prova) -> List[str]:
-    """The notes on stderr after every run, with or without flags: requests that stopped before
-    --token, and a prompt cache that served more than the chat template's opening."""
-    note = [frase_fermate(prova)] if fermate_prima(prova) else []
-    dalla_cache = [r for r in prova.esecuzione.risultati if (r.token_cache or 0) > INIZIO_TEMPLATE]
-    if dalla_cache:
-        note.append(f"la cache dei prompt ha servito {sum(r.token_cache for r in dalla_cache)} token di prompt in "
-                    f"{len(dalla_cache)} richieste (oltre i primi {INIZIO_TEMPLATE}, l'inizio del template di chat): "
-                    "quei token non sono stati calcolati, e la prova ne esce avvantaggiata")
-    return note
-
-
-def fermate_prima(prova: Prova) -> List[Risultato]:
-    """The successful requests that generated fewer tokens than --token (finish_reason `stop`)."""
-    return [r for r in prova.esecuzione.risultati if r.riuscita and r.token is not None and r.token < prova.piano.token]
-
-
-def frase_fermate(prova: Prova) -> str:
-    """What stderr, --spiega and --dettagli say of the requests that stopped before --token."""
-    corte, piano = fermate_prima(prova), prova.piano
-    frase = (f"{len(corte)} richieste su {len(prova.esecuzione.risultati)} si sono fermate prima di --token "
-             f"{piano.token} (finish_reason stop, {min(r.token for r in corte)}-{max(r.token for r in corte)} token)")
-    if piano.esatti:
-        return frase + ": il server non rispetta ignore_eos (--esatti)"
-    return (frase + ": il throughput conta i token generati davvero, e non si confronta con prove che arrivano a "
-            "--token; --esatti li fa generare tutti")
-
-
-# Is the machine quiet? ########################################################################
+# Is the machine quiet? #########################################################################
 # The lab asks for a quiet machine: the server shares the cores with whatever else runs.
+
+SGUARDO_MACCHINA = 0.25  # how long the check watches the CPU before a run
+
 
 class Macchina(NamedTuple):
     core: int
@@ -680,15 +808,24 @@ class Macchina(NamedTuple):
     cpu_occupata: Optional[float]  # share of all cores busy over a short look, 0..1
 
 
+def guarda_la_macchina() -> Macchina:
+    """Look at the machine before a run, and say on stderr when it is already busy."""
+    macchina = osserva_macchina()
+    motivo = macchina_occupata(macchina)
+    if motivo:
+        print(f"carico.py: attenzione: la macchina è già occupata ({motivo}): le cifre saranno falsate, "
+              "perché il server si divide i core con gli altri processi. Chiudi i processi pesanti e ripeti",
+              file=sys.stderr, flush=True)
+    return macchina
+
+
 def osserva_macchina(sguardo: Optional[float] = None) -> Macchina:
-    """How busy the machine is before the load: the load average, and the CPU share used by others
-    over `sguardo` seconds (from /proc/stat, where there is one)."""
+    """The load average, and the CPU share used over `sguardo` seconds (where /proc/stat is)."""
     try:
         carico_medio = os.getloadavg()[0]
     except (AttributeError, OSError):
         carico_medio = None
-    prima = tempi_cpu()
-    occupata = None
+    prima, occupata = tempi_cpu(), None
     if prima is not None:
         time.sleep(SGUARDO_MACCHINA if sguardo is None else sguardo)
         dopo = tempi_cpu()
@@ -709,9 +846,8 @@ def tempi_cpu() -> Optional[Tuple[int, int]]:
 
 
 def macchina_occupata(m: Macchina) -> Optional[str]:
-    """Why the machine looks busy, or None when it looks quiet. The CPU share right now is the
-    sign, where /proc/stat gives it: the load average also counts the server's own work of a
-    minute ago (the previous run of a sweep), so it is only the fallback."""
+    """Why the machine looks busy, or None. The CPU share now is the sign: the load average also
+    counts the server's own work of a minute ago (a sweep's last run), so it is only the fallback."""
     if m.cpu_occupata is not None:
         return f"CPU già occupata al {m.cpu_occupata:.0%}" if m.cpu_occupata >= 0.5 else None
     if m.carico_medio is not None and m.carico_medio >= max(1.0, 0.75 * m.core):
@@ -719,28 +855,7 @@ def macchina_occupata(m: Macchina) -> Optional[str]:
     return None
 
 
-# The command line #############################################################################
-
-class Opzioni(NamedTuple):
-    """What the flags say beyond what to send (the Piano): which server, how many runs, what to
-    print and save."""
-    url: str = "http://127.0.0.1:8080"
-    api_key: Optional[str] = None
-    attesa: float = ATTESA_PRONTO
-    ripeti: int = 1
-    tabella: bool = False
-    grafico: bool = False
-    spiega: bool = False
-    file_svg: Optional[str] = None
-    file_json: Optional[str] = None
-    file_csv: Optional[str] = None
-    avvia: Optional[List[str]] = None  # the server's command, split as a shell would
-    np: Optional[List[Configurazione]] = None  # with --avvia: one server per value
-    dettagli: bool = False
-    slo: Optional[Dict[str, float]] = None  # --slo: objective -> seconds
-    riscaldamento: int = 0  # --riscaldamento: warm-up requests before the first run on each server
-    silenzioso: bool = False  # --silenzioso: no live line
-
+# The lab's flags, checked ######################################################################
 
 def positivo(converti, cosa: str):
     """An argparse type: a number (int or float) greater than 0 and finite."""
@@ -759,13 +874,6 @@ intero_positivo = positivo(int, "un numero intero")
 secondi_positivi = positivo(float, "un numero di secondi")
 
 
-def lista_di(converti):
-    """An argparse type: one value, or a comma-separated list of them (a sweep: one run per value)."""
-    def controlla(testo: str) -> list:
-        return [converti(voce.strip()) for voce in testo.split(",")]
-    return controlla
-
-
 def url_server(testo: str) -> str:
     """The server's root, e.g. http://127.0.0.1:8080; a trailing / or /v1 is accepted and dropped."""
     try:
@@ -774,262 +882,41 @@ def url_server(testo: str) -> str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{testo}' non è un URL valido") from None
     if parti.scheme not in ("http", "https"):
-        raise argparse.ArgumentTypeError(
-            f"'{testo}' deve iniziare con http:// o https:// (per esempio http://127.0.0.1:8080)")
+        raise argparse.ArgumentTypeError(f"'{testo}' deve iniziare con http:// o https:// (per esempio "
+                                         "http://127.0.0.1:8080)")
     if not parti.hostname:
         raise argparse.ArgumentTypeError(f"'{testo}' non dice a quale host collegarsi")
-    percorso = parti.path.rstrip("/")
-    if percorso not in ("", "/v1") or parti.query or parti.fragment:
-        raise argparse.ArgumentTypeError(
-            f"'{testo}' deve essere la radice del server (per esempio http://127.0.0.1:8080), "
-            f"non il percorso '{parti.path}'")
+    if parti.path.rstrip("/") not in ("", "/v1") or parti.query or parti.fragment:
+        raise argparse.ArgumentTypeError(f"'{testo}' deve essere la radice del server (per esempio "
+                                         f"http://127.0.0.1:8080), non il percorso '{parti.path}'")
     return f"{parti.scheme}://{parti.netloc}"
 
 
-def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzioni]:
-    """Read the flags, in three steps: build the parser (the lab's four flags first, then the extras
-    in groups named after what they are for); parse (a bad flag ends here: one Italian line, exit 2);
-    turn the result into the load plans and the other options, the only place the flags are read.
-    There is one plan, unless a flag was given a list of values: then one per point of the sweep."""
-    parser = ParserItaliano(prog="carico.py", description=__doc__, epilog=EPILOGO, add_help=False,
-                            usage="%(prog)s [--url URL] [--richieste N] [--parallele N] [--token N] [altre opzioni]",
-                            formatter_class=formato_aiuto)
-    lab = parser.add_argument_group("il lab")
-    lab.add_argument("--url", type=url_server, default="http://127.0.0.1:8080",
-                     help="radice del server llama.cpp (default: %(default)s)")
-    lab.add_argument("--richieste", type=intero_positivo, metavar="N",
-                     help="quante richieste inviare in tutto (default: 4)")
-    lab.add_argument("--parallele", type=lista_di(intero_positivo), metavar="N",
-                     help="quante richieste tenere in volo insieme (default: 4)")
-    lab.add_argument("--token", type=lista_di(intero_positivo), default=[32], metavar="N",
-                     help="token da generare per richiesta, max_tokens (default: 32)")
-    gruppo = parser.add_argument_group("il server e le richieste").add_argument
-    gruppo("--api-key", type=chiave_api, metavar="CHIAVE", help="chiave API del server (--api-key di llama serve); "
-           "se manca, la variabile LLAMA_API_KEY. Mai stampata")
-    gruppo("--modello", metavar="NOME", help="il campo model delle richieste (l'alias -a del server)")
-    gruppo("--prompt-file", metavar="FILE", help="il testo di FILE come prompt di ogni richiesta (il passo 4 del lab)")
-    gruppo("--timeout", type=secondi_positivi, default=TIMEOUT_RICHIESTA, metavar="S",
-           help="secondi massimi di attesa di una risposta, coda compresa (default: %(default)g)")
-    gruppo("--intervallo", type=secondi_positivi, default=0.5, metavar="S",
-           help="ogni quanti secondi leggere /slots (default: %(default)g)")
-    gruppo("--attesa", type=secondi_positivi, default=ATTESA_PRONTO, metavar="S",
-           help="quanto aspettare un server che sta ancora caricando il modello (default: %(default)g)")
-    gruppo = parser.add_argument_group("ripetere e confrontare").add_argument
-    gruppo("--ripeti", type=intero_positivo, default=1, metavar="K", help="ripete la prova K volte: media e dispersione")
-    gruppo("--tabella", action="store_true", help="la riga della tabella del consegnato (np | n_ctx_slot | ...)")
-    gruppo = parser.add_argument_group("ritmo, durata, griglie", "--parallele, --token e --ritmo accettano anche una "
-                                       "lista (1,2,4): una prova per valore,\no per combinazione, poi la tabella e "
-                                       "la curva di capacità").add_argument
-    gruppo("--ritmo", type=lista_di(positivo(float, "un numero di richieste al secondo")), metavar="R",
-           help="invia R richieste al secondo, qualunque sia il ritmo delle risposte (--parallele fa da tetto)")
-    gruppo("--arrivi", choices=("poisson", "costanti"), help="con --ritmo: arrivi di Poisson (default) o a "
-           "intervalli costanti")
-    gruppo("--seme", type=int, metavar="N", help="con --ritmo: il seme degli arrivi di Poisson, per ripetere la prova")
-    gruppo("--durata", type=secondi_positivi, metavar="S", help="continua a inviare per S secondi (al posto di "
-           "--richieste), poi aspetta quelle in volo")
-    gruppo("--forza", action="store_true", help="accetta una griglia di oltre 100 punti")
-    gruppo = parser.add_argument_group("ogni cifra, esatta").add_argument
-    gruppo("--dettagli", action="store_true", help="dopo il riepilogo: min, media, p50, p90, p99, max di latenza, "
-           "attesa in coda e, con --stream, primo token, TPOT e ITL")
-    gruppo("--slo", type=obiettivi_slo, metavar="OBIETTIVI", help="per esempio latenza=5,ttft=1,tpot=0.1 (secondi): "
-           "quante richieste li rispettano tutti, e il goodput")
-    gruppo("--riscaldamento", type=intero_positivo, default=0, metavar="N",
-           help="N richieste prima della prova, con prompt propri, escluse da ogni cifra")
-    gruppo("--esatti", action="store_true", help="ignore_eos: ogni richiesta genera esattamente --token token, così "
-           "le prove si confrontano")
-    gruppo("--silenzioso", action="store_true", help="niente riga dal vivo su stderr durante la prova")
-    gruppo = parser.add_argument_group("vedere la prova").add_argument
-    gruppo("--stream", action="store_true", help="richieste in streaming: il tempo al primo token (l'attesa in coda)")
-    gruppo("--grafico", action="store_true", help="disegna la prova nel terminale (coda, prompt, generazione, slot)")
-    gruppo("--svg", type=file_scrivibile, metavar="FILE", help="salva lo stesso disegno in un file SVG")
-    gruppo("--spiega", action="store_true", help="dopo il riepilogo, legge la prova a parole")
-    gruppo = parser.add_argument_group("salvare i dati").add_argument
-    gruppo("--json", type=file_scrivibile, metavar="FILE", help="richieste, campioni di /slots e metadati in JSON")
-    gruppo("--csv", type=file_scrivibile, metavar="FILE", help="una riga per richiesta in CSV")
-    gruppo = parser.add_argument_group("tutto il lab in un comando").add_argument
-    gruppo("--avvia", type=comando_server, metavar="COMANDO",
-           help="avvia il server con COMANDO per ogni valore di --np (host e porta da --url), misura e lo ferma")
-    gruppo("--np", type=lista_np, metavar="LISTA", help="con --avvia: i valori di -np (default 1,2,4; 4kv = -np 4 "
-           "--kv-unified)")
-    gruppo = parser.add_argument_group("aiuto").add_argument
-    gruppo("-h", "--help", action="help", help="mostra questo aiuto ed esce")
-    gruppo("--version", action="version", version=f"carico.py {__version__}", help="mostra la versione ed esce")
+# Oltre il lab ##################################################################################
+# Everything below is opt-in: each extra in its own section, none of it runs on a plain lab run but
+# the hooks the lab's path calls (which return at once), and none of it changes the lab's lines.
 
-    a = parser.parse_args(argv)
-    if a.np is not None and a.avvia is None:
-        parser.error("--np va usato insieme a --avvia")
-    if a.durata is not None and a.richieste is not None:
-        parser.error("--durata e --richieste si escludono: con --durata si inviano richieste finché dura il tempo")
-    if a.ritmo is None and (a.arrivi is not None or a.seme is not None):
-        parser.error("--arrivi e --seme vanno usati insieme a --ritmo")
-    if a.slo and not a.stream and set(a.slo) & {"ttft", "tpot"}:
-        parser.error("--slo: ttft e tpot si misurano solo in streaming: aggiungi --stream")
-    api_key = a.api_key
-    if api_key is None and os.environ.get("LLAMA_API_KEY"):
-        try:
-            api_key = chiave_api(os.environ["LLAMA_API_KEY"])
-        except argparse.ArgumentTypeError as exc:
-            parser.error(f"LLAMA_API_KEY: {exc}")
-    testo = None
-    if a.prompt_file is not None:
-        try:
-            with open(a.prompt_file, encoding="utf-8") as f:
-                testo = f.read().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            parser.error(f"--prompt-file: non riesco a leggere '{a.prompt_file}': "
-                         f"{getattr(exc, 'strerror', None) or exc}")
-        if not testo:
-            parser.error(f"--prompt-file: '{a.prompt_file}' è vuoto")
-    richieste = None if a.durata is not None else a.richieste or 4
-    np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
-    piani = [Piano(richieste, (a.parallele or [4])[0], a.token[0], a.timeout, a.intervallo, a.stream, a.modello,
-                   testo, durata=a.durata, esatti=a.esatti)]
-    if a.ritmo or len(a.parallele or []) > 1 or len(a.token) > 1:  # --ritmo, lists of values: see "Oltre il lab"
-        piani = griglia(piani[0]._replace(arrivi=a.arrivi or "poisson"), a.parallele, a.token, a.ritmo, a.seme)
-    punti = len(piani) * len(np or [None])
-    if punti > MAX_PUNTI and not a.forza:
-        parser.error(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
-    opzioni = Opzioni(a.url, api_key, a.attesa, a.ripeti, a.tabella, a.grafico, a.spiega,
-                      a.svg, a.json, a.csv, a.avvia, np, a.dettagli, a.slo, a.riscaldamento, a.silenzioso)
-    return piani, opzioni
+# The errors carico.py raises ####################################################################
+# (the lab's path catches them: a request's error on its line, the user's on one line, Ctrl+C.)
+
+class ErroreUtente(Exception):
+    """A problem the user can fix (server down, wrong key...): one Italian line, exit 1."""
 
 
-# main #########################################################################################
+class Interruzione(BaseException):
+    """Ctrl+C or SIGTERM: stop sending, report what was measured, exit 128 + the signal."""
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """carico.py from the command line, in this order: read the flags (a bad one ends here with
-    exit 2), turn Ctrl+C and SIGTERM into an Interruzione, run the session, return its exit code."""
-    for flusso in (sys.stdout, sys.stderr):
-        if hasattr(flusso, "reconfigure"):  # a terminal that cannot encode Unicode gets '?', not an error
-            flusso.reconfigure(errors="replace")
-    piani, opzioni = analizza_argomenti(argv)
-    precedenti = {}
-    if threading.current_thread() is threading.main_thread():
-        precedenti = {s: signal.signal(s, al_segnale) for s in segnali_ignorati.SEGNALI}
-    try:
-        return Sessione(piani, opzioni).esegui()
-    except BrokenPipeError:
-        # The reader went away (`| head -1`): no noise, and no second error when Python flushes.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    finally:
-        for segnale, gestore in precedenti.items():
-            signal.signal(segnale, gestore)
+    def __init__(self, codice: int):
+        super().__init__(codice)
+        self.codice = codice
 
 
-def al_segnale(numero, _frame):
-    raise Interruzione(128 + numero)
+class ErroreRichiesta(Exception):
+    """A request that got no usable answer; the message is Italian and ready to print."""
 
 
-class Sessione:
-    """One invocation, in the order it goes: for each server (the one at --url, or with --avvia one
-    started per --np value) ask what it is, then run the load --ripeti times (for each point, in a
-    sweep), printing each run as soon as it ends; at the end the table and the files. What was
-    measured is always printed and saved, whatever stops the session (a server that is down or dies,
-    Ctrl+C), and the exit code is decided once, at the end, by `codice()`."""
-
-    def __init__(self, piani: List[Piano], opzioni: Opzioni):
-        self.piani, self.opzioni = piani, opzioni  # the lab: one plan; a sweep: one per point
-        self.prove: List[Prova] = []
-        self.errore = False  # something the user must fix stopped it, or a file could not be written
-        self.interruzione: Optional[int] = None  # 130 (Ctrl+C) or 143 (SIGTERM)
-
-    def esegui(self) -> int:
-        o = self.opzioni
-        try:
-            for configurazione in o.np or [None]:
-                if configurazione is None:
-                    self.misura(None)
-                    continue
-                with ServerAvviato(o.avvia, configurazione, o.url, o.attesa, sys.stderr) as server:
-                    self.misura(configurazione)
-                    server.controlla(f"il server (-np {configurazione.etichetta}) si è fermato durante la prova")
-        except ErroreUtente as exc:
-            print(f"carico.py: errore: {exc}", file=sys.stderr)
-            self.errore = True
-        except Interruzione as exc:  # the report of a run cut short says which requests did not end
-            self.interruzione = exc.codice
-            print("carico.py: interrotto", file=sys.stderr)
-        if self.prove:
-            tabella_e_file(self)  # --tabella, --avvia, --json, --csv, --svg: see "Oltre il lab"
-        return self.codice()
-
-    def misura(self, configurazione: Optional[Configurazione]) -> None:
-        """All the runs on one server: ask it what it is, then --ripeti runs of each plan, each printed
-        as it ends."""
-        client = Client(self.opzioni.url, self.opzioni.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
-        info = interroga_server(client, self.opzioni.attesa, sys.stderr, con_props=bool(self.opzioni.file_json))
-        for avviso in info.avvisi:
-            nota(avviso)
-        if self.opzioni.riscaldamento:  # see "Oltre il lab"
-            riscalda(client, self.piani[0], self.opzioni.riscaldamento, sys.stderr)
-        ripeti = self.opzioni.ripeti
-        # Each run on this server gets prompts it was not sent before: a cached prompt would flatter
-        # it. A new server (--avvia) starts again from the lab's first prompt.
-        inviate = 0
-        for j, piano in enumerate(self.piani):
-            if len(self.piani) > 1:  # a sweep: see "Oltre il lab"
-                print(f"punto {j + 1} di {len(self.piani)}: {descrivi_punto(piano, self.piani)}")
-            for k in range(ripeti):
-                macchina = osserva_macchina()
-                motivo = macchina_occupata(macchina)
-                if motivo:
-                    print(f"carico.py: attenzione: la macchina è già occupata ({motivo}): le cifre saranno "
-                          "falsate, perché il server si divide i core con gli altri processi. Chiudi i processi "
-                          "pesanti e ripeti", file=sys.stderr, flush=True)
-                if ripeti > 1:
-                    print(f"prova {k + 1} di {ripeti}")
-                print(riga_server(info), flush=True)
-                # On a terminal, one line on stderr shows the run while it lasts: see "Oltre il lab".
-                diretta = Diretta(sys.stderr, info.n_slot) if sys.stderr.isatty() and not self.opzioni.silenzioso else None
-                esecuzione = esegui_carico(client, piano, info.slots_disponibile, info.metrics_disponibile,
-                                           primo_prompt=inviate, diretta=diretta)
-                inviate += esecuzione.richieste
-                prova = Prova(info, esecuzione, configurazione, macchina, piano)
-                self.prove.append(prova)
-                self.stampa(prova)
-                if esecuzione.interrotta:
-                    raise Interruzione(esecuzione.interrotta)
-            if ripeti > 1:
-                print("\n".join(righe_ripetute(self.prove[-ripeti:]) + [""]), flush=True)
-
-    def stampa(self, prova: Prova) -> None:
-        """A run's lines, then the extras asked for: its pace, its picture, its explanation."""
-        e, piano = prova.esecuzione, prova.piano
-        righe = rapporto(e, piano.parallele, prova.info, piano.stream)
-        if piano.ritmo or piano.durata:
-            righe += righe_ritmo(prova)  # --ritmo, --durata: see "Oltre il lab"
-        if self.opzioni.dettagli:
-            righe += [""] + righe_dettagli(prova)
-        if self.opzioni.slo:
-            righe += ([] if self.opzioni.dettagli else [""]) + [riga_slo(prova, self.opzioni.slo)]
-        if self.opzioni.grafico and e.risultati:
-            righe += [""] + grafico(e, marche_per(sys.stdout))
-        if self.opzioni.spiega:
-            righe += [""] + spiegazione(prova, piano.parallele)
-        if self.opzioni.avvia or self.opzioni.ripeti > 1 or len(self.piani) > 1:
-            righe.append("")
-        print("\n".join(righe), flush=True)
-        durata = prova.riepilogo.tempo_totale
-        if prova.info.slots_disponibile and durata is not None and durata < 2 * piano.intervallo:
-            nota(f"la prova è durata {durata:.2f} s, meno di due letture di /slots (--intervallo "
-                 f"{piano.intervallo:g}): il picco di slot occupati può essere sottostimato")
-        for testo in (note_ritmo(prova) if piano.ritmo else []) + note_token(prova):
-            nota(testo)
-
-    def codice(self) -> int:
-        """0 when every request was answered; 1 when one failed, the server could not be measured or a
-        file not written; 128 + the signal after Ctrl+C or SIGTERM."""
-        if self.interruzione:
-            return self.interruzione
-        if self.errore:
-            return 1
-        return 0 if all(r.riuscita for p in self.prove for r in p.esecuzione.risultati) else 1
-
-
-# Oltre il lab #################################################################################
-# Everything below is opt-in: each extra in its own section, none of it runs on a plain lab run,
-# and none of it changes the lab's lines.
+class ErroreRete(ErroreRichiesta):
+    """No HTTP answer at all: refused, unknown host, timeout, connection closed."""
 
 
 EPILOGO = """\
@@ -1048,8 +935,9 @@ Quanto carico regge il server? --ritmo R invia R richieste al secondo (arrivi di
 --arrivi costanti), --durata S continua per S secondi, e una lista di valori fa una prova per
 valore, poi la tabella e, con --grafico o --svg, la curva di capacità (throughput e latenza):
 
-  python3 carico.py --parallele 1,2,4,8 --grafico --spiega
+  python3 carico.py --parallele 1,2,4,8 --richieste 16 --grafico --spiega
   python3 carico.py --ritmo 0.5,1,2,4 --durata 30 --svg curva.svg
+  python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 1,4 --token 32,128
 
 Ogni cifra: --dettagli aggiunge percentili di latenza, attesa in coda e (con --stream) primo token,
 TPOT e ITL; --slo latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il
@@ -1058,34 +946,459 @@ su stderr mostra la prova mentre dura (--silenzioso la spegne).
 """
 
 
-# Where a request's latency went: the server's own times #######################################
+# The extras' flags ############################################################################
 
-def servizio(r: Risultato) -> Optional[float]:
-    """Seconds the server's slot spent on a request: its prompt_ms + predicted_ms."""
-    if r.prompt_ms is None or r.predicted_ms is None:
+def chiave_api(testo: str) -> str:
+    # Checked here, so that a key that cannot go in a header never reaches one (nor an error message).
+    if not testo or not all(33 <= ord(c) < 127 for c in testo):
+        raise argparse.ArgumentTypeError("la chiave API deve essere fatta di caratteri ASCII stampabili, senza spazi")
+    return testo
+
+
+def chiave_dall_ambiente(parser: argparse.ArgumentParser) -> Optional[str]:
+    """The LLAMA_API_KEY variable, checked like --api-key."""
+    if not os.environ.get("LLAMA_API_KEY"):
         return None
-    return (r.prompt_ms + r.predicted_ms) / 1000
+    try:
+        return chiave_api(os.environ["LLAMA_API_KEY"])
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"LLAMA_API_KEY: {exc}")
 
 
-def attesa_coda(r: Risultato) -> Optional[float]:
-    """Latency minus the slot's time: the wait in the server's queue (plus HTTP, a few ms)."""
-    s = servizio(r)
-    return None if s is None else max(0.0, r.latenza - s)
+def lista_di(converti):
+    """An argparse type: one value, or a comma-separated list of distinct values (a sweep: one run
+    per value)."""
+    def controlla(testo: str) -> list:
+        valori = [converti(voce.strip()) for voce in testo.split(",")]
+        doppio = next((v for v in valori if valori.count(v) > 1), None)
+        if doppio is not None:
+            raise argparse.ArgumentTypeError(f"il valore {doppio:g} è ripetuto nella lista '{testo}': ogni valore "
+                                             "è un punto della griglia (per ripetere una prova usa --ripeti)")
+        return valori
+    return controlla
 
 
-# Servers that say less: /slots off, another server; /props for --json ########################
+def obiettivi_slo(testo: str) -> Dict[str, float]:
+    """An argparse type: `latenza=5,ttft=1,tpot=0.1`, in seconds."""
+    obiettivi = {}
+    for voce in testo.split(","):
+        chiave, uguale, valore = voce.strip().partition("=")
+        if chiave not in CHIAVI_SLO or not uguale:
+            raise argparse.ArgumentTypeError(f"'{voce.strip()}' non è un obiettivo: usa latenza=S, ttft=S o tpot=S "
+                                             "(secondi), per esempio latenza=5,ttft=1,tpot=0.1")
+        obiettivi[chiave] = positivo(float, "un numero di secondi")(valore.strip())
+    return obiettivi
+
+
+def file_scrivibile(testo: str) -> str:
+    """An output file that can be written: checked before any load is fired."""
+    cartella = os.path.dirname(os.path.abspath(testo))
+    if os.path.isdir(testo):
+        raise argparse.ArgumentTypeError(f"'{testo}' è una cartella, non un file")
+    if not os.path.isdir(cartella):
+        raise argparse.ArgumentTypeError(f"la cartella '{cartella}' non esiste")
+    if not os.access(cartella, os.W_OK) or (os.path.exists(testo) and not os.access(testo, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"non posso scrivere '{testo}' (permessi)")
+    return testo
+
+
+def lista_np(testo: str) -> List[Configurazione]:
+    """`1,2,4,4kv`: the -np values of a sweep; `Nkv` adds --kv-unified (the lab's step 5)."""
+    configurazioni = []
+    for voce in testo.split(","):
+        voce = voce.strip().lower()
+        kv = voce.endswith("kv")
+        try:
+            np = int(voce[:-2] if kv else voce)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{voce}' non è un valore di -np (per esempio 1,2,4,4kv)") from None
+        if np < 1 and np != -1:
+            raise argparse.ArgumentTypeError(f"-np {np} non ha senso: usa 1, 2, 4... o -1 (automatico)")
+        if Configurazione(np, kv) in configurazioni:
+            raise argparse.ArgumentTypeError(f"il valore {voce} è ripetuto nella lista '{testo}': ogni valore è un "
+                                             "server da avviare (per ripetere una prova usa --ripeti)")
+        configurazioni.append(Configurazione(np, kv))
+    return configurazioni
+
+
+def comando_server(testo: str) -> List[str]:
+    """The server's command without -np, host and port, which carico.py adds itself."""
+    import shlex
+
+    try:
+        parti = shlex.split(testo)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"comando non valido: {exc}") from None
+    if not parti:
+        raise argparse.ArgumentTypeError("il comando del server è vuoto")
+    gestite = {"-np", "--parallel", "--host", "--port", "--kv-unified", "-kvu"}
+    doppie = sorted(gestite.intersection(p.split("=")[0] for p in parti))
+    if doppie:
+        raise argparse.ArgumentTypeError(
+            f"non mettere {', '.join(doppie)} nel comando: -np viene da --np, host e porta da --url")
+    return parti
+
+
+# The flags beyond the lab's four, in the groups --help shows: (title, description, [(names, argparse's
+# keywords)]). A table rather than calls, so that all of them can be read in one place.
+OPZIONI_OLTRE = (
+    ("il server e le richieste", None, [
+        (("--api-key",), dict(type=chiave_api, metavar="CHIAVE", help="chiave API del server (--api-key di llama "
+                              "serve); se manca, la variabile LLAMA_API_KEY. Mai stampata")),
+        (("--modello",), dict(metavar="NOME", help="il campo model delle richieste (l'alias -a del server)")),
+        (("--prompt-file",), dict(metavar="FILE", help="il testo di FILE come prompt di ogni richiesta (il passo 4 "
+                                  "del lab)")),
+        (("--timeout",), dict(type=secondi_positivi, default=TIMEOUT_RICHIESTA, metavar="S",
+                              help="secondi massimi per una risposta intera, coda compresa (default: %(default)g)")),
+        (("--intervallo",), dict(type=secondi_positivi, default=0.5, metavar="S",
+                                 help="ogni quanti secondi leggere /slots, almeno 0.05 (default: %(default)g)")),
+        (("--attesa",), dict(type=secondi_positivi, default=ATTESA_PRONTO, metavar="S", help="quanto aspettare un "
+                             "server che sta ancora caricando il modello (default: %(default)g)")),
+    ]),
+    ("ripetere e confrontare", None, [
+        (("--ripeti",), dict(type=intero_positivo, default=1, metavar="K", help="ripete la prova K volte: media e "
+                             "dispersione")),
+        (("--tabella",), dict(action="store_true", help="la riga della tabella del consegnato (np | n_ctx_slot | ...)")),
+    ]),
+    ("ritmo, durata, griglie", "--parallele, --token e --ritmo accettano anche una lista (1,2,4): una prova per "
+     "valore,\no per combinazione, poi la tabella e la curva di capacità", [
+        (("--ritmo",), dict(type=lista_di(positivo(float, "un numero di richieste al secondo")), metavar="R",
+                            help="invia R richieste al secondo, qualunque sia il ritmo delle risposte (--parallele "
+                                 "fa da tetto)")),
+        (("--arrivi",), dict(choices=("poisson", "costanti"), help="con --ritmo: arrivi di Poisson (default) o a "
+                             "intervalli costanti")),
+        (("--seme",), dict(type=int, metavar="N", help="con --ritmo e arrivi di Poisson: il seme degli arrivi, per "
+                           "ripetere la prova")),
+        (("--durata",), dict(type=secondi_positivi, metavar="S", help="continua a inviare per S secondi (al posto di "
+                             "--richieste), poi aspetta quelle in volo")),
+        (("--forza",), dict(action="store_true", help="accetta una griglia di oltre 100 punti")),
+    ]),
+    ("ogni cifra, esatta", None, [
+        (("--dettagli",), dict(action="store_true", help="dopo il riepilogo: min, media, p50, p90, p99, max di "
+                               "latenza, attesa in coda e, con --stream, primo token, TPOT e ITL")),
+        (("--slo",), dict(type=obiettivi_slo, metavar="OBIETTIVI", help="per esempio latenza=5,ttft=1,tpot=0.1 "
+                          "(secondi): quante richieste li rispettano tutti, e il goodput")),
+        (("--riscaldamento",), dict(type=intero_positivo, default=0, metavar="N", help="N richieste prima della "
+                                    "prova, con prompt propri, escluse da ogni cifra")),
+        (("--esatti",), dict(action="store_true", help="ignore_eos: ogni richiesta genera esattamente --token "
+                             "token, così le prove si confrontano")),
+        (("--silenzioso",), dict(action="store_true", help="niente riga dal vivo su stderr durante la prova")),
+    ]),
+    ("vedere la prova", None, [
+        (("--stream",), dict(action="store_true", help="richieste in streaming: il tempo al primo token (l'attesa "
+                             "in coda)")),
+        (("--grafico",), dict(action="store_true", help="disegna la prova nel terminale (coda, prompt, generazione, "
+                              "slot)")),
+        (("--svg",), dict(type=file_scrivibile, metavar="FILE", help="salva lo stesso disegno in un file SVG")),
+        (("--spiega",), dict(action="store_true", help="dopo il riepilogo, legge la prova a parole")),
+    ]),
+    ("salvare i dati", None, [
+        (("--json",), dict(type=file_scrivibile, metavar="FILE", help="richieste, campioni di /slots e metadati in "
+                           "JSON")),
+        (("--csv",), dict(type=file_scrivibile, metavar="FILE", help="una riga per richiesta in CSV")),
+    ]),
+    ("tutto il lab in un comando", None, [
+        (("--avvia",), dict(type=comando_server, metavar="COMANDO", help="avvia il server con COMANDO per ogni "
+                            "valore di --np (host e porta da --url), misura e lo ferma")),
+        (("--np",), dict(type=lista_np, metavar="LISTA", help="con --avvia: i valori di -np (default 1,2,4; 4kv = "
+                         "-np 4 --kv-unified)")),
+    ]),
+    ("aiuto", None, [
+        (("-h", "--help"), dict(action="help", help="mostra questo aiuto ed esce")),
+        (("--version",), dict(action="version", version=f"carico.py {__version__}", help="mostra la versione ed "
+                              "esce")),
+    ]),
+)
+
+
+def dichiara_opzioni_oltre(parser: argparse.ArgumentParser) -> None:
+    """Every flag beyond the lab's four, in groups named after what they are for."""
+    for titolo, descrizione, opzioni in OPZIONI_OLTRE:
+        gruppo = parser.add_argument_group(titolo, descrizione)
+        for nomi, parametri in opzioni:
+            gruppo.add_argument(*nomi, **parametri)
+
+
+class PianoOltre(NamedTuple):
+    """What the extras change in what is sent."""
+    stream: bool = False  # --stream
+    modello: Optional[str] = None  # --modello: the requests' `model` field
+    testo: Optional[str] = None  # --prompt-file: one prompt for every request
+    ritmo: Optional[float] = None  # --ritmo: requests per second, sent by the clock (open loop)
+    arrivi: str = "poisson"  # --arrivi: poisson or costanti
+    seme: Optional[int] = None  # --seme: the seed of the Poisson schedule
+    durata: Optional[float] = None  # --durata: keep sending for this many seconds
+    esatti: bool = False  # --esatti: ignore_eos, so that every request generates exactly max_token
+    tetto_predefinito: bool = False  # --ritmo without --parallele: `parallele` is TETTO_RITMO, nobody asked it
+
+    @property
+    def al_tempo(self) -> bool:
+        """Sent by the clock (--ritmo, --durata) rather than all at once."""
+        return self.ritmo is not None or self.durata is not None
+
+
+class RisultatoOltre(NamedTuple):
+    """What the extras read of one request."""
+    token_prompt: Optional[int] = None  # the prompt's tokens, from usage
+    token_cache: Optional[int] = None  # timings.cache_n: prompt tokens the server reused from a cache
+    finish_reason: Optional[str] = None  # stop (EOS: fewer tokens than asked) or length
+    chunk_s: Optional[Tuple[float, ...]] = None  # --stream: seconds from send to each chunk with text
+    previsto: Optional[float] = None  # --ritmo: when the schedule meant to send it
+
+    @property
+    def primo_token(self) -> Optional[float]:
+        """--stream: seconds from send to the first token, the first chunk with text."""
+        return self.chunk_s[0] if self.chunk_s else None
+
+
+class EsecuzioneOltre(NamedTuple):
+    trattenute: int = 0  # --ritmo: requests sent late because --parallele were already in flight
+    ultimo_invio: Optional[float] = None  # --durata: when the last request left
+
+
+class OpzioniOltre(NamedTuple):
+    """The extras asked for: what to print and save, how many runs, which servers."""
+    ripeti: int = 1
+    tabella: bool = False
+    grafico: bool = False
+    spiega: bool = False
+    file_svg: Optional[str] = None
+    file_json: Optional[str] = None
+    file_csv: Optional[str] = None
+    avvia: Optional[List[str]] = None  # the server's command, split as a shell would
+    np: Optional[List[Configurazione]] = None  # with --avvia: one server per value
+    dettagli: bool = False
+    slo: Optional[Dict[str, float]] = None  # --slo: objective -> seconds
+    riscaldamento: int = 0  # warm-up requests before the first run on each server
+    silenzioso: bool = False  # no live line
+
+
+VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: EsecuzioneOltre()}
+
+
+def oltre(record):
+    """The extras' record of a lab record (Piano, Risultato, Esecuzione): its `oltre` field, or one
+    with every default where the lab's own run left it None."""
+    return record.oltre if record.oltre is not None else VUOTI[type(record)]
+
+
+def campi_oltre(piano: PianoOltre) -> dict:
+    """What the extras add to a request's JSON."""
+    campi = {}
+    if piano.modello:
+        campi["model"] = piano.modello
+    if piano.esatti:
+        campi["ignore_eos"] = True
+    if piano.stream:
+        campi.update(stream=True, stream_options={"include_usage": True})  # usage in the last chunk
+    return campi
+
+
+def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzioni]:
+    """The command line again, with every flag: checked together (an odd combination ends here:
+    one Italian line, exit 2), then turned into the plans (one per point of a sweep) and the
+    options. The only place the extras' flags are read."""
+    parser.allow_abbrev = True  # --rip for --ripeti; the lab's own parse took only whole names
+    dichiara_opzioni_oltre(parser)
+    a = parser.parse_args(argv)
+    piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
+    opzioni = Opzioni(a.url, chiave_dall_ambiente(parser))
+    errore = parser.error
+    if a.np is not None and a.avvia is None:
+        errore("--np va usato insieme a --avvia")
+    if a.avvia is not None and a.url.startswith("https://"):
+        errore("--avvia avvia llama serve in http semplice: usa --url http://...")
+    if a.durata is not None and a.richieste is not None:
+        errore("--durata e --richieste si escludono: con --durata si inviano richieste finché dura il tempo")
+    if a.ritmo is None and (a.arrivi is not None or a.seme is not None):
+        errore("--arrivi e --seme vanno usati insieme a --ritmo")
+    if a.seme is not None and a.arrivi == "costanti":
+        errore("--seme vale per gli arrivi di Poisson: con --arrivi costanti gli orari sono fissi, e non c'è nulla "
+               "da seminare")
+    if a.intervallo < 0.05:
+        errore(f"opzione --intervallo: almeno 0.05 s, non {a.intervallo:g}: leggere /slots più spesso toglierebbe "
+               "tempo al server che si vuole misurare")
+    if a.durata is not None and a.durata < a.intervallo:
+        errore(f"opzione --durata: {a.durata:g} s è troppo breve per una prova: meno di una lettura di /slots "
+               f"(--intervallo {a.intervallo:g} s)")
+    if a.slo and not a.stream and set(a.slo) & {"ttft", "tpot"}:
+        errore("--slo: ttft e tpot si misurano solo in streaming: aggiungi --stream")
+    testo = None
+    if a.prompt_file is not None:
+        try:
+            with open(a.prompt_file, encoding="utf-8") as f:
+                testo = f.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            errore(f"--prompt-file: non riesco a leggere '{a.prompt_file}': {getattr(exc, 'strerror', None) or exc}")
+        if not testo:
+            errore(f"--prompt-file: '{a.prompt_file}' è vuoto")
+    extra = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
+                       tetto_predefinito=a.ritmo is not None and a.parallele is None)
+    base = piano._replace(richieste=None if a.durata is not None else piano.richieste, intervallo=a.intervallo,
+                          timeout=a.timeout, oltre=extra)
+    piani = griglia(base, a.parallele, a.token, a.ritmo, a.seme)
+    np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
+    punti = len(piani) * len(np or [None])
+    if punti > MAX_PUNTI and not a.forza:
+        errore(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
+    extra_sessione = OpzioniOltre(a.ripeti, a.tabella, a.grafico, a.spiega, a.svg, a.json, a.csv, a.avvia, np,
+                                  a.dettagli, a.slo, a.riscaldamento, a.silenzioso)
+    return piani, opzioni._replace(api_key=a.api_key or opzioni.api_key, attesa_pronto=a.attesa, oltre=extra_sessione)
+
+
+# The session's extra steps ####################################################################
+# The lab's path (Sessione) calls these, when any extra was asked for, at the points of a session.
+
+class Oltre:
+    """The extras of one session: they run it (Sessione.esegui hands it over), calling the lab's own
+    steps, `Sessione.collega` and `Sessione.prova`, for each server, point and repeat."""
+
+    def __init__(self, sessione: Sessione):
+        self.sessione, self.o = sessione, sessione.opzioni.oltre
+
+    def esegui(self) -> None:
+        """For each server (the one at --url; with --avvia, one started per --np value): warm it up,
+        then run each plan --ripeti times, each run with its headers; after each point, the mean of
+        its repeats. A new server starts from the lab's first prompt; each run on the same server
+        moves on to prompts it has not been sent."""
+        sessione, o = self.sessione, self.o
+        for configurazione in o.np or [None]:
+            with self.server(configurazione):
+                client, info = sessione.collega(configurazione)
+                if o.riscaldamento:
+                    riscalda(client, sessione.piani[0], o.riscaldamento, sys.stderr)
+                inviate = 0
+                for piano in sessione.piani:
+                    for ripetizione in range(o.ripeti):
+                        self.intestazione(piano, configurazione, ripetizione)
+                        inviate += sessione.prova(client, info, piano, inviate, configurazione).esecuzione.n_richieste
+                    if o.ripeti > 1:
+                        print("\n".join(righe_ripetute(sessione.prove[-o.ripeti:]) + [""]), flush=True)
+
+    @contextlib.contextmanager
+    def server(self, configurazione: Optional[Configurazione]):
+        """--avvia: the server for one -np value, started, then stopped whatever happens; else nothing."""
+        if configurazione is None:
+            yield
+            return
+        url = self.sessione.opzioni
+        with ServerAvviato(self.o.avvia, configurazione, url.url, url.attesa_pronto, sys.stderr) as server:
+            yield
+            server.controlla(f"il server (-np {configurazione.etichetta}) si è fermato durante la prova")
+
+    def intestazione(self, piano: Piano, configurazione: Optional[Configurazione], ripetizione: int) -> None:
+        """Before a run: which point of a sweep (every value that varies, np included), which repeat."""
+        piani, np = self.sessione.piani, self.o.np or [None]
+        totale = len(piani) * len(np)
+        if totale > 1 and ripetizione == 0:
+            numero = np.index(configurazione) * len(piani) + piani.index(piano) + 1
+            descrizione = ", ".join(f"{c}={valore_di(c, piano, configurazione)}" for c in chiavi_griglia(self.sessione))
+            print(f"punto {numero} di {totale}: {descrizione}")
+        if self.o.ripeti > 1:
+            print(f"prova {ripetizione + 1} di {self.o.ripeti}")
+
+    def dopo_la_prova(self, prova: Prova) -> None:
+        """What the extras print after a run's lab lines: its pace, every figure, the SLO, its picture,
+        its explanation; then their notes on stderr."""
+        o, piano = self.o, oltre(prova.piano)
+        righe = righe_ritmo(prova) if piano.al_tempo else []
+        if o.dettagli:
+            righe += [""] + righe_dettagli(prova)
+        if o.slo:
+            righe += ([] if o.dettagli else [""]) + [riga_slo(prova, o.slo)]
+        if o.grafico and prova.esecuzione.risultati:
+            righe += [""] + grafico(prova, marche_per(sys.stdout))
+        if o.spiega:
+            righe += [""] + spiegazione(prova)
+        if o.avvia or o.ripeti > 1 or len(self.sessione.piani) > 1:
+            righe.append("")
+        if righe:
+            print("\n".join(righe), flush=True)
+        for testo in note_ritmo(prova) if piano.ritmo else []:
+            nota(testo)
+
+    def alla_fine(self) -> None:
+        """The tables and the files: written even after an error or an interruption."""
+        tabella_e_file(self.sessione)
+
+
+# What the run's figures mean: notes on stderr after every run, with or without extras ###########
+# Three things change what the lab's figures mean, and its lines cannot show them: a peak nobody
+# could see, requests that stopped before --token (the model said it was done), and prompt tokens
+# the server still took from a cache.
+
+def quante(n: int, una: str, molte: str) -> str:
+    """A count with its word in the right number: quante(1, "richiesta", "richieste") is '1 richiesta'."""
+    return f"{n} {una if n == 1 else molte}"
+
+
+def note(prova: Prova) -> List[str]:
+    e, s = prova.esecuzione, prova.riepilogo
+    testi = []
+    if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (s.tempo_totale or 0) < 2 * prova.piano.intervallo:
+        testi.append(f"la prova è durata {fmt(s.tempo_totale, '.2f s')}, meno di due letture di /slots (--intervallo "
+                    f"{prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il picco di slot occupati "
+                    "può essere sottostimato")
+    if fermate_prima(prova):
+        testi.append(frase_fermate(prova))
+    dalla_cache = [r for r in e.risultati if r.oltre is not None and r.oltre.token_cache]
+    if dalla_cache:
+        testi.append(f"il server ha preso dalla cache {sum(r.oltre.token_cache for r in dalla_cache)} token di prompt "
+                    f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
+                    "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
+                    "Riavvia il server prima di ripetere la prova")
+    return testi
+
+
+def fermate_prima(prova: Prova) -> List[Risultato]:
+    """The successful requests that generated fewer tokens than --token (finish_reason `stop`)."""
+    return [r for r in prova.esecuzione.risultati if r.riuscita and r.token is not None and r.token < prova.piano.max_token]
+
+
+def frase_fermate(prova: Prova) -> str:
+    """What stderr, --spiega and --dettagli say of the requests that stopped before --token."""
+    corte, piano = fermate_prima(prova), prova.piano
+    frase = (f"{quante(len(corte), 'richiesta', 'richieste')} su {len(prova.esecuzione.risultati)} "
+             f"{'si è fermata' if len(corte) == 1 else 'si sono fermate'} prima di --token {piano.max_token} "
+             f"(finish_reason stop, {min(r.token for r in corte)}-{max(r.token for r in corte)} token)")
+    if piano.oltre is not None and piano.oltre.esatti:
+        return frase + ": il server non rispetta ignore_eos (--esatti)"
+    return (frase + ": il throughput conta i token generati davvero, e non si confronta con prove che arrivano a "
+            "--token; --esatti li fa generare tutti")
+
+
+def riga_kv_unificata(info: InfoServer) -> str:
+    """--avvia ... --np 4kv: under the `server:` line (kept as the lab's), that the context is shared."""
+    return f"\n  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"
+
+
+# /metrics: the server's own queue (llama serve --metrics) #####################################
+
+def leggi_metrica(testo: str, nome: str) -> Optional[float]:
+    """`llamacpp:<nome> <value>` from /metrics' Prometheus text (values may look like 1.23457e+07)."""
+    for riga in testo.splitlines():
+        parti = riga.split()
+        if len(parti) == 2 and parti[0] == f"llamacpp:{nome}":
+            try:
+                return float(parti[1])
+            except ValueError:
+                return None
+    return None
+
+
+# Servers that say less: /slots off, another server; /props for --json; https ##################
 
 def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoServer]) -> InfoServer:
     """When /slots does not answer like llama.cpp (off with --no-slots, an older or another server),
-    the header line comes from /props and the peak of busy slots is n/d; --json also keeps /props."""
+    the header line comes from /props; --json also keeps /props."""
     avvisi = []
     if info is None or not info.slots_disponibile:
         if risposta_slots.status == 501:
-            avvisi.append("/slots è disattivato (server avviato con --no-slots): "
-                          "il picco di slot occupati non si può misurare (n/d)")
+            avvisi.append("/slots è disattivato (server avviato con --no-slots): gli slot occupati si "
+                          "ricavano solo dai tempi del server")
         else:
             avvisi.append(f"/slots non risponde come llama.cpp ({descrivi_errore_http(risposta_slots)}): "
-                          "il picco di slot occupati non si può misurare (n/d)")
+                          "gli slot occupati si ricavano solo dai tempi del server, se li dà")
     risposta = chiedi(client, "/props")
     props = leggi_json(risposta.corpo) if risposta.status == 200 else None
     props = props if isinstance(props, dict) else None
@@ -1102,56 +1415,93 @@ def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoS
     return info._replace(avvisi=tuple(avvisi), props=props)
 
 
-# /metrics: the server's own queue (llama serve --metrics) ####################################
-
-def leggi_metrica(testo: str, nome: str) -> Optional[float]:
-    """`llamacpp:<nome> <value>` from Prometheus text (values may look like 1.23457e+07)."""
-    for riga in testo.splitlines():
-        parti = riga.split()
-        if len(parti) == 2 and parti[0] == f"llamacpp:{nome}":
-            try:
-                return float(parti[1])
-            except ValueError:
-                return None
-    return None
+def perche_non_risponde(client: Client, exc: ErroreRete) -> str:
+    """Why a server at --url does not answer /health, and what to do. An https:// URL that gets no TLS
+    answer may point at a server that speaks plain http, as `llama serve` does by default."""
+    if client.https and risponde_in_chiaro(client):
+        return (f"su {client.base} risponde un server in http semplice, non in https: usa --url "
+                f"{client.base.replace('https://', 'http://', 1)}")
+    return (f"nessuna risposta dal server {client.base}: {exc}. "
+            "Avvia il server (llama serve ...) o correggi --url, poi riprova")
 
 
-# --stream: the time to the first token ########################################################
+def risponde_in_chiaro(client: Client) -> bool:
+    """Whether the host and port of an https:// URL answer /health in plain http."""
+    try:
+        Client(client.base.replace("https://", "http://", 1), timeout_info=2.0).chiama("GET", "/health")
+        return True
+    except ErroreRete:
+        return False
+
+
+def cifra(client: Client, sock: socket.socket, scadenza: float) -> socket.socket:
+    """https: TLS on a connected socket, with one ssl context per client. The handshake gets a few
+    seconds at most: a server that speaks plain http never answers it."""
+    if client.tls is None:
+        import ssl
+
+        client.tls = ssl.create_default_context()
+    sock.settimeout(min(3.0, max(0.001, scadenza - time.monotonic())))
+    cifrato = client.tls.wrap_socket(sock, server_hostname=client.host)  # the name, checked against the certificate
+    client.lascia(sock)
+    return client.tieni(cifrato)
+
+
+# Where a request's time went: the server's own times ###########################################
+
+def servizio(r: Risultato) -> Optional[float]:
+    """Seconds the server's slot spent on a request: its prompt_ms + predicted_ms."""
+    if r.prompt_ms is None or r.predicted_ms is None:
+        return None
+    return (r.prompt_ms + r.predicted_ms) / 1000
+
+
+def attesa_coda(r: Risultato) -> Optional[float]:
+    """Latency minus the slot's time: the wait before a slot took it (queue, plus a few ms of HTTP)."""
+    s = servizio(r)
+    return None if s is None else max(0.0, r.latenza - s)
+
+
+def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int, float]:
+    """Seconds each request waited while every slot was busy, from the server's timings: its time
+    in the queue, without the HTTP trip (the intervals as in picchi_dai_tempi)."""
+    eventi = sorted((t, passo) for r in ok for t, passo in zip(accorcia(in_slot(r)) or (), (1, -1)))
+    pieni, aperti, dal = [], 0, None  # the spans when every slot was busy
+    for t, passo in eventi:
+        aperti += passo
+        if dal is None and aperti >= (n_slot or 1):
+            dal = t
+        elif dal is not None and aperti < (n_slot or 1):
+            pieni.append((dal, t))
+            dal = None
+    attese = {}
+    for r in ok:
+        slot = in_slot(r)
+        attesa = accorcia((r.inizio, slot[0])) if slot else None
+        if attesa is not None:
+            attese[r.indice] = sum(max(0.0, min(a, attesa[1]) - max(da, attesa[0])) for da, a in pieni)
+    return attese
+
+
+def in_coda_davvero(prova: Prova) -> List[Risultato]:
+    """The successful requests that waited in the server's queue (for a slot, all of them busy)."""
+    ok = [r for r in prova.esecuzione.risultati if r.riuscita]
+    attese = attese_a_slot_pieni(ok, prova.info.n_slot)
+    return [r for r in ok if attese.get(r.indice, 0.0) > 0]
+
+
+# --stream: the time to the first token, and between tokens ######################################
+# Defined as vLLM's benchmark defines them, with one difference said plainly: the first token is the
+# first chunk with text. llama.cpp's first chunk carries only the role, and leaves when a slot takes
+# the request, before the prompt is computed: counting it would hide the prefill.
 
 class ErroreNelFlusso(ErroreRichiesta):
     """The server reported an error inside a stream (`data: {"error": ...}`), or cut it short."""
 
 
-class RispostaInFlusso(NamedTuple):
-    """A streamed answer, read whole."""
-    completamento: dict  # the chunks folded into the shape of a chat completion (choices, usage, timings)
-    arrivi: List[float]  # the timer's reading when each chunk with text arrived: the first is the first token
-
-
-def invia_in_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
-                    timer=time.perf_counter) -> Risultato:
-    """`invia` for a streaming request: the same Risultato, plus the time to the first token. The
-    tokens and the speed still come from the server's final usage and timings."""
-    domanda = dict(domanda, stream=True, stream_options={"include_usage": True})  # usage in the last chunk
-    inizio = timer() - t0
-    try:
-        with client.apri("POST", CHAT, domanda, timeout) as risposta:
-            if risposta.status != 200:
-                errore = descrivi_errore_http(Risposta(risposta.status, risposta.read()))
-                return Risultato(indice, inizio, timer() - t0, errore=errore)
-            letta = leggi_flusso(risposta, timer)
-        fine = timer() - t0
-        return Risultato(indice, inizio, fine, **cifre_completamento(letta.completamento),
-                         arrivi_chunk=tuple(t - t0 - inizio for t in letta.arrivi))
-    except Exception as exc:  # a worker never raises
-        return fallita(client, indice, inizio, timer() - t0, exc)
-
-
-def leggi_flusso(righe, timer) -> RispostaInFlusso:
+def leggi_flusso(righe: Iterator[bytes], timer) -> Tuple[dict, List[float]]:
     """Read the `data:` events as they come, note when each chunk with text arrived, and fold the
-    chunks into one completion (the last chunks carry finish_reason, usage and timings). A chunk
-    with only the role, or empty text, is not a token: the first token is the first chunk with
-    content or reasoning text."""
+    chunks into one completion (the last chunks carry finish_reason, usage and timings)."""
     completamento = {"choices": [{}]}
     arrivi = []
     for riga in righe:
@@ -1160,7 +1510,7 @@ def leggi_flusso(righe, timer) -> RispostaInFlusso:
             continue  # blank separators and ':' keep-alives
         dato = riga[5:].strip()
         if dato == b"[DONE]":
-            return RispostaInFlusso(completamento, arrivi)
+            return completamento, arrivi
         try:
             evento = json.loads(dato.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
@@ -1181,12 +1531,34 @@ def leggi_flusso(righe, timer) -> RispostaInFlusso:
     raise ErroreNelFlusso("flusso interrotto prima della fine (manca [DONE])")
 
 
-# --ritmo and --durata: requests sent by the clock ############################################
+def tpot(r: Risultato) -> Optional[float]:
+    """Time per output token after the first, in seconds: (latency - first token) / (tokens - 1)."""
+    primo = oltre(r).primo_token
+    if primo is None or r.token is None or r.token < 2:
+        return None
+    return (r.latenza - primo) / (r.token - 1)
+
+
+def itl(r: Risultato) -> List[float]:
+    """The gaps between successive chunks with text, in seconds, as they are (like vLLM: a chunk
+    that carries two tokens makes one gap, not two halves)."""
+    chunk = oltre(r).chunk_s or ()
+    return [b - a for a, b in zip(chunk, chunk[1:])]
+
+
+def token_per_chunk(r: Risultato) -> Optional[float]:
+    """How many tokens one chunk with text carried, on average: the server's count over the chunks.
+    llama.cpp sends one token a chunk; other servers may send several."""
+    chunk = oltre(r).chunk_s
+    return r.token / len(chunk) if chunk and r.token else None
+
+
+# --ritmo and --durata: requests sent by the clock ##############################################
 
 TETTO_RITMO = 256  # --ritmo without --parallele: at most this many in flight (a thread each)
 
 
-def orari(piano: Piano) -> Iterator[float]:
+def orari(piano: PianoOltre) -> Iterator[float]:
     """When to send each request, in seconds from the start of the run. --arrivi costanti: every
     1/ritmo s. Poisson (the default): gaps drawn from an exponential distribution of mean 1/ritmo,
     as independent users arrive; the same --seme gives the same schedule."""
@@ -1205,50 +1577,55 @@ class Programma:
     """Sends a run's requests by the clock rather than all at once. With --ritmo each request has a
     planned time (open loop: a slow answer does not delay the next send); with --durata alone a new
     request leaves as soon as one of the --parallele in flight ends (closed loop), until the time is
-    up. --parallele stays the cap: a request that finds it full waits for a place, and is counted."""
+    up. The first request always leaves. --parallele stays the cap: a request that finds it full
+    waits for a place, and is counted."""
 
     def __init__(self, piano: Piano, primo_prompt: int):
         self.piano, self.primo_prompt = piano, primo_prompt
-        self.trattenute = 0  # planned requests that found --parallele already in flight
 
-    def lancia(self, futuri: list, esecutore, invio, client: Client, t0: float, timer) -> None:
+    def lancia(self, futuri: list, esecutore, client: Client, t0: float, timer) -> EsecuzioneOltre:
         """Submit each request at its time, appending its future to `futuri`, until --richieste or
         --durata ends. Each wait runs to the planned time measured from t0, so one late send does not
         push back the ones after it: the schedule is kept on the clock."""
-        piano = self.piano
+        piano, extra = self.piano, self.piano.oltre
         posti = threading.Semaphore(piano.parallele)
-        tempi = orari(piano) if piano.ritmo else itertools.repeat(None)
+        tempi = orari(extra) if extra.ritmo else itertools.repeat(None)
+        trattenute, ultimo = 0, None
         for i, previsto in enumerate(tempi):
-            if i == piano.richieste or (previsto is not None and piano.durata is not None and previsto >= piano.durata):
-                return
+            if i == piano.richieste or (previsto is not None and extra.durata is not None and previsto >= extra.durata):
+                break
             if previsto is not None:
                 time.sleep(max(0.0, t0 + previsto - timer()))
             if not posti.acquire(blocking=False):  # --parallele already in flight: wait for a place
-                self.trattenute += previsto is not None
+                trattenute += previsto is not None
                 posti.acquire()
-            if piano.durata is not None and timer() - t0 >= piano.durata:
-                return
-            domanda = domanda_chat(prompt_per(self.primo_prompt + i, piano.testo), piano)
-            futuro = esecutore.submit(self.invia, invio, client, i, domanda, previsto, t0, timer)
+            if i and previsto is None and timer() - t0 >= extra.durata:
+                break
+            domanda = domanda_chat(prompt_per(self.primo_prompt + i, piano), piano)
+            futuro = esecutore.submit(self.invia, client, i, domanda, previsto, t0, timer)
             futuro.add_done_callback(lambda _: posti.release())
             futuri.append(futuro)
+            ultimo = timer() - t0
+        return EsecuzioneOltre(trattenute, ultimo)
 
-    def invia(self, invio, client: Client, indice: int, domanda: dict, previsto: Optional[float], t0: float,
+    def invia(self, client: Client, indice: int, domanda: dict, previsto: Optional[float], t0: float,
               timer) -> Risultato:
-        return invio(client, indice, domanda, self.piano.timeout, t0, timer)._replace(previsto=previsto)
+        r = invia(client, indice, domanda, self.piano.timeout, t0, timer)
+        return r._replace(oltre=oltre(r)._replace(previsto=previsto))
 
 
 def ritardi_invio(e: Esecuzione) -> List[float]:
     """How late each request left against the schedule (--ritmo), in seconds."""
-    return [r.inizio - r.previsto for r in e.risultati if r.previsto is not None]
+    return [r.inizio - oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None]
 
 
 def ritmo_di(tempi: List[float]) -> Optional[float]:
-    """Requests per second of a list of send times: the gaps between the first and the last."""
+    """Events per second of a list of times: the gaps between the first and the last."""
     return (len(tempi) - 1) / (max(tempi) - min(tempi)) if len(tempi) > 1 and max(tempi) > min(tempi) else None
 
 
-def ritmo_ottenuto(e: Esecuzione) -> Optional[float]:
+def invii_al_secondo(e: Esecuzione) -> Optional[float]:
+    """The requests sent per second: the arrival rate the server saw."""
     return ritmo_di([r.inizio for r in e.risultati])
 
 
@@ -1257,20 +1634,23 @@ def ms(secondi: Optional[float]) -> Optional[float]:
 
 
 def righe_ritmo(prova: Prova) -> List[str]:
-    """After the lab's summary: with --ritmo the rate asked and the one achieved, and how late the
-    sends were against the schedule; with --durata how many requests were sent and answered."""
-    e, piano = prova.esecuzione, prova.piano
+    """After the lab's summary: with --ritmo the rate asked, the schedule's and the one sent, and how
+    late the sends were against the schedule; with --durata how many requests were sent and answered,
+    and why the total time is not the duration."""
+    e, piano = prova.esecuzione, oltre(prova.piano)
     righe = []
     if piano.ritmo:
         arrivi = f"arrivi di Poisson, seme {piano.seme}" if piano.arrivi == "poisson" else "arrivi costanti"
         ritardi = ritardi_invio(e)
-        programmato = ritmo_di([r.previsto for r in e.risultati if r.previsto is not None])
+        programmato = ritmo_di([oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None])
         righe.append(f"ritmo chiesto {piano.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}, "
-                     f"ottenuto {fmt(ritmo_ottenuto(e), '.2f req/s')}; ritardo degli invii sul programma: "
+                     f"inviate davvero {fmt(invii_al_secondo(e), '.2f req/s')}; ritardo degli invii sul programma: "
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
     if piano.durata:
         risposte = sum(r.riuscita for r in e.risultati)
-        righe.append(f"in {piano.durata:g} s (--durata): inviate {e.richieste} richieste, {risposte} con risposta")
+        righe.append(f"in {piano.durata:g} s (--durata): inviate {e.n_richieste} richieste, {risposte} con risposta; "
+                     f"l'ultimo invio a {fmt(oltre(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
+                     f"{fmt(prova.riepilogo.tempo_totale, '.2f s')} (il tempo totale)")
     return righe
 
 
@@ -1278,62 +1658,58 @@ def ritmo_tenuto(prova: Prova) -> bool:
     """Whether the sends kept to the schedule: none held by the cap, and the p99 lateness within
     10 ms or a tenth of the mean gap, whichever is larger."""
     p99 = percentile(ritardi_invio(prova.esecuzione), 99)
-    return not prova.esecuzione.trattenute and (p99 is None or p99 <= max(0.010, 0.1 / prova.piano.ritmo))
+    return not oltre(prova.esecuzione).trattenute and (p99 is None or p99 <= max(0.010, 0.1 / oltre(prova.piano).ritmo))
 
 
 def note_ritmo(prova: Prova) -> List[str]:
-    """What stderr says when the schedule was not kept: the figures hold for the rate achieved."""
+    """What stderr says when the schedule was not kept: the figures hold for the rate sent."""
     e, piano = prova.esecuzione, prova.piano
     if ritmo_tenuto(prova):
         return []
-    ottenuto = fmt(ritmo_ottenuto(e), ".2f req/s")
-    if e.trattenute:
-        return [f"{e.trattenute} richieste su {len(e.risultati)} hanno trovato già {piano.parallele} in volo "
-                f"(il tetto di --parallele) e sono partite dopo l'orario previsto: il ritmo ottenuto è {ottenuto}, "
-                f"non {piano.ritmo:g} req/s. Alza --parallele per tenere il ritmo"]
+    inviate, chiesto = fmt(invii_al_secondo(e), ".2f req/s"), f"{piano.oltre.ritmo:g} req/s"
+    trattenute = oltre(e).trattenute
+    if trattenute:
+        return [f"{quante(trattenute, 'richiesta', 'richieste')} su {len(e.risultati)} "
+                f"{'ha' if trattenute == 1 else 'hanno'} trovato già {piano.parallele} in volo (il tetto di --parallele) "
+                f"e {'è partita' if trattenute == 1 else 'sono partite'} dopo l'orario previsto: si sono inviate "
+                f"{inviate}, non {chiesto}. Alza --parallele per tenere il ritmo"]
     ritardi = ritardi_invio(e)
     return [f"il client non ha tenuto il ritmo chiesto: gli invii sono partiti in ritardo sul programma (p99 "
-            f"{ms(percentile(ritardi, 99)):.1f} ms, max {ms(max(ritardi)):.1f} ms): le cifre valgono per il ritmo "
-            f"ottenuto, {ottenuto}, non per {piano.ritmo:g} req/s"]
+            f"{ms(percentile(ritardi, 99)):.1f} ms, max {ms(max(ritardi)):.1f} ms): le cifre valgono per "
+            f"{inviate} inviate, non per {chiesto}"]
 
 
-# --dettagli, --slo, --esatti: every figure, exact to the token ###############################
+def latenza_dal_previsto(r: Risultato) -> float:
+    """--ritmo: seconds from when the schedule meant to send a request to its answer. A request the
+    client sent late waited that long too: this is the latency its user saw (no coordinated omission)."""
+    previsto = oltre(r).previsto
+    return r.latenza if previsto is None else r.fine - previsto
+
+
+# --dettagli, --slo, --esatti: every figure, exact to the token #################################
 
 METODO = 'statistics.quantiles(method="inclusive")'  # the one percentile method, see `percentile`
 CHIAVI_SLO = {"latenza": "latenza", "ttft": "primo token", "tpot": "TPOT"}
 
 
-def tpot(r: Risultato) -> Optional[float]:
-    """Time per output token after the first, in seconds: (latency - first token) / (tokens - 1)."""
-    if r.primo_token is None or r.token is None or r.token < 2:
-        return None
-    return (r.latenza - r.primo_token) / (r.token - 1)
+def percentile(valori: List[float], p: int) -> Optional[float]:
+    """The p-th percentile, by statistics.quantiles(method="inclusive"): the method used everywhere."""
+    import statistics
+
+    if len(valori) < 2:
+        return valori[0] if valori else None
+    return statistics.quantiles(valori, n=100, method="inclusive")[p - 1]
 
 
-def token_per_chunk(r: Risultato) -> Optional[float]:
-    """How many tokens one chunk with text carried, on average: the server's token count (never the
-    chunks) over the chunks. llama.cpp sends one token a chunk; other servers may send several."""
-    if not r.arrivi_chunk or len(r.arrivi_chunk) < 2 or r.token is None or r.token < 2:
-        return None
-    return (r.token - 1) / (len(r.arrivi_chunk) - 1)
-
-
-def itl(r: Risultato) -> List[float]:
-    """The gaps between streamed tokens, in seconds: between chunks with text, each divided by the
-    tokens a chunk carried when that is more than one."""
-    per_chunk = token_per_chunk(r)
-    if per_chunk is None:
-        return []
-    dividi = per_chunk if per_chunk > 1.05 else 1.0
-    return [(b - a) / dividi for a, b in zip(r.arrivi_chunk, r.arrivi_chunk[1:])]
-
-
-def figure(e: Esecuzione) -> Dict[str, List[float]]:
+def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     """The values of each figure of --dettagli over the successful requests, in seconds."""
-    ok = [r for r in e.risultati if r.riuscita]
-    valori = {"latenza": [r.latenza for r in ok], "attesa in coda": [a for a in map(attesa_coda, ok) if a is not None]}
-    if any(r.arrivi_chunk is not None for r in ok):  # --stream
-        valori["primo token"] = [r.primo_token for r in ok if r.primo_token is not None]
+    ok = [r for r in prova.esecuzione.risultati if r.riuscita]
+    valori = {"latenza": [r.latenza for r in ok]}
+    if oltre(prova.piano).ritmo:
+        valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
+    valori["attesa in coda"] = [a for a in map(attesa_coda, ok) if a is not None]
+    if any(oltre(r).chunk_s is not None for r in ok):  # --stream
+        valori["primo token"] = [oltre(r).primo_token for r in ok if oltre(r).primo_token is not None]
         valori["TPOT"] = [t for t in map(tpot, ok) if t is not None]
         valori["ITL"] = [g for r in ok for g in itl(r)]
     return valori
@@ -1354,7 +1730,7 @@ def tipo_errore(errore: str) -> str:
 def cadenze(prova: Prova) -> Dict[str, Optional[float]]:
     """Requests, prompt tokens and generated tokens per second over the run's total time."""
     s, ok = prova.riepilogo, [r for r in prova.esecuzione.risultati if r.riuscita]
-    prompt = [r.token_prompt for r in ok]
+    prompt = [oltre(r).token_prompt for r in ok]
     per_secondo = (lambda n: n / s.tempo_totale) if s.tempo_totale else (lambda n: None)  # noqa: E731
     return {"richieste": per_secondo(len(ok)) if ok else None,
             "token_prompt": per_secondo(sum(prompt)) if ok and None not in prompt else None,
@@ -1366,12 +1742,15 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None) -> dict:
     from collections import Counter
 
     fallite = Counter(tipo_errore(r.errore) for r in prova.esecuzione.risultati if not r.riuscita)
-    dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v) for nome, v in figure(prova.esecuzione).items()},
+    per_chunk = [t for t in map(token_per_chunk, prova.esecuzione.risultati) if t is not None]
+    dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v) for nome, v in valori_figure(prova).items()},
             "al_secondo": cadenze(prova), "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
-            "token_dalla_cache": sum(r.token_cache or 0 for r in prova.esecuzione.risultati)}
+            "token_dalla_cache": sum(oltre(r).token_cache or 0 for r in prova.esecuzione.risultati),
+            "token_per_chunk": {"min": min(per_chunk), "media": sum(per_chunk) / len(per_chunk),
+                                "max": max(per_chunk)} if per_chunk else None}
     if slo:
-        dati["slo"] = dict(zip(("obiettivi", "rispettate", "quota", "goodput_richieste_s", "goodput_token_s"),
-                               (slo,) + goodput(prova, slo)))
+        dati["slo"] = dict(zip(("obiettivi", "rispettate", "quota", "goodput_richieste_s", "goodput_token_s",
+                                "dal_previsto"), (slo,) + goodput(prova, slo)))
     return dati
 
 
@@ -1380,66 +1759,65 @@ def righe_dettagli(prova: Prova) -> List[str]:
     by kind, and what changes what throughput means."""
     d = dati_dettagli(prova)
     colonne = ("min", "media", "p50", "p90", "p99", "max")
-    righe = [f"dettagli (percentili: {METODO})", f"  {'':<20}" + "".join(f"{c:>9}" for c in colonne)]
+    righe = [f"dettagli (percentili: {METODO})", f"  {'':<24}" + "".join(f"{c:>9}" for c in colonne)]
     for nome, cifre in d["figure_s"].items():
-        ms_o_s = nome in ("TPOT", "ITL")  # per token: in milliseconds
-        scala, formato = (1000, ".1f") if ms_o_s else (1, ".2f")
-        righe.append(f"  {nome + (' (ms)' if ms_o_s else ' (s)'):<20}" + "".join(
+        per_token = nome in ("TPOT", "ITL")  # in milliseconds
+        scala, formato = (1000, ".1f") if per_token else (1, ".2f")
+        righe.append(f"  {nome + (' (ms)' if per_token else ' (s)'):<24}" + "".join(
             f"{fmt(None if cifre[c] is None else cifre[c] * scala, formato):>9}" for c in colonne))
     a = d["al_secondo"]
     righe.append(f"  richieste/s {fmt(a['richieste'], '.2f')}  token di prompt/s {fmt(a['token_prompt'], '.1f')}  "
                  f"token generati/s {fmt(a['token_generati'], '.1f')}")
     if d["fallite_per_tipo"]:
         righe.append("  fallite per tipo: " + "; ".join(f"{n} {tipo}" for tipo, n in d["fallite_per_tipo"].items()))
-    divise = [r for r in prova.esecuzione.risultati if (token_per_chunk(r) or 0) > 1.05]
-    if divise:
-        righe.append(f"  ITL: in {len(divise)} richieste un chunk portava più token (in media "
-                     f"{sum(map(token_per_chunk, divise)) / len(divise):.1f}): ogni intervallo è diviso per il loro numero")
+    per_chunk = d["token_per_chunk"]
+    if per_chunk and per_chunk["max"] > 1.05:
+        righe.append(f"  token per chunk (per richiesta): min {per_chunk['min']:.1f}, media {per_chunk['media']:.1f}, "
+                     f"max {per_chunk['max']:.1f}: un intervallo ITL copre più di un token")
     if d["fermate_prima_di_token"]:
         righe.append(f"  {frase_fermate(prova)}")
     return righe
 
 
 def riga_slo(prova: Prova, slo: Dict[str, float]) -> str:
-    rispettate, quota, al_s, token_s = goodput(prova, slo)
+    rispettate, quota, al_s, token_s, dal_previsto = goodput(prova, slo)
     obiettivi = ", ".join(f"{CHIAVI_SLO[k]} <= {v:g} s" for k, v in slo.items())
-    return (f"SLO ({obiettivi}): rispettati da {rispettate} richieste su {len(prova.esecuzione.risultati)} "
-            f"({fmt(quota, '.0%')}); goodput {fmt(al_s, '.2f req/s')}, {fmt(token_s, '.1f token/s')}")
+    return (f"SLO ({obiettivi}): rispettati da {quante(rispettate, 'richiesta', 'richieste')} su {len(prova.esecuzione.risultati)} "
+            f"({fmt(quota, '.0%')}); goodput {fmt(al_s, '.2f req/s')}, {fmt(token_s, '.1f token/s')}"
+            + ("; latenza e primo token contati dall'orario previsto, perché il ritmo non è stato tenuto"
+               if dal_previsto else ""))
 
 
-def obiettivi_slo(testo: str) -> Dict[str, float]:
-    """An argparse type: `latenza=5,ttft=1,tpot=0.1`, in seconds."""
-    obiettivi = {}
-    for voce in testo.split(","):
-        chiave, uguale, valore = voce.strip().partition("=")
-        if chiave not in CHIAVI_SLO or not uguale:
-            raise argparse.ArgumentTypeError(f"'{voce.strip()}' non è un obiettivo: usa latenza=S, ttft=S o tpot=S "
-                                             "(secondi), per esempio latenza=5,ttft=1,tpot=0.1")
-        obiettivi[chiave] = positivo(float, "un numero di secondi")(valore.strip())
-    return obiettivi
-
-
-def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], Optional[float], Optional[float]]:
+def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], Optional[float], Optional[float], bool]:
     """The requests that met every objective: how many, their share of all, and the goodput (their
-    requests and their tokens per second over the run's total time), as vLLM and aiperf define it."""
-    misura = {"latenza": lambda r: r.latenza, "ttft": lambda r: r.primo_token, "tpot": tpot}
+    requests and their tokens per second over the run's total time), as vLLM and aiperf define it.
+    A request of one token has no time between tokens, and meets a TPOT objective. When --ritmo's
+    schedule was not kept, latency and first token count from the planned send time (the last value)."""
+    dal_previsto = bool(oltre(prova.piano).ritmo) and not ritmo_tenuto(prova)
+    ritardo = (lambda r: latenza_dal_previsto(r) - r.latenza) if dal_previsto else (lambda r: 0.0)  # noqa: E731
+    misura = {"latenza": lambda r: r.latenza + ritardo(r),
+              "ttft": lambda r: None if oltre(r).primo_token is None else oltre(r).primo_token + ritardo(r),
+              "tpot": lambda r: 0.0 if r.token == 1 else tpot(r)}
     e, totale = prova.esecuzione, prova.riepilogo.tempo_totale
     buone = [r for r in e.risultati if r.riuscita and all(
         misura[k](r) is not None and misura[k](r) <= v for k, v in slo.items())]
     quota = len(buone) / len(e.risultati) if e.risultati else None
     if not totale:
-        return len(buone), quota, None, None
+        return len(buone), quota, None, None, dal_previsto
     token = sum(r.token for r in buone) if all(r.token is not None for r in buone) else None
-    return len(buone), quota, len(buone) / totale, None if token is None else token / totale
+    return len(buone), quota, len(buone) / totale, None if token is None else token / totale, dal_previsto
 
 
 def riscalda(client: Client, piano: Piano, n: int, stderr) -> None:
-    """--riscaldamento: n requests before the measured ones, with prompts of their own (so that the
-    cache cannot favour a measured one), left out of every figure."""
+    """--riscaldamento: n requests before the measured ones, with prompts of their own (or the
+    --prompt-file one), left out of every figure."""
     import concurrent.futures
 
-    print(f"riscaldamento: {n} richieste prima della prova, escluse dalle cifre", file=stderr, flush=True)
-    domande = [domanda_chat(f"(riscaldamento {i + 1}) {prompt_per(i)}", piano) for i in range(n)]
+    print(f"riscaldamento: {quante(n, 'richiesta', 'richieste')} prima della prova, escluse dalle cifre",
+          file=stderr, flush=True)
+    testo = oltre(piano).testo
+    domande = [domanda_chat(testo if testo is not None else f"(riscaldamento {i + 1}) {prompt_per(i)}", piano)
+               for i in range(n)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(n, piano.parallele)) as esecutore:
         try:
             risultati = list(esecutore.map(lambda i: invia(client, i, domande[i], piano.timeout, 0.0), range(n)))
@@ -1448,13 +1826,14 @@ def riscalda(client: Client, piano: Piano, n: int, stderr) -> None:
             raise
     fallite = [r for r in risultati if not r.riuscita]
     if fallite:
-        nota(f"riscaldamento: {len(fallite)} richieste su {n} fallite (la prima: {fallite[0].errore})")
+        nota(f"riscaldamento: {len(fallite)} su {quante(n, 'richiesta', 'richieste')} "
+             f"{'fallita' if n == 1 else 'fallite'} (la prima: {fallite[0].errore})")
 
 
-# The live line: the run seen while it lasts, on a terminal ####################################
+# The live line: the run seen while it lasts, on a terminal #####################################
 
 class Diretta:
-    """One line on stderr, rewritten at each /slots sample while a run lasts, only on a terminal:
+    """One line on stderr, rewritten at each /slots reading while a run lasts, only on a terminal:
     requests done, busy slots, queue, tokens generated, speed, time. It uses the sampler's own
     readings (no extra request) and is cleared at the end, so stdout and the lab's lines stay as
     they are."""
@@ -1465,30 +1844,30 @@ class Diretta:
         self._piano = Piano()
 
     def seguendo(self, futuri: list, piano: Piano):
-        """Follow the run whose requests go into `futuri`; returns what the sampler calls with each sample."""
+        """Follow the run whose requests go into `futuri`; returns what the sampler calls with each reading."""
         self._futuri, self._piano = futuri, piano
         return self.aggiorna
 
-    def riga(self, c: Campione) -> str:
+    def riga(self, c: Campione, dati_slots) -> str:
         futuri = list(self._futuri)  # one atomic copy: the sender may be adding to it
         finite = [f.result() for f in futuri if f.done() and not f.cancelled()]
-        generati = sum(r.token or 0 for r in finite) + (c.in_corso or 0)
-        in_coda = c.in_coda
-        if in_coda is None and c.occupati is not None:  # sent (the pool sends `parallele` at a time), not in a slot
-            in_coda = max(0, min(len(futuri) - len(finite), self._piano.parallele) - c.occupati)
+        generati = sum(r.token or 0 for r in finite) + (token_in_corso(dati_slots) or 0)
+        stima_coda = c.in_coda  # requests_deferred, when /metrics is there
+        if stima_coda is None and c.occupati is not None:  # else: sent (`parallele` at most), not in a slot
+            stima_coda = max(0, min(len(futuri) - len(finite), self._piano.parallele) - c.occupati)
         totale = self._piano.richieste if self._piano.richieste is not None else len(futuri)
         larghezza = len(str(totale))
         return (f"[{len(finite):>{larghezza}}/{totale}] slot occupati {fmt(c.occupati, 'd')}/{fmt(self.n_slot, 'd')}"
-                f"  in coda {fmt(in_coda, 'd')}  generati {generati} token  "
+                f"  in coda {fmt(stima_coda, 'd')}  generati {generati} token  "
                 f"{generati / c.t if c.t > 0 else 0:.1f} t/s  {c.t:.1f} s")
 
-    def aggiorna(self, c: Campione) -> None:
+    def aggiorna(self, c: Campione, dati_slots) -> None:
         try:
             colonne = os.get_terminal_size(self.stderr.fileno()).columns
         except (OSError, ValueError, AttributeError):
             colonne = 0
         colonne = colonne or 80  # a terminal that does not say its width
-        self.stderr.write("\r" + self.riga(c)[:colonne - 1] + "\033[K")  # never wider than the terminal
+        self.stderr.write("\r" + self.riga(c, dati_slots)[:colonne - 1] + "\033[K")  # never wider than the terminal
         self.stderr.flush()
 
     def cancella(self) -> None:
@@ -1505,21 +1884,22 @@ def token_in_corso(dati) -> Optional[int]:
     for slot in slots:
         prossimo = slot.get("next_token")
         if slot.get("is_processing") and isinstance(prossimo, list) and prossimo and isinstance(prossimo[0], dict):
-            in_corso += intero(prossimo[0].get("n_decoded")) or 0
+            in_corso += numero(prossimo[0].get("n_decoded"), int) or 0
     return in_corso
 
 
-# --ripeti and --tabella: the same load again, and the deliverable's table #####################
+# --ripeti and --tabella: the same load again, and the deliverable's table ######################
 
 def righe_ripetute(prove: List[Prova]) -> List[str]:
-    """--ripeti: one line per figure, mean and spread over the runs."""
+    """--ripeti: one line per figure, mean and spread over the runs (a run cut short is left out)."""
     import statistics
 
-    figure = (("latenza media", "s", lambda s: s.latenza_media), ("latenza max", "s", lambda s: s.latenza_max),
-              ("throughput aggregato", "token/s", lambda s: s.throughput))
-    riepiloghi = [p.riepilogo for p in prove]
-    righe = [f"su {len(prove)} prove: media (deviazione standard, min-max)"]
-    for nome, unita, prendi in figure:
+    cifre = (("latenza media", "s", lambda s: s.latenza_media), ("latenza max", "s", lambda s: s.latenza_max),
+             ("throughput aggregato", "token/s", lambda s: s.throughput))
+    intere = [p for p in prove if not p.esecuzione.interruzione]
+    riepiloghi = [p.riepilogo for p in intere]
+    righe = [f"su {len(intere)} prove: media (deviazione standard, min-max)"]
+    for nome, unita, prendi in cifre:
         valori = [v for v in map(prendi, riepiloghi) if v is not None]
         if not valori:
             righe.append(f"  {nome:<21} n/d")
@@ -1527,28 +1907,50 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
         deviazione = statistics.stdev(valori) if len(valori) > 1 else 0.0
         righe.append(f"  {nome:<21} {statistics.fmean(valori):7.2f} {unita:<8} (dev.std {deviazione:.2f}, "
                      f"{min(valori):.2f}-{max(valori):.2f})"
-                     + ("" if len(valori) == len(prove) else f"  [{len(valori)} prove su {len(prove)}]"))
+                     + ("" if len(valori) == len(intere) else f"  [{len(valori)} prove su {len(intere)}]"))
     return righe
 
 
 TESTA_TABELLA = ["| np | n_ctx_slot | latenza media | latenza max | throughput |", "|---|---|---|---|---|"]
+INTERROTTA = " (interrotta)"  # beside a run cut short, in every table: its figures miss the requests that did not end
 
 
 def riga_tabella(prova: Prova) -> str:
     s = prova.riepilogo
     np = prova.configurazione.etichetta if prova.configurazione else fmt(prova.info.n_slot, "d")
+    np += INTERROTTA if prova.esecuzione.interruzione else ""
     return (f"| {np} | {fmt(prova.info.n_ctx_slot, 'd')} | {fmt(s.latenza_media, '.2f s')} | "
             f"{fmt(s.latenza_max, '.2f s')} | {fmt(s.throughput, '.2f token/s')} |")
 
 
-# Sweeps: lists of values, the table and the capacity curve ###################################
+def riga_media(punto: Punto) -> str:
+    """The deliverable's row for the mean of a point's runs: the lab's "repeat and average"."""
+    p = punto.prove[0]
+    np = p.configurazione.etichetta if p.configurazione else fmt(p.info.n_slot, "d")
+    return (f"| {np} (media di {len(punto.intere)}) | {fmt(p.info.n_ctx_slot, 'd')} | {fmt(punto.latenza, '.2f s')} | "
+            f"{fmt(punto.latenza_max, '.2f s')} | {fmt(punto.throughput, '.2f token/s')} |")
+
+
+def tabella_consegnato(prove: List[Prova]) -> List[str]:
+    """The deliverable's table: a row per run, and after the runs of one point their mean."""
+    righe = list(TESTA_TABELLA)
+    for punto in punti_di(prove):
+        righe += [riga_tabella(p) for p in punto.prove]
+        if len(punto.prove) > 1 and punto.intere:
+            righe.append(riga_media(punto))
+    return righe
+
+
+# Sweeps: lists of values, the table, the capacity curve #######################################
 # `--parallele 1,2,4`, `--token 32,128`, `--ritmo 0.5,1,2` (and with --avvia, `--np 1,2,4`): one run
-# per combination, then one table whose columns name what varied, and the capacity curve: aggregate
-# throughput against latency, one point per value, with where the server saturates.
+# per combination (and --ripeti runs of each), then one table whose columns name what varied, and
+# the capacity curve: aggregate throughput against latency, one point per value.
 
 MAX_PUNTI = 100  # a grid larger than this needs --forza
 VARIABILI = ("parallele", "token", "ritmo")  # the flags that take a list, in the order they nest
-ASSI = ("ritmo", "parallele", "token", "np")  # which of them is the load along a curve, first found
+ASSI = ("ritmo", "parallele", "token", "np")  # which of the varied values is the curve's, first found
+ASSI_DI_CARICO = ("ritmo", "parallele")  # the load: only along these can the server saturate
+PASSO_MINIMO = 1.1  # a load that grew by less than 10% is the same load, not a step
 
 
 def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo: Optional[List[float]],
@@ -1556,208 +1958,407 @@ def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo
     """One plan per combination of the listed values, the last flag varying fastest. --parallele is 4
     by default; with --ritmo it is only a cap, TETTO_RITMO unless given. A Poisson schedule without
     --seme gets a seed drawn here, which is printed and saved so that the run can be repeated."""
-    if ritmo is not None and seme is None and base.arrivi == "poisson":
+    if ritmo is not None and seme is None and base.oltre.arrivi == "poisson":
         import random
 
         seme = random.SystemRandom().randrange(10 ** 6)
     if parallele is None:
         parallele = [4] if ritmo is None else [min(TETTO_RITMO, base.richieste or TETTO_RITMO)]
-    return [base._replace(parallele=p, token=t, ritmo=r, seme=seme)
+    return [base._replace(parallele=p, max_token=t, oltre=base.oltre._replace(ritmo=r, seme=seme))
             for p, t, r in itertools.product(parallele, token, ritmo or [None])]
+
+
+def valore_di(chiave: str, piano: Piano, configurazione: Optional[Configurazione] = None) -> str:
+    """A point's value of what varied, as the tables print it: np, parallele, token or ritmo."""
+    return configurazione.etichetta if chiave == "np" else fmt(valore_numerico(chiave, piano), "g")
+
+
+def valore_numerico(chiave: str, piano: Piano):
+    """A plan's value of a flag that takes a list: parallele, token or ritmo."""
+    return {"parallele": piano.parallele, "token": piano.max_token, "ritmo": oltre(piano).ritmo}[chiave]
+
+
+def valore_parallele(piano: Piano) -> str:
+    """The cap beside the lab's `parallele=`: with --ritmo nobody asked for the default one."""
+    return f"{piano.parallele}" + (" (tetto predefinito)" if oltre(piano).tetto_predefinito else "")
 
 
 def variate(piani: List[Piano]) -> List[str]:
     """The listed flags that take more than one value among the plans."""
-    return [v for v in VARIABILI if len({getattr(p, v) for p in piani}) > 1]
-
-
-def descrivi_punto(piano: Piano, piani: List[Piano]) -> str:
-    return "  ".join(f"{v}={getattr(piano, v):g}" for v in variate(piani))
+    return [v for v in VARIABILI if len({valore_numerico(v, p) for p in piani}) > 1]
 
 
 def chiavi_griglia(sessione: Sessione) -> List[str]:
     """What varied in the session: 'np' when --avvia started several servers, then the listed flags."""
-    return (["np"] if len(sessione.opzioni.np or []) > 1 else []) + variate(sessione.piani)
+    return (["np"] if len(sessione.opzioni.oltre.np or []) > 1 else []) + variate(sessione.piani)
 
 
-def valore_punto(prova: Prova, chiave: str) -> str:
-    return prova.configurazione.etichetta if chiave == "np" else f"{getattr(prova.piano, chiave):g}"
+class Punto(NamedTuple):
+    """One point of a sweep: the runs of one load on one server (--ripeti of them), combined. A
+    point is compared with other points, never with its own repeats."""
+    prove: List[Prova]
+
+    @property
+    def intere(self) -> List[Prova]:
+        """Its runs that were not cut short: the ones its figures are made of."""
+        return [p for p in self.prove if not p.esecuzione.interruzione] or self.prove
+
+    def valori(self, prendi) -> List[float]:
+        return [v for v in (prendi(p) for p in self.intere) if v is not None]
+
+    @property
+    def throughput(self) -> Optional[float]:
+        return media(self.valori(lambda p: p.riepilogo.throughput))
+
+    @property
+    def latenza(self) -> Optional[float]:
+        return media(self.valori(lambda p: p.riepilogo.latenza_media))
+
+    @property
+    def rumore_latenza(self) -> float:
+        """The spread of the mean latency over the repeats (0 with one run)."""
+        return dispersione(self.valori(lambda p: p.riepilogo.latenza_media))
+
+    @property
+    def latenza_p90(self) -> Optional[float]:
+        return media(self.valori(latenza_p90))
+
+    @property
+    def latenza_max(self) -> Optional[float]:
+        return max(self.valori(lambda p: p.riepilogo.latenza_max), default=None)
+
+    @property
+    def velocita_slot(self) -> Optional[float]:
+        """The mean speed of a request in its own slot (t/s)."""
+        return media([r.tps for p in self.intere for r in p.esecuzione.risultati if r.riuscita and r.tps is not None])
+
+    @property
+    def attesa_media(self) -> Optional[float]:
+        """The mean wait before a slot took a request, from the server's times."""
+        return media([a for p in self.intere for a in map(attesa_coda, p.esecuzione.risultati) if a is not None])
+
+    def carico(self, asse: str) -> Optional[float]:
+        """The load this point put on the server: the requests really in flight together
+        (--parallele beyond --richieste adds none), or the requests really sent per second."""
+        piano = self.prove[0].piano
+        if asse == "parallele":
+            return min(piano.parallele, piano.richieste) if piano.richieste else piano.parallele
+        if asse == "ritmo":
+            return media(self.valori(lambda p: invii_al_secondo(p.esecuzione))) or oltre(piano).ritmo
+        return None
 
 
-def percentile(valori: List[float], p: int) -> Optional[float]:
-    """The p-th percentile, by statistics.quantiles(method="inclusive"): the method used everywhere."""
+def media(valori: List[float]) -> Optional[float]:
+    return sum(valori) / len(valori) if valori else None
+
+
+def dispersione(valori: List[float]) -> float:
     import statistics
 
-    if len(valori) < 2:
-        return valori[0] if valori else None
-    return statistics.quantiles(valori, n=100, method="inclusive")[p - 1]
+    return statistics.stdev(valori) if len(valori) > 1 else 0.0
+
+
+def punti_di(prove: List[Prova]) -> List[Punto]:
+    """The runs grouped by point (the same plan on the same server), in the order they ran."""
+    gruppi: Dict[tuple, List[Prova]] = {}
+    for p in prove:
+        gruppi.setdefault((p.configurazione, p.piano), []).append(p)
+    return [Punto(g) for g in gruppi.values()]
 
 
 def latenza_p90(prova: Prova) -> Optional[float]:
     return percentile([r.latenza for r in prova.esecuzione.risultati if r.riuscita], 90)
 
 
-def in_volo(e: Esecuzione) -> List[Tuple[Campione, int]]:
-    """The /slots samples taken while the load ran (from the first send to the last answer), each
-    with the requests in flight at its time, from the client's own times: sent, not yet answered."""
-    import bisect
-
-    inizi, fini = sorted(r.inizio for r in e.risultati), sorted(r.fine for r in e.risultati)
-    if not inizi:
-        return []
-    return [(c, bisect.bisect_right(inizi, c.t) - bisect.bisect_right(fini, c.t))
-            for c in e.campioni if inizi[0] <= c.t <= fini[-1]]
+def valore_punto(punto: Punto, chiave: str) -> str:
+    return valore_di(chiave, punto.prove[0].piano, punto.prove[0].configurazione)
 
 
-def picco_coda(prova: Prova) -> Tuple[Optional[int], str]:
-    """The most requests waiting for a slot at once, and where it comes from: /metrics'
-    requests_deferred, else the requests in flight minus the busy slots at each sample."""
-    if prova.riepilogo.picco_coda is not None:
-        return prova.riepilogo.picco_coda, "requests_deferred"
-    stime = [max(0, n - c.occupati) for c, n in in_volo(prova.esecuzione) if c.occupati is not None]
-    return max(stime, default=None), "stima"
-
-
-def tabella_griglia(prove: List[Prova], chiavi: List[str]) -> List[str]:
-    """The sweep's table: a column per value that varied, then the figures of each run."""
+def tabella_griglia(punti: List[Punto], chiavi: List[str]) -> List[str]:
+    """The sweep's table: a column per value that varied, then each point's figures (with --ripeti,
+    the mean of its runs and the spread of its throughput)."""
     testa = chiavi + (["n_ctx_slot"] if "np" in chiavi else []) + [
-        "throughput", "latenza media", "latenza p90", "latenza max", "picco slot occupati", "picco coda"]
-    con_ritmo = any(p.piano.ritmo for p in prove)
+        "throughput", "latenza media", "latenza p90", "latenza max", "t/s nel proprio slot", "picco slot occupati",
+        "picco coda"]
+    con_ritmo = any(oltre(p.prove[0].piano).ritmo for p in punti)
     if con_ritmo:
-        testa.append("ritmo ottenuto")
+        testa.append("inviate davvero")
     righe = ["| " + " | ".join(testa) + " |", "|" + "---|" * len(testa)]
-    fonti = set()
-    for p in prove:
-        s = p.riepilogo
-        coda, fonte = picco_coda(p)
-        fonti.add(fonte)
-        celle = [valore_punto(p, c) for c in chiavi] + ([fmt(p.info.n_ctx_slot, "d")] if "np" in chiavi else []) + [
-            fmt(s.throughput, ".2f token/s"), fmt(s.latenza_media, ".2f s"), fmt(latenza_p90(p), ".2f s"),
-            fmt(s.latenza_max, ".2f s"), f"{fmt(s.picco, 'd')}/{fmt(p.info.n_slot, 'd')}", fmt(coda, "d")]
+    for punto in punti:
+        p = punto.prove[0]
+        ripetute = len(punto.intere) > 1
+        throughput = fmt(punto.throughput, ".2f token/s") + (
+            f" ±{dispersione(punto.valori(lambda q: q.riepilogo.throughput)):.2f}" if ripetute else "")
+        celle = [valore_punto(punto, c) for c in chiavi] + ([fmt(p.info.n_ctx_slot, "d")] if "np" in chiavi else []) + [
+            throughput, fmt(punto.latenza, ".2f s"), fmt(punto.latenza_p90, ".2f s"), fmt(punto.latenza_max, ".2f s"),
+            fmt(punto.velocita_slot, ".1f"),
+            f"{fmt(max(punto.valori(lambda q: q.riepilogo.picco), default=None), 'd')}/{fmt(p.info.n_slot, 'd')}",
+            fmt(max(punto.valori(lambda q: q.riepilogo.picco_coda), default=None), "d")]
         if con_ritmo:
-            ottenuto = fmt(ritmo_ottenuto(p.esecuzione), ".2f req/s")
-            celle.append(ottenuto if not p.piano.ritmo or ritmo_tenuto(p) else f"{ottenuto} (non tenuto)")
+            inviate = fmt(media(punto.valori(lambda q: invii_al_secondo(q.esecuzione))), ".2f req/s")
+            celle.append(inviate if all(ritmo_tenuto(q) for q in punto.intere) else f"{inviate} (non tenuto)")
+        if any(q.esecuzione.interruzione for q in punto.prove):
+            celle[0] += INTERROTTA
+        if ripetute:
+            celle[0] += f" (media di {len(punto.intere)})"
         righe.append("| " + " | ".join(celle) + " |")
-    if "stima" in fonti:
-        righe.append("picco coda: richieste in volo meno slot occupati, a ogni lettura di /slots "
-                     "(con --metrics sul server: requests_deferred)")
+    righe.append("picco coda: richieste in attesa di uno slot, dai tempi del server (e da requests_deferred con "
+                 "--metrics, il maggiore dei due)")
     return righe
 
 
-def serie(prove: List[Prova], chiavi: List[str]) -> Tuple[str, List[Tuple[str, List[Prova]]]]:
-    """The sweep's curves: the load (`asse`: --ritmo, else --parallele, else --token) and, for each
-    combination of the other values, its runs in order of load, with a title."""
+def serie(punti: List[Punto], chiavi: List[str]) -> Tuple[str, List[Tuple[str, List[Punto]]]]:
+    """The sweep's curves: the axis (--ritmo, else --parallele, else --token, else np) and, for each
+    combination of the other values, its points in the order of that value, with a title."""
     asse = next(a for a in ASSI if a in chiavi)
-    gruppi: Dict[str, List[Prova]] = {}
-    for p in prove:
-        titolo = "  ".join(f"{c}={valore_punto(p, c)}" for c in chiavi if c != asse)
-        gruppi.setdefault(titolo, []).append(p)
-    carico_di = (lambda p: p.configurazione.np) if asse == "np" else (lambda p: getattr(p.piano, asse))
-    return asse, [(titolo, sorted(g, key=carico_di)) for titolo, g in gruppi.items()]
+    gruppi: Dict[str, List[Punto]] = {}
+    for punto in punti:
+        titolo = ", ".join(f"{c}={valore_punto(punto, c)}" for c in chiavi if c != asse)
+        gruppi.setdefault(titolo, []).append(punto)
+    ordine = ((lambda q: q.prove[0].configurazione) if asse == "np"
+              else (lambda q: valore_numerico(asse, q.prove[0].piano)))
+    return asse, [(titolo, sorted(g, key=ordine)) for titolo, g in gruppi.items()]
 
 
-def saturazione(prove: List[Prova]) -> Optional[int]:
-    """The first run, along a curve, whose throughput rose by less than 10% over the run before while
-    its mean latency still rose: where the server stopped taking more load."""
-    for i in range(1, len(prove)):
-        prima, dopo = prove[i - 1].riepilogo, prove[i].riepilogo
-        if None in (prima.throughput, dopo.throughput, prima.latenza_media, dopo.latenza_media):
+def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]:
+    """The steps of load along a curve: (before, after, load after / load before), skipping the points
+    that carry the same load as the one before (see stessi_carichi)."""
+    if asse not in ASSI_DI_CARICO:
+        return
+    prima = None
+    for punto in punti:
+        if not punto.carico(asse) or not punto.throughput or punto.latenza is None:  # nothing to compare
             continue
-        if dopo.throughput < 1.1 * prima.throughput and dopo.latenza_media > prima.latenza_media:
-            return i
+        if prima is not None:
+            rapporto = punto.carico(asse) / prima.carico(asse)
+            if rapporto < PASSO_MINIMO:
+                continue
+            yield prima, punto, rapporto
+        prima = punto
+
+
+def saturazione(punti: List[Punto], asse: str) -> Optional[int]:
+    """The first point along a load axis where the server stopped taking more load: the load grew
+    (by 10% at least) and the throughput gained less than a quarter of it (load x2, throughput less
+    than +25%), while the mean latency rose by more than the noise: 10% of it, or the spread of the
+    repeats where it is larger. Along --token or np there is no load step, and no saturation."""
+    for prima, dopo, rapporto in passi(punti, asse):
+        guadagno = dopo.throughput / prima.throughput - 1
+        rumore = max(0.1 * prima.latenza, prima.rumore_latenza + dopo.rumore_latenza)
+        if guadagno < 0.25 * (rapporto - 1) and dopo.latenza - prima.latenza > rumore:
+            return punti.index(dopo)
     return None
 
 
-def curva(asse: str, prove: List[Prova], titolo: str, marche: Dict[str, str], larghezza: int = 80,
-          altezza: int = 12) -> List[str]:
-    """The capacity curve in the terminal: aggregate throughput across, latency up; each run's mean
-    latency (with its value of the load beside it) and its p90, and the saturation marked."""
-    punti = [(p, p.riepilogo.throughput, p.riepilogo.latenza_media, latenza_p90(p)) for p in prove]
-    punti = [(p, x, y, y90) for p, x, y, y90 in punti if x is not None and y is not None]
-    if not punti:
-        return [f"curva di capacità{f' ({titolo})' if titolo else ''}: nessun punto misurato"]
-    colonne = larghezza - 9
-    x_max = max(x for _, x, _, _ in punti) * 1.15
-    y_max = max(max(y, y90 or 0) for _, _, y, y90 in punti) * 1.1
-    tela = [[" "] * colonne for _ in range(altezza)]
+def stessi_carichi(punti: List[Punto], asse: str) -> List[str]:
+    """The points that carry the same load as the one before them: said, not taken for a step."""
+    frasi = []
+    for prima, dopo in zip(punti, punti[1:]):
+        a, b = prima.carico(asse), dopo.carico(asse) if asse in ASSI_DI_CARICO else None
+        if a and b and b / a < PASSO_MINIMO:
+            perche = (f"con {quante(dopo.prove[0].piano.richieste, 'richiesta', 'richieste')} in tutto non ne "
+                      f"partono più di {dopo.prove[0].piano.richieste} insieme" if asse == "parallele"
+                      else f"{a:.2f} e {b:.2f} richieste inviate al secondo")
+            frasi.append(f"{asse}={valore_punto(dopo, asse)} porta lo stesso carico di {asse}={valore_punto(prima, asse)}"
+                         f" ({perche}): non è un passo della curva.")
+    return frasi
 
-    def metti(x: float, y: float, testo: str) -> None:
-        riga = altezza - 1 - round(y / y_max * (altezza - 1))
-        col = round(x / x_max * (colonne - 1))
-        for k, carattere in enumerate(testo[:colonne - col]):
-            tela[riga][col + k] = carattere
 
-    satura = saturazione(prove)
-    for _, x, _, y90 in punti:
-        if y90 is not None:
-            metti(x, y90, marche["p90"])
-    for p, x, y, _ in punti:
-        marca = marche["saturazione"] if satura is not None and p is prove[satura] else marche["media"]
-        metti(x, y, marca + valore_punto(p, asse))
-    righe = [f"curva di capacità{f' ({titolo})' if titolo else ''}: throughput aggregato e latenza, "
-             f"un punto per valore di {asse}", "latenza"]
-    for i, riga in enumerate(tela):
-        etichetta = f"{y_max:5.2f} s" if i == 0 else ("   0 s " if i == altezza - 1 else "")
-        righe.append(f"{etichetta:>7} |" + "".join(riga).rstrip())
-    righe.append(f"{'':7} +" + "-" * colonne)
-    righe.append(f"{'':8}0{f'{x_max:.1f} token/s':>{colonne - 1}}")
-    voci = f"{marche['media']}N latenza media al valore N  {marche['p90']} latenza p90"
-    righe.append(f"legenda: {voci}" + (f"  {marche['saturazione']} saturazione" if satura is not None else ""))
-    if satura is not None:
-        righe.append(frase_saturazione(asse, prove, satura))
+def indicativo(*punti: Punto) -> str:
+    return "" if all(len(p.intere) > 1 for p in punti) else (
+        " (indicativo: una prova per punto; con --ripeti 3 si misura anche il rumore)")
+
+
+def frase_saturazione(asse: str, prima: Punto, dopo: Punto) -> str:
+    rapporto = dopo.carico(asse) / prima.carico(asse)
+    return (f"saturazione a {asse}={valore_punto(dopo, asse)}: da {asse}={valore_punto(prima, asse)} il carico è "
+            f"cresciuto ×{rapporto:.1f} e il throughput solo da {prima.throughput:.1f} a {dopo.throughput:.1f} token/s "
+            f"({dopo.throughput / prima.throughput - 1:+.1%}), mentre la latenza media è salita da {prima.latenza:.2f} a "
+            f"{dopo.latenza:.2f} s ({dopo.latenza / prima.latenza - 1:+.0%}, oltre il rumore)" + indicativo(prima, dopo))
+
+
+def perche_satura(prima: Punto, dopo: Punto) -> str:
+    """Why the point `dopo` took no more than `prima`, from the figures: either the slots were all
+    busy and the wait for one grew, or each request had a slot and every slot went slower (the
+    cores are shared)."""
+    n_slot = dopo.prove[0].info.n_slot
+    picco = max(dopo.valori(lambda p: p.riepilogo.picco), default=None)
+    coda_prima = max(prima.valori(lambda p: p.riepilogo.picco_coda), default=None)
+    coda = max(dopo.valori(lambda p: p.riepilogo.picco_coda), default=None)
+    occupati = f"picco {fmt(picco, 'd')} su {fmt(n_slot, 'd')}"
+    # The queue grew when the mean wait for a slot (from the server's own times) grew by more than a
+    # tenth of the latency; without those times, when its peak grew.
+    attese = (prima.attesa_media, dopo.attesa_media)
+    if None not in attese:
+        cresciuta = attese[1] - attese[0] > 0.1 * dopo.latenza
+    else:
+        cresciuta = coda is not None and coda > (coda_prima or 0)
+    if cresciuta:
+        pieni = picco is not None and n_slot is not None and picco >= n_slot
+        frase = (f"Lì gli slot erano tutti occupati ({occupati}) e " if pieni else f"Lì ({occupati}) ") + (
+            f"la coda è cresciuta fino a {fmt(coda, 'd')} (prima {fmt(coda_prima, 'd')})")
+        if None not in attese:
+            frase += f"; l'attesa media di uno slot è passata da {attese[0]:.2f} a {attese[1]:.2f} s"
+        return frase + ": una richiesta in più non trova uno slot libero e aspetta."
+    frase = f"La coda non è cresciuta ({fmt(coda, 'd')} in attesa al massimo; {occupati})"
+    velocita = (prima.velocita_slot, dopo.velocita_slot)
+    if None not in velocita and velocita[1] < 0.9 * velocita[0]:
+        return (frase + f", ma nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s: "
+                "gli slot si dividono gli stessi core, e la macchina non genera più token al secondo.")
+    return frase + "."
+
+
+def sovraccarico(prova: Prova) -> Optional[Tuple[float, float]]:
+    """(completed, sent) requests per second over the send window, when an open-loop run (--ritmo)
+    overloaded the server: over the time the requests were being sent (not the drain after the
+    last one), fewer were completed than arrived, by more than 10%, while every slot was busy and
+    requests waited for one. Without a queue the server was not behind: the answers were on their way."""
+    e, s, n_slot = prova.esecuzione, prova.riepilogo, prova.info.n_slot
+    inizi = sorted(r.inizio for r in e.risultati)
+    if len(inizi) < 3 or inizi[-1] <= inizi[0]:
+        return None
+    finestra = inizi[-1] - inizi[0]
+    arrivate = (len(inizi) - 1) / finestra
+    completate = sum(1 for r in e.risultati if r.riuscita and inizi[0] < r.fine <= inizi[-1]) / finestra
+    slot_pieni = s.picco is not None and (n_slot is None or s.picco >= n_slot)
+    if completate >= 0.9 * arrivate or not s.picco_coda or not slot_pieni:
+        return None
+    return completate, arrivate
+
+
+def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
+    """The lab's comparison of servers: for each value of what else varied, the throughput of each -np
+    over the smallest -np's (the lab: ×2 from -np 1 to -np 4 on 6 vCPU). With --token too, whether the
+    batching advantage grew with longer answers: the lab's own question."""
+    if "np" not in chiavi:
+        return []
+    altre = [c for c in chiavi if c != "np"]
+    gruppi: Dict[str, List[Punto]] = {}
+    for punto in punti:
+        gruppi.setdefault(", ".join(f"{c}={valore_punto(punto, c)}" for c in altre), []).append(punto)
+    righe, vantaggi = [], []
+    for titolo, gruppo in gruppi.items():
+        misurati = sorted((p for p in gruppo if p.throughput), key=lambda p: p.prove[0].configurazione)
+        if len(misurati) < 2:
+            continue
+        base = misurati[0]
+        voci = [f"np {valore_punto(p, 'np')} / np {valore_punto(base, 'np')} ×{p.throughput / base.throughput:.2f}"
+                for p in misurati[1:]]
+        vantaggi.append((titolo, misurati[-1].throughput / base.throughput, misurati[-1], base))
+        righe.append(f"throughput{f' a {titolo}' if titolo else ''}: " + ", ".join(voci)
+                     + ("" if altre else " (nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)"))
+    if altre == ["token"] and len(vantaggi) > 1:
+        (da, r_da, *_), (a, r_a, *_) = vantaggi[0], vantaggi[-1]
+        verso = ("è cresciuto" if r_a > 1.1 * r_da else "è calato" if r_a < r_da / 1.1
+                 else "è rimasto lo stesso, entro il 10%")
+        righe.append(f"con risposte più lunghe ({da} -> {a}) il vantaggio del batching {verso}: ×{r_da:.2f} -> ×{r_a:.2f}"
+                     + indicativo(*[v[2] for v in vantaggi] + [v[3] for v in vantaggi]))
     return righe
 
 
-def frase_saturazione(asse: str, prove: List[Prova], i: int) -> str:
-    prima, dopo = prove[i - 1], prove[i]
-    a, b = prima.riepilogo, dopo.riepilogo
-    return (f"saturazione a {asse}={valore_punto(dopo, asse)}: da {asse}={valore_punto(prima, asse)} il throughput "
-            f"è passato da {a.throughput:.1f} a {b.throughput:.1f} token/s ({b.throughput / a.throughput - 1:+.1%}, "
-            f"meno del +10%), la latenza media da {a.latenza_media:.2f} a {b.latenza_media:.2f} s "
-            f"({b.latenza_media / a.latenza_media - 1:+.0%})")
+class Scala(NamedTuple):
+    """The capacity curve's axes, shared by every curve of a sweep, in the terminal and in the SVG."""
+    x_da: float  # throughput at the left edge: 0, unless that would crush every point to the right
+    x_a: float
+    y_a: float  # latency at the top; the bottom is 0
 
 
-def svg_curva(asse: str, gruppi: List[Tuple[str, List[Prova]]], y: int, larghezza: int = 760) -> Tuple[List[str], int]:
-    """The capacity curve as SVG elements from height y: one line of mean latency and one of p90 per
-    curve, each point labelled with its value of the load, the saturation ringed. Returns the
-    elements and the height below them."""
+def scala_curva(punti: List[Punto]) -> Optional[Scala]:
+    misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
+    if not misurati:
+        return None
+    x = [p.throughput for p in misurati]
+    y = max(max(p.latenza, p.latenza_p90 or 0) for p in misurati)
+    ampiezza = max(x) - min(x)
+    if ampiezza > 0 and min(x) > 0.5 * max(x):  # from 0, every point would sit in the right half
+        return Scala(min(x) - 0.1 * ampiezza, max(x) + 0.15 * ampiezza, y * 1.1 or 1.0)
+    return Scala(0.0, max(x) * 1.15 or 1.0, y * 1.1 or 1.0)
+
+
+def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, str], frasi: bool = True,
+          larghezza: int = 80, altezza: int = 12) -> List[str]:
+    """The capacity curves in the terminal, all on the same axes: aggregate throughput across,
+    latency up; each point's mean latency (with its value of the axis beside it) and its p90, the
+    saturation marked. With several curves, each has its letter."""
+    scala = scala_curva([p for _, g in gruppi for p in g])
+    if scala is None:
+        return ["curva di capacità: nessun punto misurato"]
+    colonne = larghezza - 9
+    tela = [[" "] * colonne for _ in range(altezza)]
+
+    def metti(x: float, y: float, testo: str) -> None:
+        riga = altezza - 1 - round(y / scala.y_a * (altezza - 1))
+        col = round((x - scala.x_da) / (scala.x_a - scala.x_da) * (colonne - 1))
+        for k, carattere in enumerate(testo[:colonne - col]):
+            tela[riga][col + k] = carattere
+
+    lettere = "abcdefghijklmnopqrstuvwxyz" if len(gruppi) > 1 else ""
+    sature = []
+    for n, (titolo, punti) in enumerate(gruppi):
+        satura = saturazione(punti, asse)
+        for p in punti:
+            if p.throughput is not None and p.latenza_p90 is not None:
+                metti(p.throughput, p.latenza_p90, marche["p90"])
+        for i, p in enumerate(punti):
+            if p.throughput is None or p.latenza is None:
+                continue
+            marca = marche["saturazione"] if i == satura else (lettere[n % 26] if lettere else marche["media"])
+            metti(p.throughput, p.latenza, marca + valore_punto(p, asse))
+        if satura is not None:
+            sature.append((titolo, punti[satura - 1], punti[satura]))
+    righe = [f"curva di capacità: throughput aggregato e latenza, un punto per valore di {asse}", "latenza"]
+    for i, riga in enumerate(tela):
+        etichetta = f"{scala.y_a:5.2f} s" if i == 0 else ("   0 s " if i == altezza - 1 else "")
+        righe.append(f"{etichetta:>7} |" + "".join(riga).rstrip())
+    righe.append(f"{'':7} +" + "-" * colonne)
+    sinistra = f"{scala.x_da:.1f}" if scala.x_da else "0"
+    righe.append(f"{'':8}{sinistra}{f'{scala.x_a:.1f} token/s':>{colonne - len(sinistra)}}")
+    voci = ("  ".join(f"{lettere[n % 26]}N: {titolo}" for n, (titolo, _) in enumerate(gruppi)) if lettere
+            else f"{marche['media']}N latenza media al valore N")
+    righe.append(f"legenda: {voci}  {marche['p90']} latenza p90" + (f"  {marche['saturazione']} saturazione" if sature else ""))
+    if frasi:  # with --spiega the sentence is in the explanation, once
+        righe += [(f"{titolo}: " if titolo else "") + frase_saturazione(asse, a, b) for titolo, a, b in sature]
+    return righe
+
+
+def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezza: int = 760) -> Tuple[List[str], int]:
+    """The capacity curves as SVG elements from height y, on the same axes as in the terminal: one
+    line of mean latency and one of p90 per curve, each point labelled with its value of the axis,
+    the saturation ringed. Returns the elements and the height below them."""
     sinistra, destra, alto = 70, 20, 260
-    tutti = [p for _, g in gruppi for p in g if p.riepilogo.throughput is not None and p.riepilogo.latenza_media is not None]
-    if not tutti:
+    scala = scala_curva([p for _, g in gruppi for p in g])
+    if scala is None:
         return [], y
-    x_max = max(p.riepilogo.throughput for p in tutti) * 1.15
-    y_max = max(max(p.riepilogo.latenza_media, latenza_p90(p) or 0) for p in tutti) * 1.1
     base = y + 24 + alto
-    px = lambda v: sinistra + v / x_max * (larghezza - sinistra - destra)  # noqa: E731
-    py = lambda v: base - v / y_max * alto  # noqa: E731
+    px = lambda v: sinistra + (v - scala.x_da) / (scala.x_a - scala.x_da) * (larghezza - sinistra - destra)  # noqa: E731
+    py = lambda v: base - v / scala.y_a * alto  # noqa: E731
     parti = [f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">curva di capacità: throughput aggregato e '
              f'latenza, un punto per valore di {asse}</text>',
              f'<line x1="{sinistra}" y1="{base}" x2="{larghezza - destra}" y2="{base}" stroke="#333"/>',
              f'<line x1="{sinistra}" y1="{base}" x2="{sinistra}" y2="{base - alto}" stroke="#333"/>',
-             f'<text x="{sinistra - 4}" y="{base - alto + 10}" text-anchor="end">{y_max:.2f} s</text>',
+             f'<text x="{sinistra - 4}" y="{base - alto + 10}" text-anchor="end">{scala.y_a:.2f} s</text>',
              f'<text x="{sinistra - 4}" y="{base}" text-anchor="end">0 s</text>',
-             f'<text x="{larghezza - destra}" y="{base + 16}" text-anchor="end">{x_max:.1f} token/s</text>',
-             f'<text x="{sinistra}" y="{base + 16}">0</text>',
+             f'<text x="{larghezza - destra}" y="{base + 16}" text-anchor="end">{scala.x_a:.1f} token/s</text>',
+             f'<text x="{sinistra}" y="{base + 16}">{f"{scala.x_da:.1f}" if scala.x_da else "0"}</text>',
              f'<text x="{(sinistra + larghezza - destra) / 2}" y="{base + 16}" text-anchor="middle">throughput aggregato'
              '</text>',
              f'<text x="{sinistra - 4}" y="{base - alto / 2}" text-anchor="end">latenza</text>']
     colori = ("#264653", "#2a9d8f", "#e76f51", "#6a4c93", "#f4a261", "#8d99ae")
-    for n, (titolo, prove) in enumerate(gruppi):
+    for n, (titolo, punti) in enumerate(gruppi):
         colore = colori[n % len(colori)]
-        prove = [p for p in prove if p in tutti]
-        medie = [(px(p.riepilogo.throughput), py(p.riepilogo.latenza_media)) for p in prove]
-        p90 = [(px(p.riepilogo.throughput), py(latenza_p90(p))) for p in prove if latenza_p90(p) is not None]
+        punti = [p for p in punti if p.throughput is not None and p.latenza is not None]
+        medie = [(px(p.throughput), py(p.latenza)) for p in punti]
+        p90 = [(px(p.throughput), py(p.latenza_p90)) for p in punti if p.latenza_p90 is not None]
         parti.append(f'<polyline fill="none" stroke="{colore}" stroke-width="2" points="'
                      + " ".join(f"{a:.1f},{b:.1f}" for a, b in medie) + '"/>')
         parti.append(f'<polyline fill="none" stroke="{colore}" stroke-dasharray="4 3" points="'
                      + " ".join(f"{a:.1f},{b:.1f}" for a, b in p90) + '"/>')
-        satura = saturazione(prove)
+        satura = saturazione(punti, asse)
         for a, b in p90:
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="white" stroke="{colore}"/>')
-        for i, (p, (a, b)) in enumerate(zip(prove, medie)):
-            cifre = (f"{asse}={valore_punto(p, asse)}: {p.riepilogo.throughput:.1f} token/s, latenza media "
-                     f"{p.riepilogo.latenza_media:.2f} s, p90 {fmt(latenza_p90(p), '.2f s')}, picco slot "
-                     f"{fmt(p.riepilogo.picco, 'd')}, picco coda {fmt(picco_coda(p)[0], 'd')}")
+        for i, (p, (a, b)) in enumerate(zip(punti, medie)):
+            cifre = (f"{asse}={valore_punto(p, asse)}: {p.throughput:.1f} token/s, latenza media {p.latenza:.2f} s, "
+                     f"p90 {fmt(p.latenza_p90, '.2f s')}, prove {len(p.intere)}")
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="4" fill="{colore}"><title>{testo_xml(cifre)}</title></circle>')
             parti.append(f'<text x="{a + (12 if i == satura else 7):.1f}" y="{b + 4:.1f}" fill="{colore}">'
                          f'{valore_punto(p, asse)}</text>')
@@ -1773,89 +2374,81 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Prova]]], y: int, larghezz
     return parti, y + 20
 
 
-def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Prova]]]) -> List[str]:
-    """--spiega on a sweep: where saturation came and why, from the figures; then Little's law,
-    checked on every run."""
+def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> List[str]:
+    """--spiega on a sweep: along a load axis, where saturation came and why, or that it did not;
+    along --token or np, what that axis changes (per-slot speed and time per token); under --ritmo,
+    where the server fell behind the arrivals."""
     frasi = []
-    for titolo, prove in gruppi:
+    for titolo, punti in gruppi:
         dove = f" ({titolo})" if titolo else ""
-        misurate = [p for p in prove if p.riepilogo.throughput is not None]
-        if len(misurate) < 2:
+        misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
+        if len(misurati) < 2:
             continue
-        i = saturazione(prove)
+        frasi += stessi_carichi(misurati, asse)
+        if asse not in ASSI_DI_CARICO:
+            frasi.append(f"Curva{dove}: lungo {asse} il carico non cresce, e non si parla di saturazione. "
+                         + confronto_velocita(asse, misurati[0], misurati[-1]))
+            continue
+        i = saturazione(misurati, asse)
         if i is None:
-            a, b = misurate[0], misurate[-1]
+            a, b = misurati[0], misurati[-1]
             frasi.append(f"Curva{dove}: nessuna saturazione fino a {asse}={valore_punto(b, asse)} (il throughput è "
-                         f"passato da {a.riepilogo.throughput:.1f} a {b.riepilogo.throughput:.1f} token/s): a ogni passo "
-                         "è cresciuto almeno del 10%, o la latenza non è salita. Per trovarla, prova valori più grandi.")
+                         f"passato da {a.throughput:.1f} a {b.throughput:.1f} token/s): a ogni passo di carico è cresciuto "
+                         "almeno di un quarto del carico, o la latenza non è salita oltre il rumore." + indicativo(*misurati))
             continue
-        frasi.append(f"Curva{dove}: " + frase_saturazione(asse, prove, i) + ". " + perche_satura(prove[i - 1], prove[i]))
-    for titolo, prove in gruppi if asse == "ritmo" else []:
-        # Open loop: a server slower than the arrivals has a queue that grows for the whole run.
-        for p in prove:
-            arrivate, s = ritmo_ottenuto(p.esecuzione), p.riepilogo
-            if arrivate and s.tempo_totale and s.riuscite / s.tempo_totale < 0.9 * arrivate:
-                frasi.append(f"A ritmo={valore_punto(p, asse)}{f' ({titolo})' if titolo else ''} il server ha "
-                             f"completato {s.riuscite / s.tempo_totale:.2f} richieste al secondo mentre ne arrivavano "
-                             f"{arrivate:.2f}: è più lento degli arrivi, e la coda cresce finché dura la prova "
-                             "(sovraccarico): la latenza dipende allora da quanto è lunga la prova.")
+        frasi.append(f"Curva{dove}: " + frase_saturazione(asse, misurati[i - 1], misurati[i]) + ". "
+                     + perche_satura(misurati[i - 1], misurati[i]))
+    for titolo, punti in gruppi if asse == "ritmo" else []:
+        for punto in punti:  # open loop: a server slower than the arrivals has a queue that grows all along
+            visto = next((v for v in map(sovraccarico, punto.intere) if v), None)
+            if visto:
+                frasi.append(f"A ritmo={valore_punto(punto, asse)}{f' ({titolo})' if titolo else ''}, finché si "
+                             f"inviava, il server ha completato {visto[0]:.2f} richieste al secondo mentre ne arrivavano "
+                             f"{visto[1]:.2f}, con tutti gli slot occupati e richieste in coda: è più lento degli arrivi, "
+                             "e la coda cresce finché dura la prova (sovraccarico): la latenza dipende allora da quanto "
+                             "è lunga la prova.")
                 break
-    little = [r for r in (riga_little(p, asse) for _, prove in gruppi for p in prove) if r]
-    if little:
-        frasi.append("Legge di Little: le richieste in volo in media (contate a ogni lettura di /slots) devono "
-                     "valere richieste al secondo × latenza media; con poche letture la media è grossolana.")
-    return frasi + little
+    return frasi + [r for _, punti in gruppi for p in punti for r in [riga_little(p.prove[0], f"{asse}={valore_punto(p, asse)}")] if r]
 
 
-def perche_satura(prima: Prova, dopo: Prova) -> str:
-    """Why the run `dopo` took no more than `prima`, from the figures: either the slots were all busy
-    and the queue grew, or each request had a slot and every slot went slower (the cores are shared)."""
-    coda_prima, coda = picco_coda(prima)[0], picco_coda(dopo)[0]
-    s, n_slot = dopo.riepilogo, dopo.info.n_slot
-    occupati = f"picco {fmt(s.picco, 'd')} su {fmt(n_slot, 'd')}"
-    # The queue grew when the mean wait for a slot (from the server's own times) grew by more than a
-    # tenth of the latency; without those times, when its peak grew.
-    attese = [[a for a in map(attesa_coda, p.esecuzione.risultati) if a is not None] for p in (prima, dopo)]
-    medie = [sum(a) / len(a) for a in attese] if all(attese) else None
-    if medie is not None and s.latenza_media is not None:
-        cresciuta = medie[1] - medie[0] > 0.1 * s.latenza_media
-    else:
-        cresciuta = coda is not None and coda > (coda_prima or 0)
-    pieni = s.picco is not None and n_slot is not None and s.picco >= n_slot
-    if cresciuta:
-        frase = (f"Lì gli slot erano tutti occupati ({occupati}) e " if pieni else f"Lì ({occupati}) ") + (
-            f"la coda è cresciuta fino a {fmt(coda, 'd')} richieste (prima {fmt(coda_prima, 'd')})")
-        if medie is not None:
-            frase += f"; l'attesa media in coda è passata da {medie[0]:.2f} a {medie[1]:.2f} s"
-        return frase + ": una richiesta in più non trova uno slot libero e aspetta."
-    velocita = [[r.tps for r in p.esecuzione.risultati if r.riuscita and r.tps is not None] for p in (prima, dopo)]
-    frase = f"La coda non è cresciuta ({fmt(coda, 'd')} in attesa al massimo; {occupati})"
-    if all(velocita):
-        da, a = (sum(v) / len(v) for v in velocita)
-        if a < 0.9 * da:
-            return (frase + f", ma nel proprio slot ogni richiesta è scesa da {da:.1f} a {a:.1f} t/s: gli slot si "
-                    "dividono gli stessi core, e la macchina non genera più token al secondo.")
-    return frase + "."
+def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
+    """What --token or np changes: the speed of a request in its own slot, and its time per token."""
+    if not (a.velocita_slot and b.velocita_slot):
+        return ""
+    return (f"Da {asse}={valore_punto(a, asse)} a {asse}={valore_punto(b, asse)} la velocità nel proprio slot è passata "
+            f"da {a.velocita_slot:.1f} a {b.velocita_slot:.1f} t/s (da {1000 / a.velocita_slot:.1f} a "
+            f"{1000 / b.velocita_slot:.1f} ms per token), il throughput da {a.throughput:.1f} a {b.throughput:.1f} token/s.")
 
 
-def riga_little(prova: Prova, asse: str) -> Optional[str]:
-    """Little's law on one run: the mean in flight at the samples against throughput (req/s) × mean latency."""
-    s = prova.riepilogo
-    letture = in_volo(prova.esecuzione)
-    if not letture or not s.riuscite or not s.tempo_totale or s.latenza_media is None:
+def riga_little(prova: Prova, etichetta: str) -> Optional[str]:
+    """Little's law, L = λ × W, on one run, where it teaches something: the requests in flight as the
+    client counts them (completed per second × mean latency) against those the server says it holds
+    (busy slots + requests_deferred, read during the load: only with --metrics). The difference is
+    what the client had sent and the server did not hold yet: on its way, being read, or waiting
+    for a connection."""
+    import statistics
+
+    e, s = prova.esecuzione, prova.riepilogo
+    fine = s.tempo_totale
+    letture = [c.occupati + c.in_coda for c in e.campioni
+               if c.occupati is not None and c.in_coda is not None and fine and c.t <= fine]
+    if len(letture) < 2 or not s.riuscite or s.latenza_media is None:
         return None
-    media_in_volo = sum(n for _, n in letture) / len(letture)
-    al_secondo = s.riuscite / s.tempo_totale
-    attesa = al_secondo * s.latenza_media
-    riga = (f"  {asse}={valore_punto(prova, asse)}: in volo {media_in_volo:.2f} su {len(letture)} letture; "
-            f"{al_secondo:.2f} req/s × {s.latenza_media:.2f} s = {attesa:.2f} (scarto {media_in_volo / attesa - 1:+.0%})")
-    server = [c.occupati + c.in_coda for c, _ in letture if c.occupati is not None and c.in_coda is not None]
-    if server:
-        riga += f"; il server ne contava {sum(server) / len(server):.2f} (slot occupati + in coda)"
-    return riga
+    al_secondo = s.riuscite / fine
+    nel_client, nel_server = al_secondo * s.latenza_media, statistics.fmean(letture)
+    rumore = max(0.1 * nel_client, 2 * statistics.stdev(letture) / len(letture) ** 0.5)
+    riga = (f"  {etichetta}: in volo {nel_client:.2f} per il client ({al_secondo:.2f} completate/s × "
+            f"{s.latenza_media:.2f} s), {nel_server:.2f} per il server (slot occupati + requests_deferred, media di "
+            f"{len(letture)} letture): ")
+    if abs(nel_client - nel_server) <= rumore:
+        return riga + "coincidono, entro il rumore delle letture"
+    if nel_client > nel_server:
+        return riga + (f"{nel_client - nel_server:.2f} richieste in media erano inviate ma non ancora nel server: in "
+                       "viaggio, lette e tokenizzate, o in attesa di una connessione")
+    return riga + "il server ne contava di più: con poche letture la media è grossolana"
 
 
-# The picture: --grafico (terminal) and --svg ##################################################
+# The picture: --grafico (terminal) and --svg ###################################################
 
 MARCHE_UNICODE = {"coda": "░", "prompt": "▒", "generazione": "█", "errore": "×", "ignoto": "▬",
                   "media": "●", "p90": "+", "saturazione": "◆"}  # the last three: the capacity curve
@@ -1877,14 +2470,18 @@ def fasi(r: Risultato) -> List[Tuple[str, float, float]]:
     return [("coda", r.inizio, inizio_prompt), ("prompt", inizio_prompt, fine_prompt), ("generazione", fine_prompt, r.fine)]
 
 
-def occupati_a(campioni: List[Campione], t: float) -> Optional[int]:
-    """Busy slots at time t: the last sample taken at or before t."""
-    ultimo = None
-    for c in campioni:
-        if c.t > t:
-            break
-        ultimo = c.occupati
-    return ultimo
+def slot_nel_tempo(prova: Prova):
+    """Busy slots at time t, from the same source as the peak's: the server's timings (each request
+    in its slot, as picchi_dai_tempi counts it), else the last /slots reading at or before t. Returns
+    the function and the source's name, or (None, None) when nothing was measured."""
+    intervalli = [i for i in (accorcia(in_slot(r)) for r in prova.esecuzione.risultati if r.riuscita) if i]
+    if intervalli:
+        tetto = prova.info.n_slot
+        return (lambda t: min(sum(da <= t < a for da, a in intervalli), tetto or len(intervalli))), "dai tempi del server"
+    letti = [c for c in prova.esecuzione.campioni if c.occupati is not None]
+    if letti:
+        return (lambda t: next((c.occupati for c in reversed(letti) if c.t <= t), None)), "/slots"
+    return None, None
 
 
 def marche_per(flusso) -> Dict[str, str]:
@@ -1897,14 +2494,26 @@ def marche_per(flusso) -> Dict[str, str]:
         return MARCHE_ASCII
 
 
-def grafico(esecuzione: Esecuzione, marche: Dict[str, str], larghezza: int = 80) -> List[str]:
+def fine_asse(e: Esecuzione) -> float:
+    """Where a run's time axis ends: its last answer or its last reading of /slots."""
+    return max([r.fine for r in e.risultati] + [c.t for c in e.campioni] + [1e-9])
+
+
+def voci_legenda(prove: List[Prova]) -> List[Tuple[str, str]]:
+    """(phase, name) of what a picture shows: the phases its requests went through."""
+    usate = {fase for p in prove for r in p.esecuzione.risultati for fase, _, _ in fasi(r)}
+    return [(fase, nome) for fase, nome in LEGENDA if fase in usate]
+
+
+def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[str]:
     """One row per request on a common time axis, a row of busy slots, a legend; within `larghezza`."""
-    etichetta = max(8, len(f"req {esecuzione.richieste - 1} "))
+    e = prova.esecuzione
+    etichetta = max(8, len(f"req {e.n_richieste - 1} "))
     colonne = larghezza - etichetta
-    durata = max([r.fine for r in esecuzione.risultati] + [c.t for c in esecuzione.campioni] + [1e-9])
-    passo = durata / colonne
-    righe = [f"{'':<{etichetta}}0 s{f'{durata:.2f} s':>{colonne - 3}}"]
-    for r in esecuzione.risultati:
+    fine = fine_asse(e)
+    passo = fine / colonne
+    righe = [f"{'':<{etichetta}}0 s{f'{fine:.2f} s':>{colonne - 3}}"]
+    for r in e.risultati:
         barra = [" "] * colonne
         for fase, da, a in fasi(r):
             primo, ultimo = round(da / passo), min(colonne, round(a / passo))
@@ -1913,17 +2522,24 @@ def grafico(esecuzione: Esecuzione, marche: Dict[str, str], larghezza: int = 80)
             for col in range(max(primo, 0), ultimo):
                 barra[col] = marche[fase]
         righe.append(f"{f'req {r.indice}':<{etichetta}}" + "".join(barra).rstrip())
-    if any(c.occupati is not None for c in esecuzione.campioni):
-        celle = []
-        for col in range(colonne):
-            n = occupati_a(esecuzione.campioni, (col + 0.5) * passo)
-            celle.append(" " if n is None else (str(n) if n < 10 else "+"))
-        righe.append(f"{'slot':<{etichetta}}" + "".join(celle).rstrip())
-    usate = {fase for r in esecuzione.risultati for fase, _, _ in fasi(r)}
-    voci = [f"{marche[fase]} {nome}" for fase, nome in LEGENDA if fase in usate]
-    if any(c.occupati is not None for c in esecuzione.campioni):
-        voci.append("cifre: slot occupati (/slots)")
-    righe.append(("legenda: " + "  ".join(voci))[:larghezza])
+    occupati, fonte = slot_nel_tempo(prova)
+    voci = [f"{marche[fase]} {nome}" for fase, nome in voci_legenda([prova])]
+    if occupati is not None:
+        celle = [occupati((col + 0.5) * passo) for col in range(colonne)]
+        righe.append(f"{'slot':<{etichetta}}" + "".join(" " if n is None else (str(n) if n < 10 else "+")
+                                                           for n in celle).rstrip())
+        voci.append(f"cifre: slot occupati ({fonte})")
+    return righe + a_capo("legenda: ", voci, larghezza)
+
+
+def a_capo(prima: str, voci: List[str], larghezza: int) -> List[str]:
+    """`voci` after `prima`, two spaces apart, on as many lines of `larghezza` as they need."""
+    righe = [prima + voci[0]] if voci else [prima]
+    for voce in voci[1:]:
+        if len(righe[-1]) + 2 + len(voce) <= larghezza:
+            righe[-1] += "  " + voce
+        else:
+            righe.append(" " * len(prima) + voce)
     return righe
 
 
@@ -1935,21 +2551,22 @@ def testo_xml(testo: str) -> str:
     return testo.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Prova]]]]] = None,
+def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punto]]]]] = None,
         chiavi: Sequence[str] = ()) -> str:
     """The same picture as a standalone SVG, one panel per run, for the deliverable; a sweep's
-    capacity curve (`curve`: the load and the curves, from `serie`) comes first, and each panel
+    capacity curve (`curve`: the axis and the curves, from `serie`) comes first, and each panel
     says its point (`chiavi`: what varied)."""
     larghezza, sinistra, riga, destra = 760, 70, 18, 20
     pannelli, y = [], 10
     if curve is not None:
         pannelli, y = svg_curva(*curve, y, larghezza)
+    fonti = set()
     for prova in prove:
         e = prova.esecuzione
-        durata = max([r.fine for r in e.risultati] + [c.t for c in e.campioni] + [1e-9])
-        scala = (larghezza - sinistra - destra) / durata
+        fine = fine_asse(e)
+        scala = (larghezza - sinistra - destra) / fine
         titolo = riga_server(prova.info) + (f"  (-np {prova.configurazione.etichetta})" if prova.configurazione else "")
-        titolo += "".join(f"  {c}={valore_punto(prova, c)}" for c in chiavi if c != "np")
+        titolo += "".join(f"  {c}={valore_di(c, prova.piano, prova.configurazione)}" for c in chiavi if c != "np")
         parti = [f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">{testo_xml(titolo)}</text>']
         y += 22
         for r in e.risultati:
@@ -1958,32 +2575,31 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Prov
                 parti.append(f'<rect x="{sinistra + da * scala:.1f}" y="{y + 2}" width="{max(a - da, 0) * scala:.1f}" '
                              f'height="{riga - 4}" fill="{COLORI_SVG[fase]}"><title>{fase} {a - da:.3f} s</title></rect>')
             y += riga
-        letti = [c for c in e.campioni if c.occupati is not None]
-        if letti:
-            # Busy slots as steps: each sample holds until the next one.
-            massimo = max(max(c.occupati for c in letti), 1)
-            alto = 40
+        occupati, fonte = slot_nel_tempo(prova)
+        if occupati is not None:
+            # Busy slots as steps, one per change, from the same source as the peak.
+            fonti.add(fonte)
+            istanti = sorted({0.0, fine} | {t for r in e.risultati for t in (accorcia(in_slot(r)) or ())}
+                             | {c.t for c in e.campioni})
+            passi_slot = [(da, a, occupati(da)) for da, a in zip(istanti, istanti[1:]) if occupati(da)]
+            massimo, alto = max([n for _, _, n in passi_slot] + [1]), 40
             y += 4
             parti.append(f'<text x="4" y="{y + alto / 2}">slot</text>')
             parti.append(f'<text x="4" y="{y + alto / 2 + 14}" font-size="10">max {massimo}</text>')
-            parti.append(f'<rect x="{sinistra}" y="{y}" width="{durata * scala:.1f}" height="{alto}" fill="#f4f4f4"/>')
-            for i, c in enumerate(letti):
-                fino = letti[i + 1].t if i + 1 < len(letti) else durata
-                h = c.occupati / massimo * alto
-                parti.append(f'<rect x="{sinistra + c.t * scala:.1f}" y="{y + alto - h:.1f}" '
-                             f'width="{max(fino - c.t, 0) * scala:.1f}" height="{h:.1f}" fill="{COLORI_SVG["slot"]}">'
-                             f'<title>{c.occupati} slot occupati a {c.t:.2f} s</title></rect>')
+            parti.append(f'<rect x="{sinistra}" y="{y}" width="{fine * scala:.1f}" height="{alto}" fill="#f4f4f4"/>')
+            for da, a, n in passi_slot:
+                h = n / massimo * alto
+                parti.append(f'<rect x="{sinistra + da * scala:.1f}" y="{y + alto - h:.1f}" width="{(a - da) * scala:.1f}" '
+                             f'height="{h:.1f}" fill="{COLORI_SVG["slot"]}"><title>{n} slot occupati da {da:.2f} s'
+                             f'</title></rect>')
             y += alto + 6
         parti.append(f'<line x1="{sinistra}" y1="{y}" x2="{larghezza - destra}" y2="{y}" stroke="#333"/>')
         parti.append(f'<text x="{sinistra}" y="{y + 14}">0 s</text>')
-        parti.append(f'<text x="{larghezza - destra}" y="{y + 14}" text-anchor="end">{durata:.2f} s</text>')
+        parti.append(f'<text x="{larghezza - destra}" y="{y + 14}" text-anchor="end">{fine:.2f} s</text>')
         y += 28
         pannelli += parti
     x = sinistra
-    usate = {fase for p in prove for r in p.esecuzione.risultati for fase, _, _ in fasi(r)}
-    voci = [(fase, nome) for fase, nome in LEGENDA if fase in usate]
-    if any(c.occupati is not None for p in prove for c in p.esecuzione.campioni):
-        voci.append(("slot", "slot occupati (/slots)"))
+    voci = voci_legenda(prove) + [("slot", f"slot occupati ({' e '.join(sorted(fonti))})")] * bool(fonti)
     for fase, nome in voci:
         pannelli.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{COLORI_SVG[fase]}"/>')
         pannelli.append(f'<text x="{x + 16}" y="{y + 11}">{nome}</text>')
@@ -1994,169 +2610,26 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Prov
             f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(pannelli) + "\n</svg>\n")
 
 
-# --json and --csv: every request in a file ###################################################
-
-def file_scrivibile(testo: str) -> str:
-    """An output file that can be written: checked before any load is fired."""
-    cartella = os.path.dirname(os.path.abspath(testo))
-    if os.path.isdir(testo):
-        raise argparse.ArgumentTypeError(f"'{testo}' è una cartella, non un file")
-    if not os.path.isdir(cartella):
-        raise argparse.ArgumentTypeError(f"la cartella '{cartella}' non esiste")
-    if not os.access(cartella, os.W_OK) or (os.path.exists(testo) and not os.access(testo, os.W_OK)):
-        raise argparse.ArgumentTypeError(f"non posso scrivere '{testo}' (permessi)")
-    return testo
-
-
-CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token_cache", "token",
-             "latenza_s", "attesa_coda_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "tpot_s",
-             "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s")
-
-
-def riga_dati(r: Risultato) -> dict:
-    return {"indice": r.indice, "token_prompt": r.token_prompt, "token": r.token, "latenza_s": r.latenza,
-            "attesa_coda_s": attesa_coda(r), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
-            "t_s_nel_slot": r.tps, "primo_token_s": r.primo_token, "finish_reason": r.finish_reason,
-            "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": r.previsto,
-            "ritardo_invio_s": None if r.previsto is None else r.inizio - r.previsto, "token_cache": r.token_cache,
-            "tpot_s": tpot(r), "chunk_s": r.arrivi_chunk}
-
-
-def testo_csv(prove: List[Prova]) -> str:
-    import csv
-    import io
-
-    uscita = io.StringIO()
-    scrittore = csv.DictWriter(uscita, CAMPI_CSV, extrasaction="ignore", lineterminator="\n")
-    scrittore.writeheader()
-    for numero, prova in enumerate(prove, 1):
-        np = prova.configurazione.etichetta if prova.configurazione else prova.info.n_slot
-        for r in prova.esecuzione.risultati:
-            scrittore.writerow({"prova": numero, "np": np, "parallele": prova.piano.parallele,
-                                "max_token": prova.piano.token, "ritmo": prova.piano.ritmo, **riga_dati(r)})
-    return uscita.getvalue()
-
-
-def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[Dict[str, float]] = None) -> str:
-    """Every request, the /slots samples with their times, the server's props and the flags
-    (never the API key), for plotting; in a sweep, every point with the values it was run at."""
-    senza_testo = lambda piano: {k: v for k, v in piano._asdict().items() if k != "testo"}  # noqa: E731
-    dati = {
-        "carico": __version__, "url": url,
-        "opzioni": senza_testo(piani[0]),
-        "griglia": {v: sorted({getattr(p, v) for p in piani}) for v in variate(piani)},
-        "prompt_file": piani[0].testo is not None,
-        "prove": [{
-            "np": p.configurazione.etichetta if p.configurazione else None,
-            "piano": senza_testo(p.piano),
-            "punto": {v: getattr(p.piano, v) for v in variate(piani)},
-            "latenza_p90_s": latenza_p90(p),
-            "dettagli": dati_dettagli(p, slo),
-            "picco_coda": dict(zip(("valore", "fonte"), picco_coda(p))),
-            "invii": {"ritmo_ottenuto_req_s": ritmo_ottenuto(p.esecuzione),
-                      "ritardo_p99_s": percentile(ritardi_invio(p.esecuzione), 99),
-                      "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
-                      "trattenute_dal_tetto": p.esecuzione.trattenute,
-                      "inviate": p.esecuzione.richieste} if p.piano.ritmo or p.piano.durata else None,
-            "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "props": p.info.props},
-            "macchina": p.macchina._asdict() if p.macchina else None,
-            "riepilogo": p.riepilogo._asdict(),
-            "richieste": [riga_dati(r) for r in p.esecuzione.risultati],
-            "campioni": [c._asdict() for c in p.esecuzione.campioni],
-            "interrotta": p.esecuzione.interrotta is not None,
-        } for p in prove],
-    }
-    return json.dumps(dati, indent=2, ensure_ascii=False) + "\n"
-
-
-# --spiega: the run read out for a student #####################################################
-
-def descrivi_macchina(m: Macchina) -> str:
-    parti = [f"{m.core} core"]
-    if m.carico_medio is not None:
-        parti.append(f"carico medio {m.carico_medio:.1f}")
-    if m.cpu_occupata is not None:
-        parti.append(f"CPU occupata al {m.cpu_occupata:.0%} prima della prova")
-    return ", ".join(parti)
-
-
-def spiegazione(prova: Prova, parallele: int) -> List[str]:
-    """A few plain Italian sentences, each one built from the measured figures."""
-    e, s, info = prova.esecuzione, prova.riepilogo, prova.info
-    ok = [r for r in e.risultati if r.riuscita]
-    frasi = []
-    if not ok:
-        primo = e.risultati[0].errore if e.risultati else "interrotta"
-        if e.richieste == 1:
-            return [f"L'unica richiesta non è andata a buon fine ({primo}): non ci sono cifre da leggere."]
-        return [f"Nessuna delle {e.richieste} richieste è andata a buon fine (la prima: {primo}): "
-                "non ci sono cifre da leggere."]
-    if info.n_slot is not None and s.picco is not None:
-        servite = "è stata servita" if s.picco == 1 else "sono state servite"
-        partite = (f"Sono partite {min(parallele, e.richieste)} richieste insieme" if not prova.piano.ritmo else
-                   f"Sono partite {e.richieste} richieste, {fmt(ritmo_ottenuto(e), '.2f')} al secondo,")
-        frasi.append(f"{partite} e il server aveva {info.n_slot} slot: al massimo {s.picco} {servite} nello "
-                     "stesso momento.")
-    attese = [(attesa_coda(r), r) for r in ok if attesa_coda(r) is not None]
-    if attese:
-        attesa, r = max(attese, key=lambda coppia: coppia[0])
-        in_coda = sum(1 for a, _ in attese if a > 0.1 * r.latenza and a > 0.05)
-        if in_coda:
-            frasi.append(f"{in_coda} richieste su {len(ok)} hanno aspettato in coda; la più sfortunata è la "
-                         f"req {r.indice}: {attesa:.2f} s di attesa su {r.latenza:.2f} s di latenza "
-                         f"({attesa / r.latenza:.0%}).")
-        else:
-            frasi.append(f"Nessuna richiesta ha aspettato in coda più di {attesa:.2f} s: sono partite tutte subito.")
-    velocita = [r.tps for r in ok if r.tps is not None]
-    if velocita and s.throughput is not None:
-        import statistics
-
-        media_slot = statistics.fmean(velocita)
-        frasi.append(f"Nel proprio slot ogni richiesta generava {min(velocita):.1f}-{max(velocita):.1f} t/s; "
-                     f"tutte insieme hanno fatto {s.throughput:.1f} token/s di throughput aggregato, "
-                     f"{s.throughput / media_slot:.1f} volte la velocità media di uno slot.")
-    if info.n_ctx_slot is not None:
-        frase = f"Ogni slot aveva {info.n_ctx_slot} token di contesto"
-        prompt = [r.token_prompt for r in ok if r.token_prompt is not None]
-        if prompt:
-            frase += (f"; il prompt più lungo ne ha usati {max(prompt)} più {max(r.token or 0 for r in ok)} generati: "
-                      "una richiesta più lunga del contesto dello slot viene rifiutata (HTTP 400)")
-        frasi.append(frase + ".")
-    if fermate_prima(prova):
-        frasi.append(frase_fermate(prova)[0].upper() + frase_fermate(prova)[1:] + ".")
-    if s.picco_coda is not None:
-        frasi.append(f"/metrics ha visto al massimo {s.picco_coda} richieste in coda insieme (requests_deferred).")
-    if prova.macchina is not None:
-        motivo = macchina_occupata(prova.macchina)
-        if motivo:
-            frasi.append(f"La macchina era già occupata prima della prova ({motivo}): le cifre sono falsate, "
-                         "ripeti la misura a macchina tranquilla.")
-        else:
-            frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(prova.macchina)}).")
-    return frasi
-
-
-# At the end of a session: the deliverable's table and the files ##############################
+# At the end of a session: the tables and the files ##############################################
 
 def tabella_e_file(sessione: Sessione) -> None:
-    """The table (the deliverable's, or a sweep's with its curve and its explanation), then the files:
-    written even after an error or an interruption."""
-    o, prove = sessione.opzioni, sessione.prove
-    curve, chiavi = None, []
-    if variate(sessione.piani):
-        chiavi = chiavi_griglia(sessione)
-        curve = serie(prove, chiavi)
-        righe = tabella_griglia(prove, chiavi)
+    """The tables (a sweep's, with its curve and its explanation; or the deliverable's), then the
+    files: written even after an error or an interruption."""
+    o, prove = sessione.opzioni.oltre, sessione.prove
+    curve, chiavi, righe = None, chiavi_griglia(sessione), []
+    punti = punti_di(prove)
+    if chiavi and (variate(sessione.piani) or not (o.tabella or o.avvia)):
+        curve = serie(punti, chiavi)
+        righe = tabella_griglia(punti, chiavi) + rapporti_np(punti, chiavi)
         if o.grafico:
-            for titolo, gruppo in curve[1]:
-                righe += [""] + curva(curve[0], gruppo, titolo, marche_per(sys.stdout))
+            righe += [""] + curva(*curve, marche_per(sys.stdout), frasi=not o.spiega)
         if o.spiega:
             righe += [""] + spiegazione_griglia(*curve)
-        print("\n".join(righe), flush=True)
     elif o.tabella or o.avvia:
-        separa = [] if o.avvia or o.ripeti > 1 else [""]
-        print("\n".join(separa + TESTA_TABELLA + [riga_tabella(p) for p in prove]), flush=True)
-    file = [(o.file_json, lambda: testo_json(prove, sessione.piani, o.url, o.slo)),
+        righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove) + rapporti_np(punti, chiavi)
+    if righe:
+        print("\n".join(righe), flush=True)
+    file = [(o.file_json, lambda: testo_json(prove, sessione.piani, sessione.opzioni.url, o.slo)),
             (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve, chiavi))]
     for percorso, testo in file:
         if percorso:
@@ -2168,7 +2641,180 @@ def tabella_e_file(sessione: Sessione) -> None:
                 sessione.errore = True
 
 
-# --avvia: the whole lab in one command ########################################################
+CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token_cache", "token",
+             "latenza_s", "attesa_coda_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "tpot_s",
+             "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "interrotta")
+
+
+def riga_dati(r: Risultato) -> dict:
+    extra = oltre(r)
+    return {"indice": r.indice, "token_prompt": extra.token_prompt, "token": r.token, "latenza_s": r.latenza,
+            "attesa_coda_s": attesa_coda(r), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
+            "t_s_nel_slot": r.tps, "primo_token_s": extra.primo_token, "finish_reason": extra.finish_reason,
+            "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": extra.previsto,
+            "ritardo_invio_s": None if extra.previsto is None else r.inizio - extra.previsto,
+            "token_cache": extra.token_cache, "tpot_s": tpot(r), "chunk_s": extra.chunk_s}
+
+
+def dati_piano(piano: Piano) -> dict:
+    """A plan as the files keep it: every field, the prompt file's text left out."""
+    return {**piano._replace(oltre=None)._asdict(), **oltre(piano)._replace(testo=None)._asdict(), "oltre": None}
+
+
+def testo_csv(prove: List[Prova]) -> str:
+    import csv
+    import io
+
+    uscita = io.StringIO()
+    scrittore = csv.DictWriter(uscita, CAMPI_CSV, extrasaction="ignore", lineterminator="\n")
+    scrittore.writeheader()
+    for n, prova in enumerate(prove, 1):
+        np = prova.configurazione.etichetta if prova.configurazione else prova.info.n_slot
+        for r in prova.esecuzione.risultati:
+            scrittore.writerow({"prova": n, "np": np, "parallele": prova.piano.parallele, "max_token": prova.piano.max_token,
+                                "ritmo": oltre(prova.piano).ritmo, "interrotta": prova.esecuzione.interruzione is not None,
+                                **riga_dati(r)})
+    return uscita.getvalue()
+
+
+def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[Dict[str, float]] = None) -> str:
+    """Every request, the /slots samples with their times, the server's props and the flags
+    (never the API key), for plotting; in a sweep, every point with the values it was run at."""
+    dati = {
+        "carico": __version__, "url": url,
+        "opzioni": {k: v for k, v in dati_piano(piani[0]).items() if k != "oltre"},
+        "griglia": {v: sorted({valore_numerico(v, p) for p in piani}) for v in variate(piani)},
+        "prompt_file": oltre(piani[0]).testo is not None,
+        "prove": [{
+            "np": p.configurazione.etichetta if p.configurazione else None,
+            "piano": {k: v for k, v in dati_piano(p.piano).items() if k != "oltre"},
+            "punto": {v: valore_numerico(v, p.piano) for v in variate(piani)},
+            "latenza_p90_s": latenza_p90(p),
+            "dettagli": dati_dettagli(p, slo),
+            "invii": {"al_secondo": invii_al_secondo(p.esecuzione),
+                      "ritardo_p99_s": percentile(ritardi_invio(p.esecuzione), 99),
+                      "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
+                      "trattenute_dal_tetto": oltre(p.esecuzione).trattenute,
+                      "inviate": p.esecuzione.n_richieste} if oltre(p.piano).al_tempo else None,
+            "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": p.info.kv_unificata,
+                       "props": p.info.props},
+            "macchina": p.macchina._asdict() if p.macchina else None,
+            "riepilogo": {**p.riepilogo._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda},
+            "richieste": [riga_dati(r) for r in p.esecuzione.risultati],
+            "campioni": [c._asdict() for c in p.esecuzione.campioni],
+            "interrotta": p.esecuzione.interruzione is not None,
+        } for p in prove],
+    }
+    return json.dumps(dati, indent=2, ensure_ascii=False) + "\n"
+
+
+def scrivi_file(percorso: str, testo: str) -> None:
+    """All or nothing: a temporary file beside it, then a rename. The file gets the mode a shell
+    redirect would give it: the old file's, or 0666 less the umask."""
+    import tempfile
+
+    try:
+        modo = os.stat(percorso).st_mode & 0o777
+    except OSError:
+        maschera = os.umask(0)
+        os.umask(maschera)
+        modo = 0o666 & ~maschera
+    fd, provvisorio = tempfile.mkstemp(prefix=".carico-", dir=os.path.dirname(os.path.abspath(percorso)))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(testo)
+        os.chmod(provvisorio, modo)
+        os.replace(provvisorio, percorso)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(provvisorio)
+        raise
+
+
+# --spiega: the run read out for a student ######################################################
+
+def descrivi_macchina(m: Macchina) -> str:
+    parti = [f"{m.core} core"]
+    if m.carico_medio is not None:
+        parti.append(f"carico medio {m.carico_medio:.1f}")
+    if m.cpu_occupata is not None:
+        parti.append(f"CPU occupata al {m.cpu_occupata:.0%} prima della prova")
+    return ", ".join(parti)
+
+
+def spiegazione(prova: Prova) -> List[str]:
+    """A few plain Italian sentences, each one built from the measured figures."""
+    e, s, info, piano = prova.esecuzione, prova.riepilogo, prova.info, prova.piano
+    ok = [r for r in e.risultati if r.riuscita]
+    if not ok:
+        primo = e.risultati[0].errore if e.risultati else "interrotta"
+        if e.n_richieste == 1:
+            return [f"L'unica richiesta non è andata a buon fine ({primo}): non ci sono cifre da leggere."]
+        return [f"Nessuna delle {e.n_richieste} richieste è andata a buon fine (la prima: {primo}): "
+                "non ci sono cifre da leggere."]
+    frasi = []
+    if info.n_slot is not None and s.picco is not None:
+        insieme = min(piano.parallele, e.n_richieste)
+        if oltre(piano).ritmo:
+            partite = f"Sono partite {e.n_richieste} richieste, {fmt(invii_al_secondo(e), '.2f')} al secondo,"
+        elif insieme == 1:
+            partite = "Le richieste sono partite una alla volta (--parallele 1),"
+        else:
+            partite = f"Sono partite {insieme} richieste insieme"
+        servite = "è stata servita" if s.picco == 1 else "sono state servite"
+        frasi.append(f"{partite} e il server aveva {quante(info.n_slot, 'slot', 'slot')}: al massimo {s.picco} "
+                     f"{servite} nello stesso momento.")
+    if s.occupati_dai_tempi is not None and s.occupati_letti is not None and s.occupati_dai_tempi > s.occupati_letti:
+        frasi.append(f"Le letture di /slots (ogni {piano.intervallo:g} s) ne hanno viste al massimo {s.occupati_letti} "
+                     f"insieme: la prova è stata troppo breve per loro. I tempi del server provano che erano "
+                     f"{s.occupati_dai_tempi}, e il picco dice questo.")
+    attese = {r.indice: a for r, a in ((r, attesa_coda(r)) for r in ok) if a is not None}
+    if attese:
+        aspettato = in_coda_davvero(prova)
+        if aspettato:
+            r = max(aspettato, key=lambda q: attese[q.indice])
+            frasi.append(f"{quante(len(aspettato), 'richiesta', 'richieste')} su {len(ok)} "
+                         f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
+                         f"sfortunata è la req {r.indice}: {attese[r.indice]:.2f} s di attesa su {r.latenza:.2f} s di "
+                         f"latenza ({attese[r.indice] / r.latenza:.0%}).")
+        else:
+            frasi.append(f"Nessuna richiesta ha aspettato uno slot: ognuna ne ha trovato uno libero (fra l'invio e lo "
+                         f"slot al massimo {max(attese.values()):.2f} s, il viaggio della richiesta).")
+    velocita = [r.tps for r in ok if r.tps is not None]
+    if velocita and s.throughput is not None:
+        media_slot = sum(velocita) / len(velocita)
+        frasi.append(f"Nel proprio slot ogni richiesta generava {min(velocita):.1f}-{max(velocita):.1f} t/s; "
+                     f"tutte insieme hanno fatto {s.throughput:.1f} token/s di throughput aggregato, "
+                     f"{s.throughput / media_slot:.1f} volte la velocità media di uno slot.")
+    if info.n_ctx_slot is not None:
+        frase = (f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified)"
+                 if info.kv_unificata else f"Ogni slot aveva {info.n_ctx_slot} token di contesto")
+        prompt = [oltre(r).token_prompt for r in ok if oltre(r).token_prompt is not None]
+        if prompt:
+            frase += (f"; il prompt più lungo ne ha usati {max(prompt)} più {max(r.token or 0 for r in ok)} generati: "
+                      "una richiesta più lunga del contesto dello slot viene rifiutata (HTTP 400)")
+        frasi.append(frase + ".")
+    if fermate_prima(prova):
+        frasi.append(frase_fermate(prova)[0].upper() + frase_fermate(prova)[1:] + ".")
+    if s.picco_coda is not None and info.metrics_disponibile:
+        frasi.append(f"Al massimo {quante(s.picco_coda, 'richiesta ha', 'richieste hanno')} aspettato uno slot nello "
+                     "stesso momento" + (f" (requests_deferred in /metrics ne ha viste {s.coda_letta}: le letture sono "
+                                         "state troppo poche per vederle)." if (s.coda_letta or 0) < s.picco_coda
+                                         else " (requests_deferred)."))
+    little = riga_little(prova, "questa prova")
+    if little:
+        frasi.append("Legge di Little (L = λ × W):" + little[len("  questa prova:"):])
+    if prova.macchina is not None:
+        motivo = macchina_occupata(prova.macchina)
+        if motivo:
+            frasi.append(f"La macchina era già occupata prima della prova ({motivo}): le cifre sono falsate, "
+                         "ripeti la misura a macchina tranquilla.")
+        else:
+            frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(prova.macchina)}).")
+    return frasi
+
+
+# --avvia: the whole lab in one command ##########################################################
 
 class Configurazione(NamedTuple):
     """One server of a sweep: -np N, with or without --kv-unified."""
@@ -2181,40 +2827,6 @@ class Configurazione(NamedTuple):
 
     def argomenti(self) -> List[str]:
         return ["-np", str(self.np)] + (["--kv-unified"] if self.kv_unificata else [])
-
-
-def lista_np(testo: str) -> List[Configurazione]:
-    """`1,2,4,4kv`: the -np values of a sweep; `Nkv` adds --kv-unified (the lab's step 5)."""
-    configurazioni = []
-    for voce in testo.split(","):
-        voce = voce.strip().lower()
-        kv = voce.endswith("kv")
-        try:
-            np = int(voce[:-2] if kv else voce)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{voce}' non è un valore di -np (per esempio 1,2,4,4kv)") from None
-        if np < 1 and np != -1:
-            raise argparse.ArgumentTypeError(f"-np {np} non ha senso: usa 1, 2, 4... o -1 (automatico)")
-        configurazioni.append(Configurazione(np, kv))
-    return configurazioni
-
-
-def comando_server(testo: str) -> List[str]:
-    """The server's command without -np, host and port, which carico.py adds itself."""
-    import shlex
-
-    try:
-        parti = shlex.split(testo)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"comando non valido: {exc}") from None
-    if not parti:
-        raise argparse.ArgumentTypeError("il comando del server è vuoto")
-    gestite = {"-np", "--parallel", "--host", "--port", "--kv-unified", "-kvu"}
-    doppie = sorted(gestite.intersection(p.split("=")[0] for p in parti))
-    if doppie:
-        raise argparse.ArgumentTypeError(
-            f"non mettere {', '.join(doppie)} nel comando: -np viene da --np, host e porta da --url")
-    return parti
 
 
 class ServerAvviato:
@@ -2278,7 +2890,7 @@ class ServerAvviato:
     def __exit__(self, *exc) -> None:
         import subprocess
 
-        with segnali_ignorati():
+        with segnali(signal.SIG_IGN):
             if self.proc is not None and self.proc.poll() is None:
                 self.proc.terminate()
                 try:
@@ -2302,43 +2914,33 @@ def muori_con_il_padre():
         pass
 
 
-# Plumbing #####################################################################################
-# What a student does not need to read: the Italian phrases for what went wrong, signals, argparse
-# in Italian, the help's width, writing a file safely.
-
-def nota(testo: str) -> None:
-    print(f"carico.py: nota: {testo}", file=sys.stderr, flush=True)
-
+# Plumbing: the errors, and what went wrong in Italian #########################################
 
 def descrivi_errore_rete(exc: Exception, timeout: float) -> str:
     """One Italian phrase for a failed exchange; never the exception's repr (no tracebacks)."""
     import http.client
+    import ssl
 
-    if isinstance(exc, socket.timeout):
-        return f"nessuna risposta entro {timeout:g} s"
-    if isinstance(exc, ConnectionRefusedError):
-        return "connessione rifiutata (nessun server in ascolto)"
-    if isinstance(exc, socket.gaierror):
-        return "host sconosciuto"
-    if isinstance(exc, http.client.IncompleteRead):
-        return "risposta troncata: la connessione si è chiusa a metà"
-    if isinstance(exc, (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected)):
-        return "connessione chiusa dal server prima della risposta"
+    frasi = ((socket.timeout, f"nessuna risposta entro {timeout:g} s"),
+             (ConnectionRefusedError, "connessione rifiutata (nessun server in ascolto)"),
+             (ConnectionAbortedError, "richiesta annullata"), (socket.gaierror, "host sconosciuto"),
+             (http.client.IncompleteRead, "risposta troncata: la connessione si è chiusa a metà"),
+             ((ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected),
+              "connessione chiusa dal server prima della risposta"))
+    for tipo, frase in frasi:
+        if isinstance(exc, tipo):
+            return frase
+    if isinstance(exc, ssl.SSLError):
+        return f"errore TLS ({exc.reason or type(exc).__name__})"
     if isinstance(exc, http.client.HTTPException):
         return f"risposta HTTP non valida ({type(exc).__name__})"
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"errore di rete: {exc.strerror}"
-    return f"errore di rete: {type(exc).__name__}"
+    return f"errore di rete: {getattr(exc, 'strerror', None) or type(exc).__name__}"
 
 
 def testo_errore(status: int, errore: dict) -> str:
     """`HTTP 400 exceed_context_size_error: request (...)` from an error object {code, message, type}."""
-    testo = f"HTTP {status}"
-    if errore.get("type"):
-        testo += f" {errore['type']}"
-    if errore.get("message"):
-        testo += f": {errore['message']}"
-    return testo
+    return f"HTTP {status}" + (f" {errore['type']}" if errore.get("type") else "") + (
+        f": {errore['message']}" if errore.get("message") else "")
 
 
 def descrivi_errore_http(risposta: Risposta) -> str:
@@ -2362,30 +2964,40 @@ def messaggio_chiave(client: Client) -> str:
             "passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY")
 
 
-class segnali_ignorati:
-    """Ctrl+C and SIGTERM ignored inside the block (only the main thread may touch handlers)."""
+class segnali_rimandati:
+    """Ctrl+C and SIGTERM noted inside the block and acted on after it, so that what it writes is
+    finished: `codice` is then 128 + the first signal, or None."""
 
-    SEGNALI = (signal.SIGINT, signal.SIGTERM)
+    def __init__(self):
+        self.codice, self._blocco = None, segnali(self._annota)
 
     def __enter__(self):
-        self._vecchi = {}
-        if threading.current_thread() is threading.main_thread():
-            self._vecchi = {s: signal.signal(s, signal.SIG_IGN) for s in self.SEGNALI}
+        self._blocco.__enter__()
+        return self
 
     def __exit__(self, *exc):
-        for segnale, gestore in self._vecchi.items():
-            signal.signal(segnale, gestore)
+        return self._blocco.__exit__(*exc)
 
-def chiave_api(testo: str) -> str:
-    # Checked here, so that a key that cannot go in a header never reaches one (nor an error message).
-    if not testo or not all(33 <= ord(c) < 127 for c in testo):
-        raise argparse.ArgumentTypeError("la chiave API deve essere fatta di caratteri ASCII stampabili, senza spazi")
-    return testo
+    def _annota(self, numero_segnale, _frame):
+        self.codice = self.codice or 128 + numero_segnale
 
+
+
+def fallita(client: Client, indice: int, inizio: float, fine: float, exc: Exception) -> Risultato:
+    """The Risultato of a request that raised. What the server or the network said is printed as
+    it is; anything else is a bug of carico.py, and says so rather than blame the server."""
+    if client.annullato.is_set():
+        return Risultato(indice, inizio, fine, errore=ANNULLATA)
+    errore = str(exc) if isinstance(exc, ErroreRichiesta) else f"errore interno: {type(exc).__name__}: {exc}"
+    return Risultato(indice, inizio, fine, errore=errore)
+
+
+# Plumbing: argparse in Italian ################################################################
 
 class ParserItaliano(argparse.ArgumentParser):
     """argparse with its few English words said in Italian: `uso:` for `usage:`, and its error
-    messages translated whole, so that a phrase is never half in one language."""
+    messages translated whole, so that a phrase is never half in one language. An option of
+    `llama serve` given to carico.py by mistake is named as such."""
 
     ERRORI = (("expected one argument", "richiede un valore"),
               ("ignored explicit argument (.*)", r"non accetta valori (\1)"),
@@ -2394,6 +3006,9 @@ class ParserItaliano(argparse.ArgumentParser):
               ("unrecognized arguments: (.*)", r"opzioni non riconosciute: \1"),
               ("ambiguous option: (\\S+) could match (.*)", r"opzione ambigua: \1 potrebbe essere \2"),
               ("the following arguments are required: (.*)", r"mancano le opzioni: \1"))
+    # Options of `llama serve` that students give to carico.py: where they belong instead.
+    DEL_SERVER = ("--metrics", "--kv-unified", "-kvu", "-np", "--parallel", "-c", "--ctx-size", "-t", "--threads",
+                  "-m", "--model", "-hf", "-ngl", "--no-slots", "--port", "--host", "-a", "--alias")
 
     def error(self, message):
         import re
@@ -2405,6 +3020,12 @@ class ParserItaliano(argparse.ArgumentParser):
             if n:
                 resto = tradotto
                 break
+        ignote = re.match(r"unrecognized arguments: (.*)$", message)
+        del_server = [p for p in (ignote.group(1).split() if ignote else []) if p.split("=")[0] in self.DEL_SERVER]
+        if del_server:
+            cosa = "è un'opzione" if len(del_server) == 1 else "sono opzioni"
+            resto += (f": {', '.join(del_server)} {cosa} di llama serve, non di carico.py: va nel comando che avvia "
+                      "il server (o in --avvia \"llama serve ...\"; -np in --np)")
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: errore: {prefisso}{resto}\n")
 
@@ -2422,22 +3043,6 @@ def formato_aiuto(prog: str) -> argparse.HelpFormatter:
     except (OSError, ValueError, AttributeError):
         larghezza = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 80
     return argparse.RawDescriptionHelpFormatter(prog, width=max(larghezza, 40) - 2)
-
-
-def scrivi_file(percorso: str, testo: str) -> None:
-    """All or nothing: a temporary file beside it, then a rename."""
-    import tempfile
-
-    cartella = os.path.dirname(os.path.abspath(percorso))
-    fd, provvisorio = tempfile.mkstemp(prefix=".carico-", dir=cartella)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(testo)
-        os.replace(provvisorio, percorso)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(provvisorio)
-        raise
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ def cpu_nel_lab(ripetizioni):
                 # The load alone, in-process: what the client takes while the server works.
                 client = carico.Client(server.url)
                 prima, inizio = cpu_processo(), time.perf_counter()
-                carico.esegui_carico(client, carico.Piano(4, 4, 32), primo_prompt=8)
+                carico.esegui_carico(client, carico.Piano(4, 4, 32), info(client), primo_prompt=8)
                 quote_carico.append((cpu_processo() - prima) / (time.perf_counter() - inizio))
         riga(f"client CPU share of wall, whole process, -np {np}", f"{mediana(quote):.2%}",
              f"{mediana(cpu_ms):.0f} ms CPU in a {mediana(pareti):.2f} s run, start-up included; worst {max(quote):.2%}", "< 1%")
@@ -141,13 +141,15 @@ def su_scala(ripetizioni):
             cpu_intero.append(cpu / 1000 * 1000)
             client = carico.Client(url)
             prima, inizio = cpu_processo(), time.perf_counter()
-            esecuzione = carico.esegui_carico(client, carico.Piano(1000, 64, 1, 60))
+            esecuzione = carico.esegui_carico(client, carico.Piano(1000, 64, 1, timeout=60), info(client))
             durata = time.perf_counter() - inizio
             assert all(r.riuscita for r in esecuzione.risultati)
             cpu_carico.append((cpu_processo() - prima) / 1000 * 1000)
             al_secondo_carico.append(1000 / durata)
         client = carico.Client(url)
-        giri = [r.latenza * 1000 for r in carico.esegui_carico(client, carico.Piano(200, 1, 1, 60), slots=False).risultati]
+        senza_slots = carico.InfoServer(None, None, False)  # nothing sampled: the requests alone
+        giri = [r.latenza * 1000 for r in carico.esegui_carico(client, carico.Piano(200, 1, 1, timeout=60),
+                                                                senza_slots).risultati]
         wrk_chiudi = mediana([wrk(url + "/v1/chat/completions", True) for _ in range(3)])
         wrk_vivo = mediana([wrk(url + "/v1/chat/completions", False) for _ in range(3)])
     finally:
@@ -244,15 +246,15 @@ def esattezza(ripetizioni, prove_picco):
     with ServerReale(1) as server:
         client = carico.Client(server.url)
         for k in range(ripetizioni):  # one at a time: nothing queues, nothing competes
-            soli += scarti(carico.esegui_carico(client, carico.Piano(4, 1, 32), primo_prompt=4 * k))
+            soli += scarti(carico.esegui_carico(client, carico.Piano(4, 1, 32), info(client), primo_prompt=4 * k))
     with ServerReale(4, ["--metrics"]) as server:
         client = carico.Client(server.url)
         thr_carico, thr_server = [], []
         for k in range(ripetizioni):
             prima = leggi_tokens(server.url)
-            esecuzione = carico.esegui_carico(client, carico.Piano(4, 4, 32), metrics=True, primo_prompt=4 * k)
+            esecuzione = carico.esegui_carico(client, carico.Piano(4, 4, 32), info(client), primo_prompt=4 * k)
             dopo = leggi_tokens(server.url)
-            s = carico.riassumi(esecuzione)
+            s = carico.riassumi(esecuzione, 4)
             insieme += scarti(esecuzione)
             thr_carico.append(s.throughput)
             thr_server.append((dopo - prima) / s.tempo_totale)
@@ -268,19 +270,21 @@ def esattezza(ripetizioni, prove_picco):
          "within 2%")
 
     print(f"5. the sampler: period, and the peak right in {prove_picco} lab runs at -np 1, 2, 4", flush=True)
-    periodi, giusti = [], {}
+    periodi, giusti, letti = [], {1: 0, 2: 0, 4: 0}, {1: 0, 2: 0, 4: 0}
     for np in (1, 2, 4):
         with ServerReale(np) as server:
             client = carico.Client(server.url)
-            giusti[np] = 0
             for k in range(prove_picco):
-                esecuzione = carico.esegui_carico(client, carico.Piano(4, 4, 32), primo_prompt=4 * k)
+                esecuzione = carico.esegui_carico(client, carico.Piano(4, 4, 32), info(client), primo_prompt=4 * k)
                 tempi = [c.t for c in esecuzione.campioni]
                 periodi += [b - a for a, b in zip(tempi, tempi[1:])]
-                giusti[np] += carico.riassumi(esecuzione).picco == np
+                s = carico.riassumi(esecuzione, np)
+                giusti[np] += s.picco == np
+                letti[np] += s.occupati_letti == np
     riga("sampler period (asked 0.5 s)", f"{mediana(periodi):.3f} s", f"worst {max(periodi):.3f} s", "0.5 s")
     riga("peak of busy slots right", " / ".join(f"-np {np}: {n}/{prove_picco}" for np, n in giusti.items()),
-         "the peak equals -np", "all")
+         "the peak equals -np; the /slots readings alone: " + " / ".join(f"{n}/{prove_picco}" for n in letti.values()),
+         "all")
 
 
 def aspetta_la_quiete(limite=20.0):
@@ -291,6 +295,11 @@ def aspetta_la_quiete(limite=20.0):
         if not carico.macchina_occupata(macchina) and (macchina.cpu_occupata or 0) < 0.15:
             break
     print(f"machine before the start-up row: {carico.descrivi_macchina(macchina)}", flush=True)
+
+
+def info(client):
+    """What the server says about itself, as carico.py asks it before a run."""
+    return carico.interroga_server(client, 60, sys.stderr)
 
 
 def leggi_tokens(url):

@@ -43,6 +43,8 @@ class Config:
     alias: str = "fake-model"
     eos_dopo: Optional[int] = None  # the model's answer ends (EOS, finish_reason stop) after this many tokens
     rispetta_ignore_eos: bool = True  # False: a server that ignores the request's ignore_eos
+    rispetta_cache_prompt: bool = True  # False: a server that reuses its prompt cache even when asked not to
+    ritardo_ingresso: float = 0.0  # seconds a chat request spends read but not yet queued (in neither count)
 
     @property
     def n_ctx_slot(self) -> int:
@@ -76,6 +78,7 @@ class FakeLlama:
         self.prompt_tokens_total = 0
         self.n_task = 0
         self.picco_occupati = 0
+        self.registro: Optional[str] = None  # a file that gets each chat prompt, one JSON string a line
         self.arrivi: List[float] = []  # time.perf_counter() when each chat request's headers were read
         self.in_volo = 0  # chat requests queued or in a slot
         self.picco_in_volo = 0
@@ -136,6 +139,9 @@ class FakeLlama:
         client went away, generation stops and the slot is freed: (None, None)."""
         contenuto = " ".join(m.get("content", "") for m in body.get("messages", []))
         self.prompts.append(contenuto)
+        if self.registro:  # run as a process: what it was asked, for the test to read
+            with open(self.registro, "a", encoding="utf-8") as f:
+                f.write(json.dumps(contenuto) + "\n")
         n_prompt = conta_token(contenuto) + TEMPLATE_TOKENS
         max_tokens = body.get("max_tokens", body.get("n_predict", 16))
         finish = "length"
@@ -159,7 +165,7 @@ class FakeLlama:
             # template's opening at least), and all but the last token of the same prompt again.
             parole = re.findall(r"\w+|[^\w\s]", contenuto)
             cache_n = 0
-            if slot.parole is not None:
+            if slot.parole is not None and (body.get("cache_prompt", True) or not self.config.rispetta_cache_prompt):
                 comuni = next((i for i, (a, b) in enumerate(zip(parole, slot.parole)) if a != b), min(len(parole), len(slot.parole)))
                 cache_n = min(n_prompt - 1, APERTURA_TEMPLATE + comuni if comuni < len(parole) else n_prompt - 1)
             slot.parole = parole
@@ -331,6 +337,7 @@ class FakeLlama:
                     except ValueError:
                         return self.errore(400, "invalid_request_error", "invalid JSON")
                     fake.bodies.append(body)
+                    time.sleep(cfg.ritardo_ingresso)
                     if body.get("stream"):
                         return self.stream(body)
                     status, dati = fake.completa(body, chiusa=self.chiusa)
@@ -393,6 +400,7 @@ def main(argv=None):
     parser.add_argument("--loading-s", type=float, default=0.0)
     parser.add_argument("--fallisci", action="store_true", help="print an error and exit 1, like a bad -m")
     parser.add_argument("--muori-dopo", type=int, default=0, help="die (exit 3) at the N-th chat request")
+    parser.add_argument("--registro", help="append each chat prompt to this file, one JSON string a line")
     a = parser.parse_args(argv)
     if a.fallisci:
         print("error: failed to load model 'manca.gguf'", flush=True)
@@ -412,6 +420,7 @@ def main(argv=None):
             h.send_json(*fake.completa(fake.bodies[-1]))
         override["/v1/chat/completions"] = muori
     fake = FakeLlama(config, override, indirizzo=(a.host, a.port))
+    fake.registro = a.registro
     try:
         fake.server.serve_forever()
     except KeyboardInterrupt:

@@ -35,10 +35,19 @@ def righe_tabella(out):
 
 
 # --ritmo: requests sent by the clock ########################################################
+# carico.py runs as its own process here: the fake's clock, which notes each arrival, then shares
+# the GIL with nobody but the fake.
 
-def test_ritmo_costante_sul_tempo_del_server(fake, carica):
+def carico_processo(url, *flags):
+    proc = subprocess.run([sys.executable, CARICO, "--url", url, *flags], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_ritmo_costante_sul_tempo_del_server(fake):
     server = fake(n_slot=4, s_per_token=0.001)
-    rc, out, err = carica(server.url, "--ritmo", "50", "--arrivi", "costanti", "--richieste", "200", "--token", "2")
+    rc, out, err = carico_processo(server.url, "--ritmo", "50", "--arrivi", "costanti", "--richieste", "200",
+                                   "--token", "2")
     assert rc == 0, out + err
     gap = intervalli(server.arrivi)
     assert len(gap) == 199
@@ -46,16 +55,17 @@ def test_ritmo_costante_sul_tempo_del_server(fake, carica):
     assert 0.95 * 50 < ritmo < 1.05 * 50, ritmo
     assert cv(gap) < 0.2, cv(gap)
     riga = next(r for r in out.splitlines() if r.startswith("ritmo chiesto"))
-    assert riga.startswith("ritmo chiesto 50 req/s (arrivi costanti): nel programma 50.00, ottenuto "), riga
+    assert riga.startswith("ritmo chiesto 50 req/s (arrivi costanti): nel programma 50.00, inviate davvero "), riga
     assert "ritardo degli invii sul programma: p99 " in riga
     assert "non ha tenuto il ritmo" not in err
+    assert "richieste=200 parallele=200 (tetto predefinito) slot=4" in out  # nobody asked for that cap
 
 
-def test_ritmo_poisson_seminato_segue_il_programma(fake, carica):
+def test_ritmo_poisson_seminato_segue_il_programma(fake):
     server = fake(n_slot=4, s_per_token=0.001)
-    rc, out, err = carica(server.url, "--ritmo", "50", "--seme", "11", "--richieste", "200", "--token", "2")
+    rc, out, err = carico_processo(server.url, "--ritmo", "50", "--seme", "11", "--richieste", "200", "--token", "2")
     assert rc == 0, out + err
-    programma = list(itertools.islice(carico.orari(carico.Piano(ritmo=50, seme=11)), 200))
+    programma = list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=50, seme=11)), 200))
     previsti, visti = intervalli(programma), intervalli(server.arrivi)
     scarti = sorted(abs(a - b) for a, b in zip(previsti, visti))
     assert scarti[len(scarti) // 2] < 0.002, scarti[-10:]  # the median gap within 2 ms of its plan
@@ -63,8 +73,8 @@ def test_ritmo_poisson_seminato_segue_il_programma(fake, carica):
     assert 0.7 < cv(visti) < 1.3, cv(visti)
     assert "(arrivi di Poisson, seme 11)" in out
     # The same seed is the same schedule; another seed another one.
-    assert programma == list(itertools.islice(carico.orari(carico.Piano(ritmo=50, seme=11)), 200))
-    assert programma != list(itertools.islice(carico.orari(carico.Piano(ritmo=50, seme=12)), 200))
+    assert programma == list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=50, seme=11)), 200))
+    assert programma != list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=50, seme=12)), 200))
 
 
 def test_ritmo_senza_seme_ne_sceglie_uno_e_lo_salva(fake, carica, tmp_path):
@@ -77,7 +87,7 @@ def test_ritmo_senza_seme_ne_sceglie_uno_e_lo_salva(fake, carica, tmp_path):
     prova = dati["prove"][0]
     assert dati["opzioni"]["seme"] == seme and dati["opzioni"]["arrivi"] == "poisson"
     previsti = [r["previsto_s"] for r in prova["richieste"]]
-    assert previsti == list(itertools.islice(carico.orari(carico.Piano(ritmo=40, seme=seme)), 6))
+    assert previsti == list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=40, seme=seme)), 6))
     assert all(r["ritardo_invio_s"] >= 0 for r in prova["richieste"])
     assert prova["invii"]["ritardo_max_s"] == max(r["ritardo_invio_s"] for r in prova["richieste"])
     assert prova["invii"]["trattenute_dal_tetto"] == 0
@@ -90,23 +100,25 @@ def test_parallele_e_il_tetto_delle_richieste_in_volo(fake, carica):
     rc, out, err = carica(server.url, "--ritmo", "100", "--richieste", "30", "--parallele", "3", "--token", "5")
     assert rc == 0, out + err
     assert server.picco_in_volo == 3  # reached, never exceeded
-    assert "richieste=30 parallele=3 " in out
+    assert "richieste=30 parallele=3 slot=4" in out  # the cap that was asked for, as it was asked
     assert "(il tetto di --parallele) e sono partite dopo l'orario previsto" in err
-    ottenuto = float(re.search(r"ottenuto ([\d.]+) req/s", out).group(1))
-    assert ottenuto < 60, out  # 3 in flight at ~60 ms each cannot be sent 100 a second
+    inviate = float(re.search(r"inviate davvero ([\d.]+) req/s", out).group(1))
+    assert inviate < 60, out  # 3 in flight at ~60 ms each cannot be sent 100 a second
 
 
 def test_client_in_ritardo_detto_su_stderr():
     """A schedule the client did not keep is said as such, and the table does not present it as kept."""
-    risultati = [carico.Risultato(i, i * 0.01 + 0.05, i * 0.01 + 0.1, 1, previsto=i * 0.01) for i in range(50)]
+    risultati = [carico.Risultato(i, i * 0.01 + 0.05, i * 0.01 + 0.1, 1, oltre=carico.RisultatoOltre(previsto=i * 0.01))
+                 for i in range(50)]
     prova = carico.Prova(carico.InfoServer(1, 512, True), carico.Esecuzione(risultati, [], 50),
-                         piano=carico.Piano(50, 256, 1, ritmo=100, seme=1))
+                         carico.Piano(50, 256, 1, oltre=carico.PianoOltre(ritmo=100, seme=1)))
     assert not carico.ritmo_tenuto(prova)
     (nota,) = carico.note_ritmo(prova)
     assert nota.startswith("il client non ha tenuto il ritmo chiesto") and "p99 50.0 ms" in nota
-    riga = carico.tabella_griglia([prova], ["ritmo"])[2]
+    riga = carico.tabella_griglia([carico.Punto([prova])], ["ritmo"])[2]
     assert riga.endswith("(non tenuto) |"), riga
-    puntuale = prova._replace(esecuzione=carico.Esecuzione([r._replace(inizio=r.previsto) for r in risultati], [], 50))
+    puntuale = prova._replace(esecuzione=carico.Esecuzione(
+        [r._replace(inizio=r.oltre.previsto) for r in risultati], [], 50))
     assert carico.ritmo_tenuto(puntuale) and carico.note_ritmo(puntuale) == []
 
 
@@ -125,10 +137,16 @@ def test_durata_ad_anello_chiuso(fake, carica):
 
 
 def test_durata_a_ritmo(fake, carica):
+    """--durata under --ritmo: the last planned send falls before the end of the duration, and the line says
+    why the total time is what it is."""
     server = fake(n_slot=2, s_per_token=0.001)
     rc, out, err = carica(server.url, "--durata", "1", "--ritmo", "20", "--arrivi", "costanti", "--token", "2")
     assert rc == 0, out + err
-    assert "in 1 s (--durata): inviate 20 richieste, 20 con risposta" in out
+    riga = next(r for r in out.splitlines() if r.startswith("in 1 s (--durata)"))
+    assert re.fullmatch(r"in 1 s \(--durata\): inviate 20 richieste, 20 con risposta; l'ultimo invio a 0\.9\d s, "
+                        r"l'ultima risposta a [\d.]+ s \(il tempo totale\)", riga), riga
+    totale = re.search(r"tempo totale ([\d.]+) s", out).group(1)
+    assert riga.endswith(f"a {totale} s (il tempo totale)")
 
 
 # Sweeps #######################################################################################
@@ -139,20 +157,21 @@ def test_griglia_parallele_tabella_curva_e_spiega(fake, carica, tmp_path):
                           "--json", str(tmp_path / "g.json"), "--svg", str(tmp_path / "g.svg"), *VELOCE)
     assert rc == 0, out + err
     for j, p in enumerate((1, 2, 4), 1):
-        assert f"punto {j} di 3: parallele={p}" in out
+        assert f"punto {j} di 3: parallele={p}\n" in out
         assert f"richieste=4 parallele={p} slot=2  picco slot occupati insieme={min(p, 2)}" in out
     testa, *righe = righe_tabella(out)
-    assert testa == ["parallele", "throughput", "latenza media", "latenza p90", "latenza max",
+    assert testa == ["parallele", "throughput", "latenza media", "latenza p90", "latenza max", "t/s nel proprio slot",
                      "picco slot occupati", "picco coda"]
     assert [r[0] for r in righe] == ["1", "2", "4"]
-    assert [r[5] for r in righe] == ["1/2", "2/2", "2/2"]
-    assert righe[0][6] == "0" and int(righe[2][6]) >= 1  # with 4 in flight and 2 slots, 2 wait
-    # Two slots: 2 in flight doubles throughput, 4 do not add any and only wait.
-    assert "saturazione a parallele=4: da parallele=2 il throughput" in out
+    assert [r[6] for r in righe] == ["1/2", "2/2", "2/2"]
+    assert [r[7] for r in righe] == ["0", "0", "2"]  # with 4 in flight and 2 slots, 2 wait; never before
+    # Two slots: 2 in flight add throughput, 4 add none and only wait.
+    (frase,) = [r for r in out.splitlines() if "saturazione a parallele=4" in r]
+    assert "saturazione a parallele=4: da parallele=2 il carico è cresciuto ×2.0 e il throughput solo da" in frase
+    assert frase.count("saturazione a") == 1  # --grafico with --spiega: said once, in the explanation
+    assert "(indicativo: una prova per punto" in frase
+    assert "Lì gli slot erano tutti occupati (picco 2 su 2)" in frase
     assert "◆4" in out and "●1" in out and "●2" in out
-    assert "Lì gli slot erano tutti occupati (picco 2 su 2)" in out
-    little = [r for r in out.splitlines() if r.startswith("  parallele=")]
-    assert len(little) == 3 and all("req/s ×" in r for r in little)
     # Each point got prompts the server had not seen.
     assert len(set(server.prompts)) == len(server.prompts) == 12
     dati = json.loads((tmp_path / "g.json").read_text())
@@ -168,8 +187,9 @@ def test_griglia_token_e_ritmo_insieme(fake, carica):
     server = fake(n_slot=2, s_per_token=0.002)
     rc, out, err = carica(server.url, "--token", "4,8", "--ritmo", "10,20", "--richieste", "4", "--seme", "5")
     assert rc == 0, out + err
+    assert "punto 2 di 4: token=4, ritmo=20\n" in out
     testa, *righe = righe_tabella(out)
-    assert testa[:2] == ["token", "ritmo"] and testa[-1] == "ritmo ottenuto"
+    assert testa[:2] == ["token", "ritmo"] and testa[-1] == "inviate davvero"
     assert [r[:2] for r in righe] == [["4", "10"], ["4", "20"], ["8", "10"], ["8", "20"]]
     assert out.count("(arrivi di Poisson, seme 5)") == 4
 
@@ -200,9 +220,11 @@ def test_interrotto_a_meta_griglia(tmp_path):
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err and "carico.py: interrotto" in err
     testa, *righe = righe_tabella(out)
-    assert testa[0] == "parallele" and [r[0] for r in righe] == ["1", "2"], out + err
+    # The cut point is in the table, marked: its figures miss the requests that did not end.
+    assert testa[0] == "parallele" and [r[0] for r in righe] == ["1", "2 (interrotta)"], out + err
     assert "richieste non completate: 2 su 2 (interrotto)" in out.split("punto 2 di 3")[1]
-    assert len(json.loads((tmp_path / "i.json").read_text())["prove"]) == 2
+    dati = json.loads((tmp_path / "i.json").read_text())
+    assert [p["interrotta"] for p in dati["prove"]] == [False, True]
     assert len((tmp_path / "i.csv").read_text().splitlines()) == 1 + 2  # point 1's two requests
     assert "punto 3 di 3" not in out
 
@@ -213,29 +235,35 @@ def test_avvia_griglia_su_piu_server(capsys):
                       "--parallele", "1,2", "--token", "4", "--richieste", "2"])
     out, err = capsys.readouterr()
     assert rc == 0, out + err
+    # Every header names every value that varies, np included.
+    assert re.findall(r"^punto .*$", out, re.M) == ["punto 1 di 4: np=1, parallele=1", "punto 2 di 4: np=1, parallele=2",
+                                                    "punto 3 di 4: np=2, parallele=1", "punto 4 di 4: np=2, parallele=2"]
     testa, *righe = righe_tabella(out)
     assert testa[:3] == ["np", "parallele", "n_ctx_slot"]
     assert [r[:3] for r in righe] == [["1", "1", "2048"], ["1", "2", "2048"], ["2", "1", "1024"], ["2", "2", "1024"]]
-    assert out.count("punto 1 di 2: parallele=1") == 2
     assert "curva" not in out  # without --grafico
+    assert re.search(r"^throughput a parallele=1: np 2 / np 1 ×[\d.]+$", out, re.M), out
 
 
-def test_saturazione_e_percentile():
-    def prova(throughput, latenza, valore):
+def test_curve_di_piu_server_sugli_stessi_assi():
+    """Several curves (one per np) in one picture, on the same axes, each with its letter; an axis of
+    throughput that does not start at 0 when every point lies far from it."""
+    def punto(np, parallele, throughput, latenza):
         e = carico.Esecuzione([carico.Risultato(0, 0.0, latenza, int(throughput * latenza))], [], 1)
-        return carico.Prova(carico.InfoServer(2, 512, True), e, piano=carico.Piano(parallele=valore))
-
-    def curva(*punti):
-        return [prova(x, y, v) for v, (x, y) in enumerate(punti, 1)]
-
-    assert carico.saturazione(curva((10, 1), (20, 1), (21, 2))) == 2  # +5% throughput, latency up
-    assert carico.saturazione(curva((10, 1), (11.5, 2), (30, 3))) is None  # +15%, then +160%
-    assert carico.saturazione(curva((10, 1), (10.5, 1))) is None  # flat, but latency did not rise
-    assert carico.saturazione(curva((10, 1), (9, 2))) == 1  # throughput fell
-    valori = [i / 1000 for i in range(1, 101)]
-    assert carico.percentile(valori, 50) == statistics.quantiles(valori, n=100, method="inclusive")[49]
-    assert carico.percentile(valori, 99) == pytest.approx(0.09901)
-    assert carico.percentile([0.3], 90) == 0.3 and carico.percentile([], 90) is None
+        return carico.Punto([carico.Prova(carico.InfoServer(np, 512, True), e, carico.Piano(4, parallele),
+                                          carico.Configurazione(np))])
+    gruppi = [("np=1", [punto(1, 1, 70, 0.4), punto(1, 2, 72, 0.8)]),
+              ("np=2", [punto(2, 1, 80, 0.3), punto(2, 2, 100, 0.35)])]
+    righe = carico.curva("parallele", gruppi, carico.MARCHE_ASCII)
+    assert sum(" |" in r for r in righe) == 12 and sum(r.lstrip().startswith("+--") for r in righe) == 1  # one canvas
+    assert next(r for r in righe if r.startswith("legenda")).startswith("legenda: aN: np=1  bN: np=2  + latenza p90")
+    tela = "\n".join(righe)
+    assert "a1" in tela and "◆2" not in tela and "*2" in tela and "b1" in tela and "b2" in tela  # np=1 saturates
+    assert re.search(r"^ {8}67\.0 +104\.5 token/s$", tela, re.M), tela  # from 67: not crushed to the right
+    # A token/s of 0 everywhere (every answer said 0 tokens) draws, and divides nothing by zero.
+    zero = [("", [punto(1, 1, 0, 0.4), punto(1, 2, 0, 0.8)])]
+    assert carico.curva("parallele", zero, carico.MARCHE_ASCII)[0].startswith("curva di capacità")
+    assert carico.svg_curva("parallele", zero, 0)[1] > 0
 
 
 # Bad input: one Italian line, exit 2, before any load ##########################################
@@ -254,6 +282,18 @@ def test_saturazione_e_percentile():
                                             "finché dura il tempo"),
     (["--durata", "0"], "opzione --durata: deve essere maggiore di 0, non 0"),
     (["--seme", "3"], "--arrivi e --seme vanno usati insieme a --ritmo"),
+    (["--ritmo", "2", "--arrivi", "costanti", "--seme", "3"], "--seme vale per gli arrivi di Poisson: con --arrivi "
+     "costanti gli orari sono fissi, e non c'è nulla da seminare"),
+    (["--parallele", "2,2"], "opzione --parallele: il valore 2 è ripetuto nella lista '2,2': ogni valore è un punto "
+     "della griglia (per ripetere una prova usa --ripeti)"),
+    (["--ritmo", "1,0.5,1"], "opzione --ritmo: il valore 1 è ripetuto nella lista '1,0.5,1': ogni valore è un punto "
+     "della griglia (per ripetere una prova usa --ripeti)"),
+    (["--intervallo", "0.01"], "opzione --intervallo: almeno 0.05 s, non 0.01: leggere /slots più spesso "
+     "toglierebbe tempo al server che si vuole misurare"),
+    (["--durata", "0.0001"], "opzione --durata: 0.0001 s è troppo breve per una prova: meno di una lettura di "
+     "/slots (--intervallo 0.5 s)"),
+    (["--avvia", "llama serve -m m.gguf", "--url", "https://127.0.0.1:8080"],
+     "--avvia avvia llama serve in http semplice: usa --url http://..."),
     (["--parallele", ",".join(map(str, range(1, 12))), "--token", ",".join(map(str, range(1, 11)))],
      "la griglia ha 110 punti, oltre 100: accorcia le liste, o aggiungi --forza"),
 ])
@@ -270,43 +310,10 @@ def test_opzioni_sbagliate_della_griglia(fake, capsys, argomenti, messaggio):
 def test_forza_accetta_una_griglia_grande():
     piani, _ = carico.analizza_argomenti(["--parallele", ",".join(map(str, range(1, 12))),
                                           "--token", ",".join(map(str, range(1, 11))), "--forza"])
-    assert len(piani) == 110 and (piani[0].parallele, piani[0].token) == (1, 1) and piani[-1][1:3] == (11, 10)
+    assert len(piani) == 110 and (piani[0].parallele, piani[0].max_token) == (1, 1) and piani[-1][1:3] == (11, 10)
     piani, _ = carico.analizza_argomenti(["--ritmo", "2"])
     assert piani[0].parallele == 4 and piani[0].richieste == 4  # the cap: no more than the requests
     piani, _ = carico.analizza_argomenti(["--durata", "3", "--ritmo", "2"])
     assert piani[0].richieste is None and piani[0].parallele == carico.TETTO_RITMO
 
 
-def test_ritmo_oltre_la_capacita_e_sovraccarico(fake, carica):
-    """One slot at ~0.1 s a request holds ~10 a second: at 40 a second the queue grows all run long."""
-    server = fake(n_slot=1, s_per_token=0.005)
-    rc, out, err = carica(server.url, "--ritmo", "4,40", "--arrivi", "costanti", "--richieste", "12",
-                          "--token", "20", "--spiega", *VELOCE)
-    assert rc == 0, out + err
-    (frase,) = [r for r in out.splitlines() if "sovraccarico" in r]
-    assert frase.startswith("A ritmo=40 il server ha completato "), frase
-    completate = float(re.search(r"completato ([\d.]+) richieste al secondo", frase).group(1))
-    assert completate < 15, frase
-    testa, *righe = righe_tabella(out)
-    assert [r[0] for r in righe] == ["4", "40"] and int(righe[1][testa.index("picco coda")]) >= 5
-
-
-def test_perche_satura_coda_o_core():
-    """Why saturation came, read from the figures: requests that waited for a slot, or slots that
-    each went slower because they share the cores."""
-    info = carico.InfoServer(2, 1024, True)
-
-    def prova(latenza, servizio, tps, picco):
-        risultati = [carico.Risultato(i, 0.0, latenza, 32, tps, 20, 0.0, servizio * 1000) for i in range(4)]
-        campioni = [carico.Campione(0.1, picco), carico.Campione(0.2, picco)]
-        return carico.Prova(info, carico.Esecuzione(risultati, campioni, 4))
-
-    # Two slots at half speed each: latency doubled, nobody waited.
-    frase = carico.perche_satura(prova(0.5, 0.5, 70.0, 1), prova(1.0, 1.0, 35.0, 2))
-    assert frase == ("La coda non è cresciuta (2 in attesa al massimo; picco 2 su 2), ma nel proprio slot ogni "
-                     "richiesta è scesa da 70.0 a 35.0 t/s: gli slot si dividono gli stessi core, e la macchina non "
-                     "genera più token al secondo."), frase
-    # Same speed in the slot, but each request waited 0.5 s of its 1.0 s for one.
-    frase = carico.perche_satura(prova(0.5, 0.5, 70.0, 2), prova(1.0, 0.5, 70.0, 2))
-    assert frase.startswith("Lì gli slot erano tutti occupati (picco 2 su 2) e la coda è cresciuta"), frase
-    assert "l'attesa media in coda è passata da 0.00 a 0.50 s" in frase

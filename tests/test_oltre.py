@@ -89,7 +89,8 @@ def test_grafico_un_slot_scala(fake, carica):
     assert in_coda[3] > 40
     slot = next(r for r in disegno if r.startswith("slot"))
     assert set(slot[8:]) <= {"0", "1"} and "1" in slot
-    assert disegno[-1].startswith("legenda: ░ in coda  ▒ prompt  █ generazione")
+    assert disegno[-2].startswith("legenda: ░ in coda  ▒ prompt  █ generazione")
+    assert disegno[-1].strip() == "cifre: slot occupati (dai tempi del server)"
 
 
 def test_grafico_quattro_slot_fianco_a_fianco(fake, carica):
@@ -142,7 +143,7 @@ def test_json_e_csv(fake, carica, tmp_path, monkeypatch):
     assert rc == 0
     dati = json.loads(j.read_text())
     prova = dati["prove"][0]
-    assert dati["opzioni"]["richieste"] == 4 and dati["opzioni"]["token"] == 32
+    assert dati["opzioni"]["richieste"] == 4 and dati["opzioni"]["max_token"] == 32
     assert prova["server"]["n_slot"] == 2 and prova["server"]["props"]["total_slots"] == 2
     assert [r["indice"] for r in prova["richieste"]] == [0, 1, 2, 3]
     assert all(r["token"] == 32 and r["finish_reason"] == "length" and r["errore"] is None for r in prova["richieste"])
@@ -261,7 +262,7 @@ def test_spiega_dalle_cifre(fake, carica, monkeypatch):
     testo = out[out.index("Sono partite"):]
     assert "Sono partite 4 richieste insieme e il server aveva 1 slot: al massimo 1 è stata servita" in testo
     lenta = max(range(4), key=lambda i: latenze(out)[i])
-    assert f"3 richieste su 4 hanno aspettato in coda; la più sfortunata è la req {lenta}:" in testo
+    assert f"3 richieste su 4 hanno aspettato in coda uno slot libero; la più sfortunata è la req {lenta}:" in testo
     assert "Ogni slot aveva 2048 token di contesto" in testo
     assert "La macchina era tranquilla prima della prova (2 core, carico medio 0.1" in testo
 
@@ -269,7 +270,7 @@ def test_spiega_dalle_cifre(fake, carica, monkeypatch):
     rc, out4, _ = carica(server4.url, "--spiega", *VELOCE)
     testo4 = out4[out4.index("Sono partite"):]
     assert "il server aveva 4 slot: al massimo 4" in testo4
-    assert "Nessuna richiesta ha aspettato in coda" in testo4
+    assert "Nessuna richiesta ha aspettato uno slot: ognuna ne ha trovato uno libero" in testo4
     assert "Ogni slot aveva 512 token di contesto" in testo4
     assert testo != testo4
 
@@ -289,7 +290,7 @@ def test_avvia_tutto_il_lab(capsys):
     assert intestazioni == ["server: 1 slot, n_ctx per slot = 2048", "server: 2 slot, n_ctx per slot = 1024",
                             "server: 4 slot, n_ctx per slot = 512", "server: 4 slot, n_ctx per slot = 2048"]
     assert [valore(b, "picco slot occupati insieme") for b in out.split("server: ")[1:]] == ["1", "2", "4", "4"]
-    tabella = out.splitlines()[-6:]
+    tabella = out[out.index("| np | n_ctx_slot"):].splitlines()[:6]
     assert tabella[0] == "| np | n_ctx_slot | latenza media | latenza max | throughput |"
     assert [r.split(" | ")[:2] for r in tabella[2:]] == [["| 1", "2048"], ["| 2", "1024"], ["| 4", "512"],
                                                          ["| 4 kv", "2048"]]
@@ -362,6 +363,7 @@ def test_avvia_interrotto_non_lascia_server(segnale, codice):
     assert "Traceback" not in err
     assert "non completata (interrotto)" in out
     assert "| np | n_ctx_slot |" in out  # the table of what was measured
+    assert re.search(r"^\| 1 \(interrotta\) \| 2048 \| ", out, re.M), out  # the cut run is marked
     assert not risponde(url)
     assert "port" not in subprocess.run(["pgrep", "-af", f"--port {porta}"], capture_output=True, text=True).stdout
 
@@ -394,22 +396,18 @@ def test_req_line_unchanged_by_options(fake, carica):
     assert righe[6].startswith("richieste=4 parallele=4 slot=2  picco slot occupati insieme=")
 
 
-def test_avvia_ogni_server_riparte_dai_prompt_del_lab(capsys, monkeypatch):
+def test_avvia_ogni_server_riparte_dai_prompt_del_lab(capsys, tmp_path):
     """Every -np of a sweep gets the lab's own prompts (a new server has no cache); only repeats on
     the same server move on to prompts it has not seen."""
-    inviati = []
-    originale = carico.esegui_carico
-
-    def registra(client, piano, *args, primo_prompt=0, **kw):
-        inviati.append(primo_prompt)
-        return originale(client, piano, *args, primo_prompt=primo_prompt, **kw)
-
-    monkeypatch.setattr(carico, "esegui_carico", registra)
+    registro = tmp_path / "prompt.jsonl"
     url = f"http://127.0.0.1:{porta_libera()}"
-    rc = carico.main(["--url", url, "--avvia", comando_fake(), "--np", "1,2", "--ripeti", "2", "--token", "4",
-                      *VELOCE])
+    rc = carico.main(["--url", url, "--avvia", comando_fake("--registro", str(registro)), "--np", "1,2", "--ripeti", "2",
+                      "--token", "4", *VELOCE])
     assert rc == 0, capsys.readouterr().err
-    assert inviati == [0, 4, 0, 4]
+    inviati = [json.loads(r) for r in registro.read_text().splitlines()]
+    lab = [carico.prompt_per(i) for i in range(8)]
+    # Per server: the first run the lab's first four, the repeat the next four; in any order within a run.
+    assert [sorted(inviati[k:k + 4]) for k in (0, 4, 8, 12)] == [sorted(lab[:4]), sorted(lab[4:])] * 2
 
 
 def test_avvia_server_che_muore_durante_la_prova(capsys):

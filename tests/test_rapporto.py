@@ -1,7 +1,7 @@
 """The lab's three sample outputs, re-rendered byte for byte from their numbers."""
 
 import carico
-from carico import Campione, Esecuzione, InfoServer, Risultato
+from carico import Campione, Esecuzione, InfoServer, Piano, Prova, Risultato
 
 LAB_NP1 = """\
 server: 1 slot, n_ctx per slot = 2048
@@ -46,7 +46,11 @@ def rendi(n_slot, n_ctx, picco, richieste):
     campioni = [Campione(0.0, 0), Campione(0.5, picco), Campione(1.0, picco - 1)]
     info = InfoServer(n_slot, n_ctx, True)
     esecuzione = Esecuzione(risultati, campioni, len(richieste))
-    return "\n".join([carico.riga_server(info)] + carico.rapporto(esecuzione, 4, info)) + "\n"
+    return "\n".join([carico.riga_server(info)] + carico.rapporto(Prova(info, esecuzione))) + "\n"
+
+
+def rapporto(esecuzione, parallele, info):
+    return carico.rapporto(Prova(info, esecuzione, Piano(esecuzione.n_richieste, parallele)))
 
 
 def test_lab_np1_byte_per_byte():
@@ -67,7 +71,7 @@ def test_lab_np4_byte_per_byte():
 def test_campi_mancanti_sono_nd_mai_inventati():
     info = InfoServer(None, None, False)
     esecuzione = Esecuzione([Risultato(0, 0.0, 1.5), Risultato(1, 0.0, 2.0, token=32)], [], 2)
-    righe = carico.rapporto(esecuzione, 2, info)
+    righe = rapporto(esecuzione, 2, info)
     assert carico.riga_server(info) == "server: n/d slot, n_ctx per slot = n/d"
     assert righe[0] == "  req 0:   1.50 s  n/d token  (n/d t/s nel proprio slot)"
     assert righe[1] == "  req 1:   2.00 s   32 token  (n/d t/s nel proprio slot)"
@@ -80,7 +84,7 @@ def test_campi_mancanti_sono_nd_mai_inventati():
 def test_picco_ignora_i_campioni_falliti():
     esecuzione = Esecuzione([Risultato(0, 0.0, 1.0, token=8)], [Campione(0, None), Campione(0.5, 2), Campione(1, None)], 1)
     assert carico.riassumi(esecuzione).picco == 2
-    assert carico.riassumi(Esecuzione([], [Campione(0, None)], 1)).picco is None
+    assert carico.riassumi(Esecuzione([], [Campione(0, None)], 1)).picco is None  # nothing measured: n/d, never 0
 
 
 def test_richiesta_fallita_sulla_sua_riga_e_riepilogo_sulle_riuscite():
@@ -88,7 +92,7 @@ def test_richiesta_fallita_sulla_sua_riga_e_riepilogo_sulle_riuscite():
               "context size (512 tokens), try increasing it")
     esecuzione = Esecuzione([Risultato(0, 0.0, 2.0, token=32, tps=20.0), Risultato(1, 0.0, 0.05, errore=errore)],
                             [Campione(0, 1)], 2)
-    righe = carico.rapporto(esecuzione, 2, InfoServer(4, 512, True))
+    righe = rapporto(esecuzione, 2, InfoServer(4, 512, True))
     assert righe[1] == "  req 1:   0.05 s   errore: " + errore
     assert righe[4] == "tempo totale 2.00 s  |  latenza media 2.00 s, max 2.00 s"
     assert righe[5] == "throughput aggregato 16.00 token/s  (32 token generati)"
@@ -97,7 +101,7 @@ def test_richiesta_fallita_sulla_sua_riga_e_riepilogo_sulle_riuscite():
 
 def test_indici_allineati_oltre_dieci_richieste():
     esecuzione = Esecuzione([Risultato(i, 0.0, 1.0, token=1, tps=1.0) for i in range(12)], [], 12)
-    righe = carico.rapporto(esecuzione, 12, InfoServer(4, 512, True))
+    righe = rapporto(esecuzione, 12, InfoServer(4, 512, True))
     assert righe[0].startswith("  req  0:   1.00 s")
     assert righe[11].startswith("  req 11:   1.00 s")
 
@@ -105,6 +109,39 @@ def test_indici_allineati_oltre_dieci_richieste():
 def test_spiega_quando_nessuna_riesce():
     esecuzione = Esecuzione([Risultato(0, 0.0, 0.01, errore="HTTP 400 exceed_context_size_error: troppo lungo")], [], 1)
     prova = carico.Prova(InfoServer(4, 512, True), esecuzione)
-    assert carico.spiegazione(prova, 1) == [
+    assert carico.spiegazione(prova) == [
         "L'unica richiesta non è andata a buon fine (HTTP 400 exceed_context_size_error: "
         "troppo lungo): non ci sono cifre da leggere."]
+
+
+def test_tempo_totale_fino_all_ultima_risposta_anche_fallita():
+    """The run lasted until its last answer, a failure included; throughput is the tokens over that time."""
+    esecuzione = Esecuzione([Risultato(0, 0.0, 1.0, token=32, tps=32.0), Risultato(1, 0.0, 3.0, errore="HTTP 500")],
+                            [Campione(0.5, 1)], 2)
+    righe = rapporto(esecuzione, 2, InfoServer(2, 1024, True))
+    assert righe[4] == "tempo totale 3.00 s  |  latenza media 1.00 s, max 1.00 s"
+    assert righe[5] == "throughput aggregato 10.67 token/s  (32 token generati)"
+    tutte_fallite = Esecuzione([Risultato(0, 0.0, 0.05, errore="HTTP 400")], [], 1)
+    assert rapporto(tutte_fallite, 1, InfoServer(4, 512, True))[3] == (
+        "tempo totale 0.05 s  |  latenza media n/d, max n/d")
+
+
+def test_picco_dai_tempi_del_server_quando_le_letture_non_lo_vedono():
+    """Two slots, four requests of 0.2 s: 0 and 1 together in the slots, 2 and 3 waiting for them. No
+    /slots reading fell inside the run: the peak comes from the server's timings."""
+    def r(i, inizio, fine, servizio):
+        return Risultato(i, inizio, fine, token=8, tps=40.0, prompt_ms=5.0, predicted_ms=servizio * 1000 - 5)
+    risultati = [r(0, 0.001, 0.205, 0.2), r(1, 0.002, 0.206, 0.2), r(2, 0.002, 0.41, 0.2), r(3, 0.003, 0.412, 0.2)]
+    prova = Prova(InfoServer(2, 1024, True, True), Esecuzione(risultati, [Campione(0.5, 0, 0)], 4))
+    s = prova.riepilogo
+    assert (s.occupati_letti, s.occupati_dai_tempi, s.picco) == (0, 2, 2)
+    assert (s.coda_letta, s.coda_dai_tempi, s.picco_coda) == (0, 2, 2)
+    righe = carico.rapporto(prova)
+    assert righe[5] == "richieste=4 parallele=4 slot=2  picco slot occupati insieme=2"
+    assert righe[8] == "picco richieste in coda (dai tempi del server)=2"
+    # Never more than the slots, even when the client read an answer late and two intervals touch.
+    tardi = risultati[:2] + [r(2, 0.002, 0.45, 0.2), r(3, 0.003, 0.46, 0.2)]
+    assert carico.picchi_dai_tempi(tardi, 2)[0] == 2
+    # Sent one after the other: nobody waited, whatever the HTTP trip took.
+    in_fila = [r(0, 0.0, 0.2, 0.19), r(1, 0.2, 0.4, 0.19), r(2, 0.4, 0.6, 0.19)]
+    assert carico.picchi_dai_tempi(in_fila, 1) == (1, 0)

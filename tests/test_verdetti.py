@@ -1,0 +1,173 @@
+"""Every sentence that concludes is a claim: saturation, overload, the queue, Little's law. Each has
+cases where it must fire and cases where it must stay silent (a verdict is only as good as the cases
+where it says nothing), on synthetic runs (exact figures) and on the fake server."""
+
+import re
+
+import pytest
+
+import carico
+from aiuti import VELOCE, valore
+from carico import Configurazione, Esecuzione, InfoServer, Piano, PianoOltre, Prova, Punto, Risultato
+
+
+def prova(throughput, latenza, parallele=4, richieste=8, token=32, ritmo=None, n=1, slot=2):
+    """A run of n requests with this aggregate throughput and mean latency (sent at `ritmo` a second, or
+    all at once)."""
+    inizi = [i / ritmo if ritmo else 0.0 for i in range(n)]
+    totale = max(inizi) + latenza
+    per_richiesta = round(throughput * totale / n)
+    risultati = [Risultato(i, t, t + latenza, per_richiesta, 40.0, 5.0, latenza * 1000 - 5) for i, t in enumerate(inizi)]
+    return Prova(InfoServer(slot, 1024, True), Esecuzione(risultati, [], n),
+                 Piano(richieste, parallele, token, oltre=PianoOltre(ritmo=ritmo) if ritmo else None))
+
+
+def curva(asse, *punti):
+    """Points along an axis: each (value, [(throughput, latency), ...one per repeat])."""
+    chiave = {"parallele": "parallele", "token": "token", "ritmo": "ritmo"}[asse]
+    return [Punto([prova(x, y, **{chiave: v}) for x, y in ripetute]) for v, ripetute in punti]
+
+
+# Saturation ###################################################################################
+
+def test_saturazione_quando_il_throughput_non_segue_il_carico():
+    punti = curva("parallele", (1, [(10, 1.0)]), (2, [(19, 1.0)]), (4, [(20, 2.0)]))
+    assert carico.saturazione(punti, "parallele") == 2  # load x2, throughput +5%, latency x2
+    frase = carico.frase_saturazione("parallele", punti[1], punti[2])
+    assert frase == ("saturazione a parallele=4: da parallele=2 il carico è cresciuto ×2.0 e il throughput solo da "
+                     "19.0 a 20.0 token/s (+5.3%), mentre la latenza media è salita da 1.00 a 2.00 s (+100%, oltre il "
+                     "rumore) (indicativo: una prova per punto; con --ripeti 3 si misura anche il rumore)")
+
+
+@pytest.mark.parametrize("punti", [
+    [(1, [(10, 1.0)]), (2, [(10.4, 1.04)]), (4, [(9.9, 0.98)])],  # flat, latency within its noise
+    [(1, [(10, 1.0)]), (2, [(18, 1.0)]), (4, [(35, 1.1)])],  # throughput follows the load
+    [(1, [(10, 1.0)]), (2, [(10.5, 1.0)])],  # flat, and latency did not rise
+])
+def test_saturazione_tace_senza_segno(punti):
+    assert carico.saturazione(curva("parallele", *punti), "parallele") is None
+
+
+def test_saturazione_tace_lungo_token_e_np():
+    """Latency grows with the answer's length by construction: along --token nothing saturates, and the
+    explanation compares what that axis changes instead."""
+    punti = curva("token", (16, [(60, 0.3)]), (32, [(61, 0.6)]), (64, [(60, 1.2)]))
+    assert carico.saturazione(punti, "token") is None
+    assert carico.saturazione(punti, "np") is None
+    (frase,) = carico.spiegazione_griglia("token", [("", punti)])
+    assert frase.startswith("Curva: lungo token il carico non cresce, e non si parla di saturazione. Da token=16 a "
+                            "token=64 la velocità nel proprio slot è passata da 40.0 a 40.0 t/s (da 25.0 a 25.0 ms per "
+                            "token)"), frase
+
+
+def test_saturazione_confronta_i_punti_non_le_ripetute():
+    """Three repeats per point: each point is their mean, and a rise within the spread of the repeats is noise."""
+    rumorosa = curva("parallele", (1, [(10, 1.0), (10, 1.4), (10, 0.6)]), (2, [(10.2, 1.3), (10, 1.7), (10, 0.9)]))
+    assert carico.saturazione(rumorosa, "parallele") is None  # +30% of latency, but the repeats spread by 40%
+    netta = curva("parallele", (1, [(10, 1.0), (10, 1.02), (10, 0.98)]), (2, [(10.2, 1.3), (10, 1.32), (10, 1.28)]))
+    assert carico.saturazione(netta, "parallele") == 1
+    assert "indicativo" not in carico.frase_saturazione("parallele", netta[0], netta[1])
+    assert [len(p.intere) for p in netta] == [3, 3] and netta[0].throughput == pytest.approx(10, rel=0.01)
+
+
+def test_passi_troppo_piccoli_o_stesso_carico():
+    """--ritmo 1,1.05: a +5% load step is not a step. --parallele 4,8 with 4 requests: the same load."""
+    ritmo = [Punto([prova(10, 1.0, ritmo=1.0)]), Punto([prova(10.2, 1.0, ritmo=1.05)])]
+    assert carico.saturazione(ritmo, "ritmo") is None
+    stessa = curva("parallele", (2, [(10, 1.0)]), (4, [(19, 1.05)]), (8, [(19.2, 1.9)]))
+    stessa = [Punto([p.prove[0]._replace(piano=p.prove[0].piano._replace(richieste=4))]) for p in stessa]
+    assert [p.carico("parallele") for p in stessa] == [2, 4, 4]
+    assert carico.saturazione(stessa, "parallele") is None  # 8 is no step beyond 4: noise cannot make one
+    assert carico.stessi_carichi(stessa, "parallele") == [
+        "parallele=8 porta lo stesso carico di parallele=4 (con 4 richieste in tutto non ne partono più di 4 insieme):"
+        " non è un passo della curva."]
+
+
+def test_griglia_con_ripetute_un_punto_per_valore(fake, carica):
+    """--ripeti in a sweep: one row and one curve point per value (the mean of its runs), and no point is
+    compared with its own repeats."""
+    server = fake(n_slot=2, s_per_token=0.003)
+    rc, out, err = carica(server.url, "--parallele", "1,2", "--ripeti", "2", "--token", "8", "--grafico", *VELOCE)
+    assert rc == 0, out + err
+    righe = [r for r in out.splitlines() if r.startswith("| ") and "---" not in r][1:]
+    assert [r.split(" | ")[0] for r in righe] == ["| 1 (media di 2)", "| 2 (media di 2)"]
+    assert re.search(r"\d token/s ±\d+\.\d\d", righe[0]), righe[0]
+    assert "●11" not in out and "●22" not in out and out.count("●1") == 1
+
+
+# Overload (--ritmo) ###########################################################################
+
+def test_sovraccarico_quando_gli_arrivi_superano_il_server(fake, carica):
+    """One slot at ~0.1 s a request holds ~10 a second: at 40 a second the queue grows all run long."""
+    server = fake(n_slot=1, s_per_token=0.005)
+    rc, out, err = carica(server.url, "--ritmo", "4,40", "--arrivi", "costanti", "--richieste", "12",
+                          "--token", "20", "--spiega", *VELOCE)
+    assert rc == 0, out + err
+    (frase,) = [r for r in out.splitlines() if "sovraccarico" in r]
+    assert frase.startswith("A ritmo=40, finché si inviava, il server ha completato "), frase
+    completate = float(re.search(r"completato ([\d.]+) richieste al secondo", frase).group(1))
+    assert completate < 15, frase
+
+
+def test_sovraccarico_tace_con_slot_liberi(fake, carica):
+    """Eight free slots, answers longer than the gap between arrivals: over the send window fewer answers
+    came back than requests left, but they were on their way, not queued. No verdict."""
+    server = fake(n_slot=8, n_ctx=8 * 512, s_per_token=0.02)
+    rc, out, err = carica(server.url, "--ritmo", "0.5,2", "--arrivi", "costanti", "--durata", "3", "--token", "60",
+                          "--spiega", *VELOCE)
+    assert rc == 0, out + err
+    assert "sovraccarico" not in out
+    e = next(p for p in [carico.Prova(carico.InfoServer(8, 512, True), carico.Esecuzione(
+        [Risultato(i, i * 0.5, i * 0.5 + 1.3, 60, 46.0, 5.0, 1295.0) for i in range(6)], [], 6),
+        Piano(None, 256, 60, oltre=PianoOltre(ritmo=2.0)))])
+    assert carico.sovraccarico(e) is None  # 3 of 5 completed in the window, but 3 of 8 slots at most: no queue
+
+
+# The queue ####################################################################################
+
+def test_coda_zero_se_gli_slot_bastano_e_quattro_se_sono_il_doppio(fake, carica):
+    server = fake(n_slot=4, n_ctx=4 * 512, s_per_token=0.004, metrics=True)
+    rc, out, err = carica(server.url, "--richieste", "8", "--parallele", "4", "--token", "16")
+    assert rc == 0, out + err
+    assert re.search(r"^picco richieste in coda \(\S.*\)=0$", out, re.M), out
+    rc, out, err = carica(server.url, "--richieste", "8", "--parallele", "8", "--token", "16")
+    assert rc == 0, out + err
+    assert re.search(r"^picco richieste in coda \(\S.*\)=4$", out, re.M), out
+    assert valore(out, "picco slot occupati insieme") == "4"
+
+
+# Little's law ################################################################################
+
+def test_little_confronta_il_client_col_server(fake, carica):
+    """Requests that spend 0.15 s read by the server but in neither of its counts (not in a slot, not
+    deferred): the client has them in flight, the server does not, and the sentence says how many."""
+    server = fake(n_slot=4, n_ctx=4 * 512, s_per_token=0.008, metrics=True, ritardo_ingresso=0.15)
+    rc, out, err = carica(server.url, "--richieste", "8", "--token", "20", "--spiega", *VELOCE)
+    assert rc == 0, out + err
+    (frase,) = [r for r in out.splitlines() if r.startswith("Legge di Little")]
+    differenza = float(re.search(r"per il server .*: ([\d.]+) richieste in media erano inviate ma non ancora nel "
+                                 r"server", frase).group(1))
+    assert 0.8 < differenza < 3.2, frase  # ~4 in flight, a third of each request's time outside the server
+
+
+def test_little_coincide_senza_ritardi_e_tace_senza_metrics(fake, carica):
+    server = fake(n_slot=4, n_ctx=4 * 512, s_per_token=0.008, metrics=True)
+    rc, out, err = carica(server.url, "--richieste", "8", "--token", "20", "--spiega", *VELOCE)
+    assert rc == 0, out + err
+    (frase,) = [r for r in out.splitlines() if r.startswith("Legge di Little")]
+    assert frase.endswith("coincidono, entro il rumore delle letture"), frase
+    senza = fake(n_slot=4, n_ctx=4 * 512, s_per_token=0.008)
+    rc, out, err = carica(senza.url, "--richieste", "8", "--token", "20", "--spiega", *VELOCE)
+    assert rc == 0 and "Little" not in out  # without the server's own count, the law would check itself
+
+
+# The explanation of one run ###################################################################
+
+def test_spiega_conta_chi_ha_aspettato_rispetto_alla_propria_latenza():
+    """Request 1 waited 0.4 s of its own 0.6 s for the only slot; request 2 (sent later, a slot free) waited
+    none of its 3 s: one waited, not two."""
+    risultati = [Risultato(0, 0.0, 0.4, 8, 40.0, 5.0, 395.0), Risultato(1, 0.0, 0.6, 8, 40.0, 5.0, 195.0),
+                 Risultato(2, 0.7, 3.7, 8, 40.0, 5.0, 2995.0)]
+    frasi = carico.spiegazione(Prova(InfoServer(1, 2048, True), Esecuzione(risultati, [], 3), Piano(3, 2, 8)))
+    assert ("1 richiesta su 3 ha aspettato in coda uno slot libero; la più sfortunata è la req 1: 0.40 s di attesa su "
+            "0.60 s di latenza (67%).") in frasi
