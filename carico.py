@@ -120,6 +120,10 @@ class Esecuzione(NamedTuple):
     interruzione: Optional[int] = None  # the exit code when Ctrl+C (130) or SIGTERM (143) cut it short
     oltre: Optional[EsecuzioneOltre] = None  # --ritmo: requests the cap held back
 
+    @property
+    def riuscite(self) -> List[Risultato]:
+        return [r for r in self.risultati if r.riuscita]
+
 
 class InfoServer(NamedTuple):
     """What the server says about itself before the load."""
@@ -204,12 +208,12 @@ def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
     scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
     finish = scelta.get("finish_reason")
     # What the extras read (see "Oltre il lab"): the prompt's tokens, those reused from a cache, why it stopped.
-    oltre = RisultatoOltre(token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
+    extra = RisultatoOltre(token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
                            numero(timings.get("cache_n"), int), finish if isinstance(finish, str) else None,
                            tuple(chunk_s) if chunk_s is not None else None)
     return dict(token=token if token is not None else numero(timings.get("predicted_n"), int),
                 tps=numero(timings.get("predicted_per_second")), prompt_ms=numero(timings.get("prompt_ms")),
-                predicted_ms=numero(timings.get("predicted_ms")), oltre=oltre)
+                predicted_ms=numero(timings.get("predicted_ms")), oltre=extra)
 
 
 def numero(valore, tipo=float):
@@ -278,10 +282,9 @@ class Campionatore:
         prossimo = self._timer()
         while True:
             dati = self._leggi("/slots", leggi_json) if self._info.slots_disponibile else None
-            in_coda = self._leggi("/metrics", lambda corpo: leggi_metrica(corpo.decode("utf-8", "replace"),
-                                                                          "requests_deferred"))
+            in_coda = self._leggi("/metrics", richieste_in_coda)  # see "Oltre il lab"
             # The sample's time is when the answers arrived: what they say is the state then.
-            campione = Campione(self._timer() - self._t0, conta_occupati(dati), None if in_coda is None else int(in_coda))
+            campione = Campione(self._timer() - self._t0, conta_occupati(dati), in_coda)
             self.campioni.append(campione)
             if self._al_campione is not None:
                 self._al_campione(campione, dati)
@@ -313,7 +316,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     al_campione = diretta.seguendo(futuri, piano) if diretta else None  # the live line: see "Oltre il lab"
     campionatore = Campionatore(client, piano.intervallo, info, timer, al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
-    oltre = interruzione = None
+    extra = interruzione = None
     try:
         t0 = timer()
         campionatore.avvia(t0)
@@ -321,7 +324,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
             for i, domanda in enumerate(domande):
                 futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0, timer))
         else:  # --ritmo, --durata: sent by the clock, see "Oltre il lab"
-            oltre = Programma(piano, primo_prompt).lancia(futuri, esecutore, client, t0, timer)
+            extra = Programma(piano, primo_prompt).lancia(futuri, esecutore, client, t0, timer)
         concurrent.futures.wait(futuri)
     except Interruzione as exc:
         interruzione = exc.codice
@@ -336,14 +339,14 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
     n_richieste = piano.richieste if piano.richieste is not None else len(futuri)
     return Esecuzione([r for r in finite if r.errore != ANNULLATA], campionatore.campioni, n_richieste,
-                      interruzione, oltre)
+                      interruzione, extra)
 
 
 # 5. The report: pure formatting, data -> lines, then the print ################################
 
 class Riepilogo(NamedTuple):
-    riuscite: int
-    fallite: int
+    n_riuscite: int
+    n_fallite: int
     non_completate: int
     tempo_totale: Optional[float]  # from the first send (t = 0) to the last answer, failed or not
     latenza_media: Optional[float]  # over the successful requests
@@ -367,7 +370,7 @@ class Riepilogo(NamedTuple):
 def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
     """Mean and max latency over the successful requests; total time from the first request (t = 0) to
     the last answer; aggregate throughput = tokens generated / total time; the peaks of slots and queue."""
-    ok = [r for r in esecuzione.risultati if r.riuscita]
+    ok = esecuzione.riuscite
     latenze = [r.latenza for r in ok]
     totale = max((r.fine for r in esecuzione.risultati), default=None)
     token = sum(r.token for r in ok) if ok and all(r.token is not None for r in ok) else None
@@ -451,10 +454,10 @@ def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServ
     if info.metrics_disponibile:  # the lab's question: "what does llamacpp:requests_deferred say?"
         fonte = "requests_deferred" if (s.coda_letta or 0) >= (s.coda_dai_tempi or 0) else "dai tempi del server"
         righe.append(f"picco richieste in coda ({fonte})={fmt(s.picco_coda, 'd')}")
-    if s.fallite:
-        righe.append(f"richieste fallite: {s.fallite} su {richieste}" + {
+    if s.n_fallite:
+        righe.append(f"richieste fallite: {s.n_fallite} su {richieste}" + {
             0: " (nessuna riuscita: niente da riassumere)", 1: " (il riepilogo conta solo 1 riuscita)"
-        }.get(s.riuscite, f" (il riepilogo conta solo le {s.riuscite} riuscite)"))
+        }.get(s.n_riuscite, f" (il riepilogo conta solo le {s.n_riuscite} riuscite)"))
     if s.non_completate:
         righe.append(f"richieste non completate: {s.non_completate} su {richieste} (interrotto)")
     return righe
@@ -571,8 +574,8 @@ class Sessione:
         """One run: look at the machine, write the `server:` line, fire the load, print the report."""
         macchina = guarda_la_macchina()
         print(riga_server(info) + (riga_kv_unificata(info) if info.kv_unificata else ""), flush=True)  # step 5
-        silenzioso = self.oltre is not None and self.oltre.o.silenzioso  # the live line, on a terminal: see "Oltre il lab"
-        diretta = Diretta(sys.stderr, info.n_slot) if sys.stderr.isatty() and not silenzioso else None
+        silenzioso = self.oltre is not None and self.oltre.o.silenzioso
+        diretta = Diretta(sys.stderr, info.n_slot) if sys.stderr.isatty() and not silenzioso else None  # live line
         esecuzione = esegui_carico(client, piano, info, primo_prompt, diretta=diretta)
         prova = Prova(info, esecuzione, piano, configurazione, macchina)
         self.prove.append(prova)  # before printing: a closed stdout must not lose it
@@ -591,7 +594,7 @@ class Sessione:
 
 # What a careful tool needs #####################################################################
 # What keeps the tool honest when things go wrong: a server still loading, HTTP with a deadline,
-# Ctrl+C, a busy machine, flags checked. (The errors, and how they are said: "Plumbing", at the end.)
+# Ctrl+C, a busy machine, flags checked. (Its errors: after the banner; said in Italian: at the end.)
 
 def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[ServerAvviato] = None,
                    timer=time.monotonic) -> None:
@@ -657,7 +660,8 @@ class Client:
         self._porta = parti.port or (443 if self.https else 80)
         host = parti.netloc.rpartition("@")[2]
         self._intestazioni = {"Host": host if host.isascii() else host.encode("idna").decode("ascii"),
-                              "Accept": "application/json", "Connection": "close", "User-Agent": f"carico.py/{__version__}",
+                              "Accept": "application/json", "Connection": "close",
+                              "User-Agent": f"carico.py/{__version__}",
                               **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
         self._indirizzo = None  # the address that answered first (a getaddrinfo tuple)
         self.tls = None  # https: one ssl context for every exchange
@@ -1284,16 +1288,19 @@ class Oltre:
         url = self.sessione.opzioni
         with ServerAvviato(self.o.avvia, configurazione, url.url, url.attesa_pronto, sys.stderr) as server:
             yield
-            server.controlla(f"il server (-np {configurazione.etichetta}) si è fermato durante la prova")
+            # A request that failed may have seen the server die before its process had finished exiting.
+            fallite = any(not r.riuscita for p in self.sessione.prove[-1:] for r in p.esecuzione.risultati)
+            server.controlla(f"il server (-np {configurazione.etichetta}) si è fermato durante la prova",
+                             attesa=2.0 if fallite else 0.0)
 
     def intestazione(self, piano: Piano, configurazione: Optional[Configurazione], ripetizione: int) -> None:
         """Before a run: which point of a sweep (every value that varies, np included), which repeat."""
         piani, np = self.sessione.piani, self.o.np or [None]
         totale = len(piani) * len(np)
         if totale > 1 and ripetizione == 0:
-            numero = np.index(configurazione) * len(piani) + piani.index(piano) + 1
+            n_punto = np.index(configurazione) * len(piani) + piani.index(piano) + 1
             descrizione = ", ".join(f"{c}={valore_di(c, piano, configurazione)}" for c in chiavi_griglia(self.sessione))
-            print(f"punto {numero} di {totale}: {descrizione}")
+            print(f"punto {n_punto} di {totale}: {descrizione}")
         if self.o.ripeti > 1:
             print(f"prova {ripetizione + 1} di {self.o.ripeti}")
 
@@ -1352,7 +1359,7 @@ def note(prova: Prova) -> List[str]:
 
 def fermate_prima(prova: Prova) -> List[Risultato]:
     """The successful requests that generated fewer tokens than --token (finish_reason `stop`)."""
-    return [r for r in prova.esecuzione.risultati if r.riuscita and r.token is not None and r.token < prova.piano.max_token]
+    return [r for r in prova.esecuzione.riuscite if r.token is not None and r.token < prova.piano.max_token]
 
 
 def frase_fermate(prova: Prova) -> str:
@@ -1373,6 +1380,12 @@ def riga_kv_unificata(info: InfoServer) -> str:
 
 
 # /metrics: the server's own queue (llama serve --metrics) #####################################
+
+def richieste_in_coda(corpo: bytes) -> Optional[int]:
+    """llamacpp:requests_deferred in a /metrics answer: the requests waiting for a slot."""
+    valore = leggi_metrica(corpo.decode("utf-8", "replace"), "requests_deferred")
+    return None if valore is None else int(valore)
+
 
 def leggi_metrica(testo: str, nome: str) -> Optional[float]:
     """`llamacpp:<nome> <value>` from /metrics' Prometheus text (values may look like 1.23457e+07)."""
@@ -1485,7 +1498,7 @@ def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int,
 
 def in_coda_davvero(prova: Prova) -> List[Risultato]:
     """The successful requests that waited in the server's queue (for a slot, all of them busy)."""
-    ok = [r for r in prova.esecuzione.risultati if r.riuscita]
+    ok = prova.esecuzione.riuscite
     attese = attese_a_slot_pieni(ok, prova.info.n_slot)
     return [r for r in ok if attese.get(r.indice, 0.0) > 0]
 
@@ -1503,14 +1516,14 @@ def leggi_flusso(righe: Iterator[bytes], timer) -> Tuple[dict, List[float]]:
     """Read the `data:` events as they come, note when each chunk with text arrived, and fold the
     chunks into one completion (the last chunks carry finish_reason, usage and timings)."""
     completamento = {"choices": [{}]}
-    arrivi = []
+    tempi = []  # when each chunk with text arrived
     for riga in righe:
         riga = riga.strip()
         if not riga.startswith(b"data:"):
             continue  # blank separators and ':' keep-alives
         dato = riga[5:].strip()
         if dato == b"[DONE]":
-            return completamento, arrivi
+            return completamento, tempi
         try:
             evento = json.loads(dato.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
@@ -1522,7 +1535,7 @@ def leggi_flusso(righe: Iterator[bytes], timer) -> Tuple[dict, List[float]]:
         for scelta in evento.get("choices") or []:
             delta = scelta.get("delta") or {}
             if delta.get("content") or delta.get("reasoning_content"):
-                arrivi.append(timer())
+                tempi.append(timer())
             if scelta.get("finish_reason"):
                 completamento["choices"] = [{"finish_reason": scelta["finish_reason"]}]
         for chiave in ("usage", "timings"):
@@ -1648,7 +1661,8 @@ def righe_ritmo(prova: Prova) -> List[str]:
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
     if piano.durata:
         risposte = sum(r.riuscita for r in e.risultati)
-        righe.append(f"in {piano.durata:g} s (--durata): inviate {e.n_richieste} richieste, {risposte} con risposta; "
+        righe.append(f"in {piano.durata:g} s (--durata): inviate {quante(e.n_richieste, 'richiesta', 'richieste')}, "
+                     f"{risposte} con risposta; "
                      f"l'ultimo invio a {fmt(oltre(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
                      f"{fmt(prova.riepilogo.tempo_totale, '.2f s')} (il tempo totale)")
     return righe
@@ -1703,7 +1717,7 @@ def percentile(valori: List[float], p: int) -> Optional[float]:
 
 def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     """The values of each figure of --dettagli over the successful requests, in seconds."""
-    ok = [r for r in prova.esecuzione.risultati if r.riuscita]
+    ok = prova.esecuzione.riuscite
     valori = {"latenza": [r.latenza for r in ok]}
     if oltre(prova.piano).ritmo:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
@@ -1729,7 +1743,7 @@ def tipo_errore(errore: str) -> str:
 
 def cadenze(prova: Prova) -> Dict[str, Optional[float]]:
     """Requests, prompt tokens and generated tokens per second over the run's total time."""
-    s, ok = prova.riepilogo, [r for r in prova.esecuzione.risultati if r.riuscita]
+    s, ok = prova.riepilogo, prova.esecuzione.riuscite
     prompt = [oltre(r).token_prompt for r in ok]
     per_secondo = (lambda n: n / s.tempo_totale) if s.tempo_totale else (lambda n: None)  # noqa: E731
     return {"richieste": per_secondo(len(ok)) if ok else None,
@@ -1898,7 +1912,7 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
              ("throughput aggregato", "token/s", lambda s: s.throughput))
     intere = [p for p in prove if not p.esecuzione.interruzione]
     riepiloghi = [p.riepilogo for p in intere]
-    righe = [f"su {len(intere)} prove: media (deviazione standard, min-max)"]
+    righe = [f"su {quante(len(intere), 'prova', 'prove')}: media (deviazione standard, min-max)"]
     for nome, unita, prendi in cifre:
         valori = [v for v in map(prendi, riepiloghi) if v is not None]
         if not valori:
@@ -1907,7 +1921,7 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
         deviazione = statistics.stdev(valori) if len(valori) > 1 else 0.0
         righe.append(f"  {nome:<21} {statistics.fmean(valori):7.2f} {unita:<8} (dev.std {deviazione:.2f}, "
                      f"{min(valori):.2f}-{max(valori):.2f})"
-                     + ("" if len(valori) == len(intere) else f"  [{len(valori)} prove su {len(intere)}]"))
+                     + ("" if len(valori) == len(intere) else f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"))
     return righe
 
 
@@ -2030,7 +2044,7 @@ class Punto(NamedTuple):
     @property
     def velocita_slot(self) -> Optional[float]:
         """The mean speed of a request in its own slot (t/s)."""
-        return media([r.tps for p in self.intere for r in p.esecuzione.risultati if r.riuscita and r.tps is not None])
+        return media([r.tps for p in self.intere for r in p.esecuzione.riuscite if r.tps is not None])
 
     @property
     def attesa_media(self) -> Optional[float]:
@@ -2067,7 +2081,7 @@ def punti_di(prove: List[Prova]) -> List[Punto]:
 
 
 def latenza_p90(prova: Prova) -> Optional[float]:
-    return percentile([r.latenza for r in prova.esecuzione.risultati if r.riuscita], 90)
+    return percentile([r.latenza for r in prova.esecuzione.riuscite], 90)
 
 
 def valore_punto(punto: Punto, chiave: str) -> str:
@@ -2130,10 +2144,10 @@ def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]
         if not punto.carico(asse) or not punto.throughput or punto.latenza is None:  # nothing to compare
             continue
         if prima is not None:
-            rapporto = punto.carico(asse) / prima.carico(asse)
-            if rapporto < PASSO_MINIMO:
+            crescita = punto.carico(asse) / prima.carico(asse)
+            if crescita < PASSO_MINIMO:
                 continue
-            yield prima, punto, rapporto
+            yield prima, punto, crescita
         prima = punto
 
 
@@ -2142,10 +2156,10 @@ def saturazione(punti: List[Punto], asse: str) -> Optional[int]:
     (by 10% at least) and the throughput gained less than a quarter of it (load x2, throughput less
     than +25%), while the mean latency rose by more than the noise: 10% of it, or the spread of the
     repeats where it is larger. Along --token or np there is no load step, and no saturation."""
-    for prima, dopo, rapporto in passi(punti, asse):
+    for prima, dopo, crescita in passi(punti, asse):
         guadagno = dopo.throughput / prima.throughput - 1
         rumore = max(0.1 * prima.latenza, prima.rumore_latenza + dopo.rumore_latenza)
-        if guadagno < 0.25 * (rapporto - 1) and dopo.latenza - prima.latenza > rumore:
+        if guadagno < 0.25 * (crescita - 1) and dopo.latenza - prima.latenza > rumore:
             return punti.index(dopo)
     return None
 
@@ -2170,9 +2184,9 @@ def indicativo(*punti: Punto) -> str:
 
 
 def frase_saturazione(asse: str, prima: Punto, dopo: Punto) -> str:
-    rapporto = dopo.carico(asse) / prima.carico(asse)
+    crescita = dopo.carico(asse) / prima.carico(asse)
     return (f"saturazione a {asse}={valore_punto(dopo, asse)}: da {asse}={valore_punto(prima, asse)} il carico è "
-            f"cresciuto ×{rapporto:.1f} e il throughput solo da {prima.throughput:.1f} a {dopo.throughput:.1f} token/s "
+            f"cresciuto ×{crescita:.1f} e il throughput solo da {prima.throughput:.1f} a {dopo.throughput:.1f} token/s "
             f"({dopo.throughput / prima.throughput - 1:+.1%}), mentre la latenza media è salita da {prima.latenza:.2f} a "
             f"{dopo.latenza:.2f} s ({dopo.latenza / prima.latenza - 1:+.0%}, oltre il rumore)" + indicativo(prima, dopo))
 
@@ -2208,22 +2222,29 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
     return frase + "."
 
 
-def sovraccarico(prova: Prova) -> Optional[Tuple[float, float]]:
-    """(completed, sent) requests per second over the send window, when an open-loop run (--ritmo)
-    overloaded the server: over the time the requests were being sent (not the drain after the
-    last one), fewer were completed than arrived, by more than 10%, while every slot was busy and
-    requests waited for one. Without a queue the server was not behind: the answers were on their way."""
-    e, s, n_slot = prova.esecuzione, prova.riepilogo, prova.info.n_slot
+def sovraccarico(prova: Prova) -> Optional[Tuple[float, float, float, float]]:
+    """(completed, sent) requests per second over the send window, and the mean wait for a slot of the
+    first and of the last third of the requests, when an open-loop run (--ritmo)
+    overloaded the server: while the requests were being sent (not during the drain after the last),
+    fewer were completed than arrived, by more than 10%, and the wait for a slot grew along the run
+    (the last third of the requests waited longer than the first third, by more than one request's
+    time in its slot). A burst that made a few wait, or answers still on their way at the end, is not
+    an overload: the queue did not grow."""
+    e = prova.esecuzione
+    ok = sorted(e.riuscite, key=lambda r: r.inizio)
     inizi = sorted(r.inizio for r in e.risultati)
-    if len(inizi) < 3 or inizi[-1] <= inizi[0]:
+    if len(ok) < 6 or inizi[-1] <= inizi[0]:
         return None
     finestra = inizi[-1] - inizi[0]
     arrivate = (len(inizi) - 1) / finestra
-    completate = sum(1 for r in e.risultati if r.riuscita and inizi[0] < r.fine <= inizi[-1]) / finestra
-    slot_pieni = s.picco is not None and (n_slot is None or s.picco >= n_slot)
-    if completate >= 0.9 * arrivate or not s.picco_coda or not slot_pieni:
+    completate = sum(1 for r in ok if inizi[0] < r.fine <= inizi[-1]) / finestra
+    attese = attese_a_slot_pieni(ok, prova.info.n_slot)
+    in_ordine = [attese[r.indice] for r in ok if r.indice in attese]
+    terzo, servizi = len(in_ordine) // 3, [t for t in map(servizio, ok) if t]
+    if completate >= 0.9 * arrivate or terzo < 2 or not servizi:
         return None
-    return completate, arrivate
+    prima, dopo = media(in_ordine[:terzo]), media(in_ordine[-terzo:])
+    return (completate, arrivate, prima, dopo) if dopo - prima > media(servizi) else None
 
 
 def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
@@ -2269,9 +2290,10 @@ def scala_curva(punti: List[Punto]) -> Optional[Scala]:
         return None
     x = [p.throughput for p in misurati]
     y = max(max(p.latenza, p.latenza_p90 or 0) for p in misurati)
-    ampiezza = max(x) - min(x)
-    if ampiezza > 0 and min(x) > 0.5 * max(x):  # from 0, every point would sit in the right half
-        return Scala(min(x) - 0.1 * ampiezza, max(x) + 0.15 * ampiezza, y * 1.1 or 1.0)
+    if min(x) > 0.5 * max(x):  # from 0, every point would sit in the right half: show a window around them,
+        # never narrower than a third of the largest value, so that a difference of noise stays small
+        margine = max(0.1 * (max(x) - min(x)), (max(x) / 3 - (max(x) - min(x))) / 2)
+        return Scala(max(0.0, min(x) - margine), max(x) + margine, y * 1.1 or 1.0)
     return Scala(0.0, max(x) * 1.15 or 1.0, y * 1.1 or 1.0)
 
 
@@ -2377,7 +2399,7 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
 def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> List[str]:
     """--spiega on a sweep: along a load axis, where saturation came and why, or that it did not;
     along --token or np, what that axis changes (per-slot speed and time per token); under --ritmo,
-    where the server fell behind the arrivals."""
+    where the server fell behind the arrivals. (Little's law is in each run's own explanation.)"""
     frasi = []
     for titolo, punti in gruppi:
         dove = f" ({titolo})" if titolo else ""
@@ -2404,11 +2426,12 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
             if visto:
                 frasi.append(f"A ritmo={valore_punto(punto, asse)}{f' ({titolo})' if titolo else ''}, finché si "
                              f"inviava, il server ha completato {visto[0]:.2f} richieste al secondo mentre ne arrivavano "
-                             f"{visto[1]:.2f}, con tutti gli slot occupati e richieste in coda: è più lento degli arrivi, "
-                             "e la coda cresce finché dura la prova (sovraccarico): la latenza dipende allora da quanto "
-                             "è lunga la prova.")
+                             f"{visto[1]:.2f}, e l'attesa di uno slot è cresciuta lungo la prova (da {visto[2]:.2f} s "
+                             f"in media per il primo terzo delle richieste a {visto[3]:.2f} s per l'ultimo): il server è "
+                             "più lento degli arrivi, e la coda cresce finché dura la prova (sovraccarico); la latenza "
+                             "dipende allora da quanto è lunga la prova.")
                 break
-    return frasi + [r for _, punti in gruppi for p in punti for r in [riga_little(p.prove[0], f"{asse}={valore_punto(p, asse)}")] if r]
+    return frasi  # Little's law: in each run's own explanation
 
 
 def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
@@ -2420,32 +2443,35 @@ def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
             f"{1000 / b.velocita_slot:.1f} ms per token), il throughput da {a.throughput:.1f} a {b.throughput:.1f} token/s.")
 
 
-def riga_little(prova: Prova, etichetta: str) -> Optional[str]:
-    """Little's law, L = λ × W, on one run, where it teaches something: the requests in flight as the
-    client counts them (completed per second × mean latency) against those the server says it holds
-    (busy slots + requests_deferred, read during the load: only with --metrics). The difference is
-    what the client had sent and the server did not hold yet: on its way, being read, or waiting
-    for a connection."""
+def riga_little(prova: Prova) -> Optional[str]:
+    """Little's law, L = λ × W, where it teaches something: the requests in flight as the client
+    counts them, against those the server says it holds (busy slots + requests_deferred: only with
+    --metrics), at the same readings taken during the load. The difference is what the client had
+    sent and the server did not hold yet: on its way, being read and tokenized, or waiting for a
+    connection."""
+    import bisect
     import statistics
 
     e, s = prova.esecuzione, prova.riepilogo
-    fine = s.tempo_totale
-    letture = [c.occupati + c.in_coda for c in e.campioni
-               if c.occupati is not None and c.in_coda is not None and fine and c.t <= fine]
-    if len(letture) < 2 or not s.riuscite or s.latenza_media is None:
+    inizi, fini = sorted(r.inizio for r in e.risultati), sorted(r.fine for r in e.risultati)
+    coppie = [(bisect.bisect_right(inizi, c.t) - bisect.bisect_right(fini, c.t), c.occupati + c.in_coda)
+              for c in e.campioni if c.occupati is not None and c.in_coda is not None and inizi and
+              inizi[0] <= c.t <= fini[-1]]  # (in flight for the client, held by the server) at each reading
+    if len(coppie) < 2 or not s.n_riuscite or not s.tempo_totale or s.latenza_media is None:
         return None
-    al_secondo = s.riuscite / fine
-    nel_client, nel_server = al_secondo * s.latenza_media, statistics.fmean(letture)
-    rumore = max(0.1 * nel_client, 2 * statistics.stdev(letture) / len(letture) ** 0.5)
-    riga = (f"  {etichetta}: in volo {nel_client:.2f} per il client ({al_secondo:.2f} completate/s × "
-            f"{s.latenza_media:.2f} s), {nel_server:.2f} per il server (slot occupati + requests_deferred, media di "
-            f"{len(letture)} letture): ")
-    if abs(nel_client - nel_server) <= rumore:
+    al_secondo = s.n_riuscite / s.tempo_totale
+    client, server = (statistics.fmean(v) for v in zip(*coppie))
+    scarti = [c - v for c, v in coppie]
+    rumore = max(0.1, 2 * statistics.stdev(scarti) / len(scarti) ** 0.5)
+    riga = (f"Legge di Little (L = λ × W): in volo {al_secondo * s.latenza_media:.2f} ({al_secondo:.2f} completate/s × "
+            f"{s.latenza_media:.2f} s); alle stesse {len(coppie)} letture il client ne aveva in volo {client:.2f} e il "
+            f"server ne contava {server:.2f} (slot occupati + requests_deferred): ")
+    if abs(client - server) <= rumore:
         return riga + "coincidono, entro il rumore delle letture"
-    if nel_client > nel_server:
-        return riga + (f"{nel_client - nel_server:.2f} richieste in media erano inviate ma non ancora nel server: in "
-                       "viaggio, lette e tokenizzate, o in attesa di una connessione")
-    return riga + "il server ne contava di più: con poche letture la media è grossolana"
+    if client > server:
+        return riga + (f"{client - server:.2f} in media erano inviate ma non ancora nel server: in viaggio, lette e "
+                       "tokenizzate, o in attesa di una connessione")
+    return riga + "il server ne contava di più: c'erano richieste di un altro client?"
 
 
 # The picture: --grafico (terminal) and --svg ###################################################
@@ -2471,16 +2497,24 @@ def fasi(r: Risultato) -> List[Tuple[str, float, float]]:
 
 
 def slot_nel_tempo(prova: Prova):
-    """Busy slots at time t, from the same source as the peak's: the server's timings (each request
-    in its slot, as picchi_dai_tempi counts it), else the last /slots reading at or before t. Returns
-    the function and the source's name, or (None, None) when nothing was measured."""
-    intervalli = [i for i in (accorcia(in_slot(r)) for r in prova.esecuzione.risultati if r.riuscita) if i]
+    """The most slots busy at once between two times, from the same source as the peak's: the
+    server's timings (each request in its slot; never above the peak they prove), else the /slots
+    readings (each holding until the next). Returns the function and the source's name, or (None,
+    None) when nothing was measured. A span that a request ends in and the next one starts in counts
+    as busy: the picture shows no gap the eye would take for an idle slot."""
+    intervalli = [i for i in map(in_slot, prova.esecuzione.riuscite) if i]
     if intervalli:
-        tetto = prova.info.n_slot
-        return (lambda t: min(sum(da <= t < a for da, a in intervalli), tetto or len(intervalli))), "dai tempi del server"
+        tetto = prova.riepilogo.occupati_dai_tempi or len(intervalli)
+        def dai_tempi(da: float, a: float) -> int:  # the count changes only where an interval starts
+            return min(tetto, max(sum(x <= t < y for x, y in intervalli) for t in [da] + [x for x, _ in intervalli
+                                                                                         if da < x < a]))
+        return dai_tempi, "dai tempi del server"
     letti = [c for c in prova.esecuzione.campioni if c.occupati is not None]
     if letti:
-        return (lambda t: next((c.occupati for c in reversed(letti) if c.t <= t), None)), "/slots"
+        def letture(da: float, a: float) -> Optional[int]:
+            valori = [c.occupati for c in letti if c.t <= da][-1:] + [c.occupati for c in letti if da < c.t < a]
+            return max(valori, default=None)
+        return letture, "/slots"
     return None, None
 
 
@@ -2525,7 +2559,7 @@ def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[s
     occupati, fonte = slot_nel_tempo(prova)
     voci = [f"{marche[fase]} {nome}" for fase, nome in voci_legenda([prova])]
     if occupati is not None:
-        celle = [occupati((col + 0.5) * passo) for col in range(colonne)]
+        celle = [occupati(col * passo, (col + 1) * passo) for col in range(colonne)]
         righe.append(f"{'slot':<{etichetta}}" + "".join(" " if n is None else (str(n) if n < 10 else "+")
                                                            for n in celle).rstrip())
         voci.append(f"cifre: slot occupati ({fonte})")
@@ -2579,9 +2613,9 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
         if occupati is not None:
             # Busy slots as steps, one per change, from the same source as the peak.
             fonti.add(fonte)
-            istanti = sorted({0.0, fine} | {t for r in e.risultati for t in (accorcia(in_slot(r)) or ())}
+            istanti = sorted({0.0, fine} | {t for r in e.riuscite for t in (in_slot(r) or ())}
                              | {c.t for c in e.campioni})
-            passi_slot = [(da, a, occupati(da)) for da, a in zip(istanti, istanti[1:]) if occupati(da)]
+            passi_slot = [(da, a, n) for da, a in zip(istanti, istanti[1:]) for n in [occupati(da, a)] if n]
             massimo, alto = max([n for _, _, n in passi_slot] + [1]), 40
             y += 4
             parti.append(f'<text x="4" y="{y + alto / 2}">slot</text>')
@@ -2745,7 +2779,7 @@ def descrivi_macchina(m: Macchina) -> str:
 def spiegazione(prova: Prova) -> List[str]:
     """A few plain Italian sentences, each one built from the measured figures."""
     e, s, info, piano = prova.esecuzione, prova.riepilogo, prova.info, prova.piano
-    ok = [r for r in e.risultati if r.riuscita]
+    ok = e.riuscite
     if not ok:
         primo = e.risultati[0].errore if e.risultati else "interrotta"
         if e.n_richieste == 1:
@@ -2756,7 +2790,8 @@ def spiegazione(prova: Prova) -> List[str]:
     if info.n_slot is not None and s.picco is not None:
         insieme = min(piano.parallele, e.n_richieste)
         if oltre(piano).ritmo:
-            partite = f"Sono partite {e.n_richieste} richieste, {fmt(invii_al_secondo(e), '.2f')} al secondo,"
+            partite = (f"Sono partite {e.n_richieste} richieste, {fmt(invii_al_secondo(e), '.2f')} al secondo,"
+                       if e.n_richieste > 1 else "È partita una sola richiesta")
         elif insieme == 1:
             partite = "Le richieste sono partite una alla volta (--parallele 1),"
         else:
@@ -2798,12 +2833,12 @@ def spiegazione(prova: Prova) -> List[str]:
         frasi.append(frase_fermate(prova)[0].upper() + frase_fermate(prova)[1:] + ".")
     if s.picco_coda is not None and info.metrics_disponibile:
         frasi.append(f"Al massimo {quante(s.picco_coda, 'richiesta ha', 'richieste hanno')} aspettato uno slot nello "
-                     "stesso momento" + (f" (requests_deferred in /metrics ne ha viste {s.coda_letta}: le letture sono "
-                                         "state troppo poche per vederle)." if (s.coda_letta or 0) < s.picco_coda
-                                         else " (requests_deferred)."))
-    little = riga_little(prova, "questa prova")
+                     "stesso momento" + (f" (le letture di requests_deferred in /metrics ne hanno viste al massimo "
+                                         f"{s.coda_letta}: nessuna è caduta nel momento peggiore)."
+                                         if (s.coda_letta or 0) < s.picco_coda else " (requests_deferred)."))
+    little = riga_little(prova)
     if little:
-        frasi.append("Legge di Little (L = λ × W):" + little[len("  questa prova:"):])
+        frasi.append(little + ".")
     if prova.macchina is not None:
         motivo = macchina_occupata(prova.macchina)
         if motivo:
@@ -2876,8 +2911,14 @@ class ServerAvviato:
             raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {exc.strerror or exc}") from None
         aspetta_pronto(client, self.attesa, self.stderr, avviato=self)
 
-    def controlla(self, quando: str) -> None:
-        """An ErroreUtente with the tail of its log if the server has exited; `quando` says what happened."""
+    def controlla(self, quando: str, attesa: float = 0.0) -> None:
+        """An ErroreUtente with the tail of its log if the server has exited (within `attesa` seconds);
+        `quando` says what happened."""
+        import subprocess
+
+        if self.proc is not None and attesa:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(attesa)
         if self.proc is not None and self.proc.poll() is not None:
             raise ErroreUtente(f"{quando} (codice {self.proc.returncode}); ultime righe del suo log:\n"
                                f"{self.coda_log()}")

@@ -1,5 +1,6 @@
 """What the test modules share: paths, the patterns of the lab's lines, small helpers."""
 
+import contextlib
 import os
 import re
 import socket
@@ -49,3 +50,36 @@ def reale_non_disponibile(motivo):
     if os.environ.get("CI") == "true" or os.environ.get("CARICO_SOLO_FAKE") != "1":
         pytest.fail(f"real server unavailable: {motivo}")
     pytest.skip(f"CARICO_SOLO_FAKE=1 and {motivo}")
+
+
+@contextlib.contextmanager
+def porta_piena():
+    """The port of a listening socket whose backlog is full: a connect to it never completes."""
+    ascolto = socket.socket()
+    ascolto.bind(("127.0.0.1", 0))
+    ascolto.listen(0)
+    riempitivi = []
+    try:
+        for _ in range(4):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(ascolto.getsockname())
+            riempitivi.append(s)
+        yield ascolto.getsockname()[1]
+    finally:
+        for s in riempitivi:
+            s.close()
+        ascolto.close()
+
+
+def griglia_np_token(out, np, token):
+    """The checks of an --avvia --np A,B --token X,Y run: every block headed with both values, then for
+    each answer length the np B / np A ratio, and the sentence on whether the advantage grew. Returns
+    the ratios, in token order, and that sentence."""
+    intestazioni = [f"punto {k} di 4: np={n}, token={t}" for k, (n, t) in enumerate(
+        ((n, t) for n in np for t in token), 1)]
+    assert re.findall(r"^punto .*$", out, re.M) == intestazioni, out
+    rapporti = re.findall(rf"^throughput a token=(\d+): np {np[1]} / np {np[0]} ×([\d.]+)$", out, re.M)
+    assert [int(t) for t, _ in rapporti] == list(token), out
+    (esito,) = [r for r in out.splitlines() if r.startswith("con risposte più lunghe")]
+    return [float(x) for _, x in rapporti], esito

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import carico
-from aiuti import FAKE, VELOCE, porta_libera
+from aiuti import FAKE, VELOCE, griglia_np_token, porta_libera
 from carico import Campione, Esecuzione, InfoServer, Piano, PianoOltre, Prova, Risultato, RisultatoOltre
 
 
@@ -121,12 +121,7 @@ def test_griglia_np_e_token_risponde_alla_domanda_del_lab(capsys):
     rc = carico.main(["--url", url, "--avvia", comando_fake(), "--np", "1,4", "--token", "8,32", *VELOCE])
     out, err = capsys.readouterr()
     assert rc == 0, out + err
-    assert re.findall(r"^punto .*$", out, re.M) == ["punto 1 di 4: np=1, token=8", "punto 2 di 4: np=1, token=32",
-                                                    "punto 3 di 4: np=4, token=8", "punto 4 di 4: np=4, token=32"]
-    rapporti = re.findall(r"^throughput a token=(\d+): np 4 / np 1 ×([\d.]+)$", out, re.M)
-    assert [t for t, _ in rapporti] == ["8", "32"], out
-    (esito,) = [r for r in out.splitlines() if r.startswith("con risposte più lunghe")]
-    a, b = (float(x) for _, x in rapporti)
+    (a, b), esito = griglia_np_token(out, (1, 4), (8, 32))
     verso = "è cresciuto" if b > 1.1 * a else "è calato" if b < a / 1.1 else "è rimasto lo stesso, entro il 10%"
     assert esito.startswith(f"con risposte più lunghe (token=8 -> token=32) il vantaggio del batching {verso}: "
                             f"×{a:.2f} -> ×{b:.2f}"), esito

@@ -12,7 +12,7 @@ import pytest
 
 import carico
 from fakeserver import flusso_scritto, risposta_grezza
-from aiuti import CARICO, VELOCE, latenze, valore
+from aiuti import CARICO, VELOCE, latenze, porta_piena, valore
 
 
 def chat_rotta(handler_rotto, quale=1):
@@ -90,25 +90,12 @@ def test_host_sconosciuto(carica):
 
 def test_host_che_non_accetta_la_connessione(carica):
     """A listening socket whose backlog is full: the connect never completes."""
-    ascolto = socket.socket()
-    ascolto.bind(("127.0.0.1", 0))
-    ascolto.listen(0)
-    riempitivi = []
-    for _ in range(4):
-        s = socket.socket()
-        s.setblocking(False)
-        s.connect_ex(ascolto.getsockname())
-        riempitivi.append(s)
-    try:
+    with porta_piena() as porta:
         inizio = time.monotonic()
-        rc, out, err = carica(f"http://127.0.0.1:{ascolto.getsockname()[1]}", "--timeout", "1")
+        rc, out, err = carica(f"http://127.0.0.1:{porta}", "--timeout", "1")
         assert rc == 1 and out == ""
         assert "nessuna risposta entro 1 s" in err
         assert time.monotonic() - inizio < 8
-    finally:
-        for s in riempitivi:
-            s.close()
-        ascolto.close()
 
 
 @pytest.mark.parametrize("richieste,parallele", [(1, 1), (1, 8), (3, 10)])
@@ -224,27 +211,14 @@ def test_https_verso_un_server_in_chiaro(fake, carica):
 def test_ctrl_c_durante_una_connessione_in_corso():
     """Ctrl+C while a connect hangs (a host whose backlog is full): carico.py ends within a second, not
     after --timeout."""
-    ascolto = socket.socket()
-    ascolto.bind(("127.0.0.1", 0))
-    ascolto.listen(0)
-    riempitivi = []
-    for _ in range(4):
-        s = socket.socket()
-        s.setblocking(False)
-        s.connect_ex(ascolto.getsockname())
-        riempitivi.append(s)
-    try:
-        proc = subprocess.Popen([sys.executable, CARICO, "--url", f"http://127.0.0.1:{ascolto.getsockname()[1]}",
-                                 "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with porta_piena() as porta:
+        proc = subprocess.Popen([sys.executable, CARICO, "--url", f"http://127.0.0.1:{porta}", "--timeout", "60"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)  # python has started, and its first connect hangs
         inizio = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
         durata = time.monotonic() - inizio
-    finally:
-        for s in riempitivi:
-            s.close()
-        ascolto.close()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert durata < 1.5, durata

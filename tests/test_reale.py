@@ -19,7 +19,7 @@ import pytest
 import carico
 from conftest import CIFRE
 from realserver import LUNGO
-from aiuti import CARICO, RIGA_REQ, latenze, porta_libera, reale_non_disponibile, valore
+from aiuti import CARICO, RIGA_REQ, griglia_np_token, latenze, porta_libera, reale_non_disponibile, valore
 
 pytestmark = pytest.mark.reale
 
@@ -29,6 +29,17 @@ def carico_cli(url, *flags, env=None, timeout=300):
                           timeout=timeout, env=env)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def comando_reale():
+    """`llama serve -m gemma -c 2048 -t 2 -a gemma-270m`, for --avvia (which adds -np, host and port)."""
+    from realserver import ALIAS, ServerNonDisponibile, trova_binario, trova_modello
+
+    try:
+        binario, modello = trova_binario(), trova_modello()
+    except ServerNonDisponibile as exc:
+        reale_non_disponibile(exc)
+    return f"{binario} {'serve ' if binario.endswith('/llama') else ''}-m {modello} -c 2048 -t 2 -a {ALIAS}"
 
 
 def throughput(out):
@@ -201,13 +212,7 @@ def test_server_ucciso_a_meta(llama):
 
 def test_avvia_tutto_il_lab_reale(tmp_path):
     """--avvia: carico.py starts llama serve for each -np, measures, stops it; then the table."""
-    from realserver import ALIAS, ServerNonDisponibile, trova_binario, trova_modello
-
-    try:
-        binario, modello = trova_binario(), trova_modello()
-    except ServerNonDisponibile as exc:
-        reale_non_disponibile(exc)
-    comando = f"{binario} {'serve ' if binario.endswith('/llama') else ''}-m {modello} -c 2048 -t 2 -a {ALIAS}"
+    comando = comando_reale()
     url = f"http://127.0.0.1:{porta_libera()}"
     svg = tmp_path / "lab.svg"
     rc, out, err = carico_cli(url, "--avvia", comando, "--np", "1,2,4,4kv", "--svg", str(svg), timeout=600)
@@ -297,21 +302,11 @@ def test_dettagli_in_streaming_reale(llama, tmp_path):
 def test_griglia_np_token_reale(tmp_path):
     """--avvia with --np 1,2 and --token 8,24: every header names np and token, and for each answer length
     the np 2 / np 1 ratio of throughput, then whether the advantage grew with longer answers."""
-    from realserver import ALIAS, ServerNonDisponibile, trova_binario, trova_modello
-
-    try:
-        binario, modello = trova_binario(), trova_modello()
-    except ServerNonDisponibile as exc:
-        reale_non_disponibile(exc)
-    comando = f"{binario} {'serve ' if binario.endswith('/llama') else ''}-m {modello} -c 2048 -t 2 -a {ALIAS}"
+    comando = comando_reale()
     url = f"http://127.0.0.1:{porta_libera()}"
     rc, out, err = carico_cli(url, "--avvia", comando, "--np", "1,2", "--token", "8,24", timeout=600)
     assert rc == 0, out + err
-    assert re.findall(r"^punto .*$", out, re.M) == ["punto 1 di 4: np=1, token=8", "punto 2 di 4: np=1, token=24",
-                                                    "punto 3 di 4: np=2, token=8", "punto 4 di 4: np=2, token=24"]
-    rapporti = re.findall(r"^throughput a token=(\d+): np 2 / np 1 ×([\d.]+)$", out, re.M)
-    assert [t for t, _ in rapporti] == ["8", "24"], out
-    (esito,) = [r for r in out.splitlines() if r.startswith("con risposte più lunghe")]
+    _, esito = griglia_np_token(out, (1, 2), (8, 24))
     CIFRE.append(("--np 1,2 --token 8,24", esito))
 
 
