@@ -208,16 +208,15 @@ def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
     scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
     finish = scelta.get("finish_reason")
     # What the extras read (see "Oltre il lab"): the prompt's tokens, those reused from a cache, why it stopped.
-    extra = RisultatoOltre(token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
+    aggiunte = RisultatoOltre(token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
                            numero(timings.get("cache_n"), int), finish if isinstance(finish, str) else None,
                            tuple(chunk_s) if chunk_s is not None else None)
     return dict(token=token if token is not None else numero(timings.get("predicted_n"), int),
                 tps=numero(timings.get("predicted_per_second")), prompt_ms=numero(timings.get("prompt_ms")),
-                predicted_ms=numero(timings.get("predicted_ms")), oltre=extra)
+                predicted_ms=numero(timings.get("predicted_ms")), oltre=aggiunte)
 
 
-def numero(valore, tipo=float):
-    """A JSON number as `tipo` (int: whole numbers only); None for anything else."""
+def numero(valore, tipo=float):  # a JSON number as `tipo` (int: whole numbers only); None for anything else
     ammessi = (int,) if tipo is int else (int, float)
     return tipo(valore) if isinstance(valore, ammessi) and not isinstance(valore, bool) else None
 
@@ -232,9 +231,7 @@ def interroga_server(client: Client, attesa: float, stderr, con_props: bool = Fa
     aspetta_pronto(client, attesa, stderr)
     risposta = chiedi(client, "/slots")
     slots = lista_slot(leggi_json(risposta.corpo)) if risposta.status == 200 else None
-    n_ctx = slots[0].get("n_ctx") if slots else None
-    info = InfoServer(len(slots), n_ctx if isinstance(n_ctx, int) else None,
-                      conta_occupati(slots) is not None) if slots else None
+    info = InfoServer(len(slots), numero(slots[0].get("n_ctx"), int), conta_occupati(slots) is not None) if slots else None
     if info is None or not info.slots_disponibile or con_props:
         info = info_da_props(client, risposta, info)  # /slots off, another server, --json: see "Oltre il lab"
     metrics = chiedi(client, "/metrics")
@@ -282,7 +279,7 @@ class Campionatore:
         prossimo = self._timer()
         while True:
             dati = self._leggi("/slots", leggi_json) if self._info.slots_disponibile else None
-            in_coda = self._leggi("/metrics", richieste_in_coda)  # see "Oltre il lab"
+            in_coda = self._leggi("/metrics", richieste_in_coda) if self._info.metrics_disponibile else None
             # The sample's time is when the answers arrived: what they say is the state then.
             campione = Campione(self._timer() - self._t0, conta_occupati(dati), in_coda)
             self.campioni.append(campione)
@@ -293,8 +290,6 @@ class Campionatore:
                 return
 
     def _leggi(self, percorso: str, interpreta):
-        if percorso == "/metrics" and not self._info.metrics_disponibile:
-            return None
         try:
             risposta = self._client.chiama("GET", percorso)
         except ErroreRete:
@@ -316,7 +311,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     al_campione = diretta.seguendo(futuri, piano) if diretta else None  # the live line: see "Oltre il lab"
     campionatore = Campionatore(client, piano.intervallo, info, timer, al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
-    extra = interruzione = None
+    aggiunte = interruzione = None
     try:
         t0 = timer()
         campionatore.avvia(t0)
@@ -324,22 +319,23 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
             for i, domanda in enumerate(domande):
                 futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0, timer))
         else:  # --ritmo, --durata: sent by the clock, see "Oltre il lab"
-            extra = Programma(piano, primo_prompt).lancia(futuri, esecutore, client, t0, timer)
+            aggiunte = Programma(piano, primo_prompt).lancia(futuri, esecutore, client, t0, timer)
         concurrent.futures.wait(futuri)
     except Interruzione as exc:
         interruzione = exc.codice
         client.annulla()  # the requests in flight return at once, marked ANNULLATA
     finally:
-        with segnali(signal.SIG_IGN):  # a second Ctrl+C must not lose the report
+        with segnali() as notati:  # a Ctrl+C now waits: the report must not be lost
             esecutore.shutdown(wait=True, cancel_futures=True)
             campionatore.ferma()
             if diretta:
                 diretta.cancella()
+        interruzione = interruzione or next(iter(notati), None)
     # What the interruption closed is not a measurement: keep only the requests that ended by themselves.
     finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
     n_richieste = piano.richieste if piano.richieste is not None else len(futuri)
     return Esecuzione([r for r in finite if r.errore != ANNULLATA], campionatore.campioni, n_richieste,
-                      interruzione, extra)
+                      interruzione, aggiunte)
 
 
 # 5. The report: pure formatting, data -> lines, then the print ################################
@@ -363,7 +359,7 @@ class Riepilogo(NamedTuple):
         return max((v for v in (self.occupati_letti, self.occupati_dai_tempi) if v is not None), default=None)
 
     @property
-    def picco_coda(self) -> Optional[int]:
+    def picco_coda(self) -> Optional[int]:  # likewise
         return max((v for v in (self.coda_letta, self.coda_dai_tempi) if v is not None), default=None)
 
 
@@ -407,11 +403,12 @@ def accorcia(intervallo: Optional[Tuple[float, float]]) -> Optional[Tuple[float,
 def picchi_dai_tempi(ok: List[Risultato], n_slot: Optional[int]) -> Tuple[Optional[int], Optional[int]]:
     """The most slots busy together (the largest overlap of the slot intervals, never above the slots) and
     the most requests waiting together while every slot was busy (with one free, the wait was HTTP)."""
+    slot = [i for i in map(in_slot, ok) if i]  # (start, end) of each request in its slot
+    attese = [(r.inizio, i[0]) for r, i in zip(ok, map(in_slot, ok)) if i]  # (sent, in its slot) of each
     eventi = []  # (time, +1 opens or -1 closes, 0 for a slot or 1 for a wait)
-    for r in ok:
-        slot = in_slot(r)
-        for tipo, intervallo in ((0, slot), (1, slot and (r.inizio, slot[0]))):
-            eventi += [(t, passo, tipo) for t, passo in zip(accorcia(intervallo) or (), (1, -1))]
+    for tipo, intervalli in ((0, slot), (1, attese)):
+        for da, a in filter(None, map(accorcia, intervalli)):
+            eventi += [(da, 1, tipo), (a, -1, tipo)]
     if not eventi:
         return None, None
     aperti, occupati, coda = [0, 0], 0, 0
@@ -529,15 +526,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 class Sessione:
-    """One invocation: ask the server what it is, run the load, print it (with extras, `Oltre` runs it).
-    What was measured is printed whatever stops it; `codice()` decides the exit code, once."""
+    """One invocation: ask the server what it is, run the load, print it (with extras, SessioneOltre runs
+    it). What was measured is printed whatever stops it; `codice()` decides the exit code, once."""
 
     def __init__(self, piani: List[Piano], opzioni: Opzioni):
         self.piani, self.opzioni = piani, opzioni  # the lab: one plan; a sweep: one per point
         self.prove: List[Prova] = []
         self.errore = False  # something the user must fix stopped it, or a file could not be written
-        self.interruzione: Optional[int] = None  # 130 (Ctrl+C), 143 (SIGTERM), 141 (stdout closed)
-        self.oltre = Oltre(self) if opzioni.oltre is not None else None  # the extras asked for, if any
+        self.arresto: Optional[int] = None  # stopped early: 130 (Ctrl+C), 143 (SIGTERM), 141 (stdout closed)
+        self.oltre = SessioneOltre(self) if opzioni.oltre is not None else None  # the extras' steps, if any
 
     def esegui(self) -> int:
         try:
@@ -549,15 +546,15 @@ class Sessione:
             print(f"carico.py: errore: {exc}", file=sys.stderr)
             self.errore = True
         except Interruzione as exc:  # the report of a run cut short says which requests did not end
-            self.interruzione = exc.codice
+            self.arresto = exc.codice
             print("carico.py: interrotto", file=sys.stderr)
         except BrokenPipeError:  # the reader went away (| head): stop; the files are still written
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            self.interruzione = 141
+            self.arresto = 141
         if self.oltre is not None and self.prove:
-            with segnali_rimandati() as rimandato:  # Ctrl+C now waits: the files whole, never half written
-                self.oltre.alla_fine()  # the tables and the files
-            self.interruzione = self.interruzione or rimandato.codice
+            with segnali() as notati:  # a Ctrl+C now waits: the files whole, never half written
+                self.oltre.alla_fine()  # the files, then the tables
+            self.arresto = self.arresto or next(iter(notati), None)
         return self.codice()
 
     def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
@@ -574,7 +571,7 @@ class Sessione:
         """One run: look at the machine, write the `server:` line, fire the load, print the report."""
         macchina = guarda_la_macchina()
         print(riga_server(info) + (riga_kv_unificata(info) if info.kv_unificata else ""), flush=True)  # step 5
-        silenzioso = self.oltre is not None and self.oltre.o.silenzioso
+        silenzioso = self.oltre is not None and self.oltre.opzioni.silenzioso
         diretta = Diretta(sys.stderr, info.n_slot) if sys.stderr.isatty() and not silenzioso else None  # live line
         esecuzione = esegui_carico(client, piano, info, primo_prompt, diretta=diretta)
         prova = Prova(info, esecuzione, piano, configurazione, macchina)
@@ -589,7 +586,7 @@ class Sessione:
     def codice(self) -> int:
         """0: every request answered; 1: one failed, or no server, or a file not written; 128 + a signal."""
         riuscite = all(r.riuscita for p in self.prove for r in p.esecuzione.risultati)
-        return self.interruzione or (1 if self.errore or not riuscite else 0)
+        return self.arresto or (1 if self.errore or not riuscite else 0)
 
 
 # What a careful tool needs #####################################################################
@@ -680,10 +677,8 @@ class Client:
 
         timeout = self.timeout_info if timeout is None else timeout
         scadenza = time.monotonic() + timeout
-        intestazioni, corpo = dict(self._intestazioni), None
-        if dati is not None:
-            corpo = json.dumps(dati).encode("utf-8")
-            intestazioni["Content-Type"] = "application/json"
+        corpo = None if dati is None else json.dumps(dati).encode("utf-8")
+        intestazioni = dict(self._intestazioni, **({"Content-Type": "application/json"} if corpo else {}))
         connessione = http.client.HTTPConnection(self.host, self._porta, timeout=timeout)
         try:
             connessione.sock = self._connetti(scadenza)  # http.client sends on it, and does not connect again
@@ -745,22 +740,25 @@ class RispostaHttp:
         self.status = self._risposta.status
 
     def leggi(self) -> bytes:
-        """The whole body."""
-        return next(self._letture(self._risposta.read))
+        """The whole body, a socket read at a time."""
+        corpo = b"".join(self._letture(lambda: self._risposta.read1(65536)))
+        if self._risposta.length:  # bytes the Content-Length promised and the server did not send
+            raise ErroreRete("risposta troncata: la connessione si è chiusa a metà")
+        return corpo
 
     def righe(self) -> Iterator[bytes]:
         """The body line by line, as it arrives (a stream of server-sent events)."""
-        return self._letture(self._risposta.readline, fino_a=b"")
+        return self._letture(self._risposta.readline)
 
-    def _letture(self, leggi, fino_a=None) -> Iterator[bytes]:
+    def _letture(self, leggi) -> Iterator[bytes]:
         try:
-            while True:
+            while True:  # the end of the body is a read too: an answer done after the deadline is late
                 resto = self._scadenza - time.monotonic()
                 if resto <= 0:
                     raise socket.timeout
                 self._sock.settimeout(resto)
                 pezzo = leggi()
-                if pezzo == fino_a:
+                if not pezzo:
                     return
                 yield pezzo
         except socket.timeout:
@@ -789,12 +787,15 @@ def al_segnale(numero_segnale, _frame):
 
 
 @contextlib.contextmanager
-def segnali(gestore):
-    """Ctrl+C and SIGTERM go to `gestore` inside the block (only the main thread may touch handlers)."""
+def segnali(gestore=None):
+    """Ctrl+C and SIGTERM go to `gestore` inside the block; without one they wait, noted (128 + the
+    signal) in the list the block gets, so that what it does is finished. Main thread only."""
+    notati = []
     principale = threading.current_thread() is threading.main_thread()
+    gestore = gestore or (lambda numero_segnale, _: notati.append(128 + numero_segnale))
     vecchi = {s: signal.signal(s, gestore) for s in SEGNALI} if principale else {}
     try:
-        yield
+        yield notati
     finally:
         for segnale, vecchio in vecchi.items():
             signal.signal(segnale, vecchio)
@@ -850,8 +851,7 @@ def tempi_cpu() -> Optional[Tuple[int, int]]:
 
 
 def macchina_occupata(m: Macchina) -> Optional[str]:
-    """Why the machine looks busy, or None. The CPU share now is the sign: the load average also
-    counts the server's own work of a minute ago (a sweep's last run), so it is only the fallback."""
+    """Why the machine looks busy, or None: the CPU share now (the load average, the fallback, counts a minute ago)."""
     if m.cpu_occupata is not None:
         return f"CPU già occupata al {m.cpu_occupata:.0%}" if m.cpu_occupata >= 0.5 else None
     if m.carico_medio is not None and m.carico_medio >= max(1.0, 0.75 * m.core):
@@ -886,8 +886,7 @@ def url_server(testo: str) -> str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"'{testo}' non è un URL valido") from None
     if parti.scheme not in ("http", "https"):
-        raise argparse.ArgumentTypeError(f"'{testo}' deve iniziare con http:// o https:// (per esempio "
-                                         "http://127.0.0.1:8080)")
+        raise argparse.ArgumentTypeError(f"'{testo}' deve iniziare con http:// o https:// (es. http://127.0.0.1:8080)")
     if not parti.hostname:
         raise argparse.ArgumentTypeError(f"'{testo}' non dice a quale host collegarsi")
     if parti.path.rstrip("/") not in ("", "/v1") or parti.query or parti.fragment:
@@ -897,8 +896,8 @@ def url_server(testo: str) -> str:
 
 
 # Oltre il lab ##################################################################################
-# Everything below is opt-in: each extra in its own section, none of it runs on a plain lab run but
-# the hooks the lab's path calls (which return at once), and none of it changes the lab's lines.
+# Below, each extra in its own section: opt-in, and none of it changes the lab's lines. A plain lab
+# run uses only the errors it raises, the notes after a run and the lists' flag type.
 
 # The errors carico.py raises ####################################################################
 # (the lab's path catches them: a request's error on its line, the user's on one line, Ctrl+C.)
@@ -943,7 +942,7 @@ valore, poi la tabella e, con --grafico o --svg, la curva di capacità (throughp
   python3 carico.py --ritmo 0.5,1,2,4 --durata 30 --svg curva.svg
   python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 1,4 --token 32,128
 
-Ogni cifra: --dettagli aggiunge percentili di latenza, attesa in coda e (con --stream) primo token,
+Ogni cifra: --dettagli aggiunge percentili di latenza, attesa dello slot e (con --stream) primo token,
 TPOT e ITL; --slo latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il
 goodput); --esatti fa generare a ogni richiesta esattamente --token token. Su un terminale una riga
 su stderr mostra la prova mentre dura (--silenzioso la spegne).
@@ -1079,7 +1078,7 @@ OPZIONI_OLTRE = (
     ]),
     ("ogni cifra, esatta", None, [
         (("--dettagli",), dict(action="store_true", help="dopo il riepilogo: min, media, p50, p90, p99, max di "
-                               "latenza, attesa in coda e, con --stream, primo token, TPOT e ITL")),
+                               "latenza, attesa dello slot e, con --stream, primo token, TPOT e ITL")),
         (("--slo",), dict(type=obiettivi_slo, metavar="OBIETTIVI", help="per esempio latenza=5,ttft=1,tpot=0.1 "
                           "(secondi): quante richieste li rispettano tutti, e il goodput")),
         (("--riscaldamento",), dict(type=intero_positivo, default=0, metavar="N", help="N richieste prima della "
@@ -1180,7 +1179,7 @@ class OpzioniOltre(NamedTuple):
 VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: EsecuzioneOltre()}
 
 
-def oltre(record):
+def extra(record):
     """The extras' record of a lab record (Piano, Risultato, Esecuzione): its `oltre` field, or one
     with every default where the lab's own run left it None."""
     return record.oltre if record.oltre is not None else VUOTI[type(record)]
@@ -1236,10 +1235,10 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
             errore(f"--prompt-file: non riesco a leggere '{a.prompt_file}': {getattr(exc, 'strerror', None) or exc}")
         if not testo:
             errore(f"--prompt-file: '{a.prompt_file}' è vuoto")
-    extra = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
+    piano_oltre = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
                        tetto_predefinito=a.ritmo is not None and a.parallele is None)
     base = piano._replace(richieste=None if a.durata is not None else piano.richieste, intervallo=a.intervallo,
-                          timeout=a.timeout, oltre=extra)
+                          timeout=a.timeout, oltre=piano_oltre)
     piani = griglia(base, a.parallele, a.token, a.ritmo, a.seme)
     np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
     punti = len(piani) * len(np or [None])
@@ -1253,19 +1252,19 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
 # The session's extra steps ####################################################################
 # The lab's path (Sessione) calls these, when any extra was asked for, at the points of a session.
 
-class Oltre:
+class SessioneOltre:
     """The extras of one session: they run it (Sessione.esegui hands it over), calling the lab's own
     steps, `Sessione.collega` and `Sessione.prova`, for each server, point and repeat."""
 
     def __init__(self, sessione: Sessione):
-        self.sessione, self.o = sessione, sessione.opzioni.oltre
+        self.sessione, self.opzioni = sessione, sessione.opzioni.oltre
 
     def esegui(self) -> None:
         """For each server (the one at --url; with --avvia, one started per --np value): warm it up,
         then run each plan --ripeti times, each run with its headers; after each point, the mean of
         its repeats. A new server starts from the lab's first prompt; each run on the same server
         moves on to prompts it has not been sent."""
-        sessione, o = self.sessione, self.o
+        sessione, o = self.sessione, self.opzioni
         for configurazione in o.np or [None]:
             with self.server(configurazione):
                 client, info = sessione.collega(configurazione)
@@ -1286,7 +1285,7 @@ class Oltre:
             yield
             return
         url = self.sessione.opzioni
-        with ServerAvviato(self.o.avvia, configurazione, url.url, url.attesa_pronto, sys.stderr) as server:
+        with ServerAvviato(self.opzioni.avvia, configurazione, url.url, url.attesa_pronto, sys.stderr) as server:
             yield
             # A request that failed may have seen the server die before its process had finished exiting.
             fallite = any(not r.riuscita for p in self.sessione.prove[-1:] for r in p.esecuzione.risultati)
@@ -1295,19 +1294,19 @@ class Oltre:
 
     def intestazione(self, piano: Piano, configurazione: Optional[Configurazione], ripetizione: int) -> None:
         """Before a run: which point of a sweep (every value that varies, np included), which repeat."""
-        piani, np = self.sessione.piani, self.o.np or [None]
+        piani, np = self.sessione.piani, self.opzioni.np or [None]
         totale = len(piani) * len(np)
         if totale > 1 and ripetizione == 0:
             n_punto = np.index(configurazione) * len(piani) + piani.index(piano) + 1
             descrizione = ", ".join(f"{c}={valore_di(c, piano, configurazione)}" for c in chiavi_griglia(self.sessione))
             print(f"punto {n_punto} di {totale}: {descrizione}")
-        if self.o.ripeti > 1:
-            print(f"prova {ripetizione + 1} di {self.o.ripeti}")
+        if self.opzioni.ripeti > 1:
+            print(f"prova {ripetizione + 1} di {self.opzioni.ripeti}")
 
     def dopo_la_prova(self, prova: Prova) -> None:
         """What the extras print after a run's lab lines: its pace, every figure, the SLO, its picture,
         its explanation; then their notes on stderr."""
-        o, piano = self.o, oltre(prova.piano)
+        o, piano = self.opzioni, extra(prova.piano)
         righe = righe_ritmo(prova) if piano.al_tempo else []
         if o.dettagli:
             righe += [""] + righe_dettagli(prova)
@@ -1358,8 +1357,9 @@ def note(prova: Prova) -> List[str]:
 
 
 def fermate_prima(prova: Prova) -> List[Risultato]:
-    """The successful requests that generated fewer tokens than --token (finish_reason `stop`)."""
-    return [r for r in prova.esecuzione.riuscite if r.token is not None and r.token < prova.piano.max_token]
+    """The successful requests the model ended before --token (finish_reason `stop`: EOS or a stop word)."""
+    return [r for r in prova.esecuzione.riuscite if r.oltre is not None and r.oltre.finish_reason == "stop"
+            and r.token is not None and r.token < prova.piano.max_token]
 
 
 def frase_fermate(prova: Prova) -> str:
@@ -1469,7 +1469,7 @@ def servizio(r: Risultato) -> Optional[float]:
     return (r.prompt_ms + r.predicted_ms) / 1000
 
 
-def attesa_coda(r: Risultato) -> Optional[float]:
+def attesa_dello_slot(r: Risultato) -> Optional[float]:
     """Latency minus the slot's time: the wait before a slot took it (queue, plus a few ms of HTTP)."""
     s = servizio(r)
     return None if s is None else max(0.0, r.latenza - s)
@@ -1482,9 +1482,9 @@ def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int,
     pieni, aperti, dal = [], 0, None  # the spans when every slot was busy
     for t, passo in eventi:
         aperti += passo
-        if dal is None and aperti >= (n_slot or 1):
+        if dal is None and aperti >= (n_slot or 0):
             dal = t
-        elif dal is not None and aperti < (n_slot or 1):
+        elif dal is not None and aperti < (n_slot or 0):
             pieni.append((dal, t))
             dal = None
     attese = {}
@@ -1546,7 +1546,7 @@ def leggi_flusso(righe: Iterator[bytes], timer) -> Tuple[dict, List[float]]:
 
 def tpot(r: Risultato) -> Optional[float]:
     """Time per output token after the first, in seconds: (latency - first token) / (tokens - 1)."""
-    primo = oltre(r).primo_token
+    primo = extra(r).primo_token
     if primo is None or r.token is None or r.token < 2:
         return None
     return (r.latenza - primo) / (r.token - 1)
@@ -1555,14 +1555,14 @@ def tpot(r: Risultato) -> Optional[float]:
 def itl(r: Risultato) -> List[float]:
     """The gaps between successive chunks with text, in seconds, as they are (like vLLM: a chunk
     that carries two tokens makes one gap, not two halves)."""
-    chunk = oltre(r).chunk_s or ()
+    chunk = extra(r).chunk_s or ()
     return [b - a for a, b in zip(chunk, chunk[1:])]
 
 
 def token_per_chunk(r: Risultato) -> Optional[float]:
     """How many tokens one chunk with text carried, on average: the server's count over the chunks.
     llama.cpp sends one token a chunk; other servers may send several."""
-    chunk = oltre(r).chunk_s
+    chunk = extra(r).chunk_s
     return r.token / len(chunk) if chunk and r.token else None
 
 
@@ -1600,36 +1600,36 @@ class Programma:
         """Submit each request at its time, appending its future to `futuri`, until --richieste or
         --durata ends. Each wait runs to the planned time measured from t0, so one late send does not
         push back the ones after it: the schedule is kept on the clock."""
-        piano, extra = self.piano, self.piano.oltre
+        piano, piano_oltre = self.piano, self.piano.oltre
         posti = threading.Semaphore(piano.parallele)
-        tempi = orari(extra) if extra.ritmo else itertools.repeat(None)
+        tempi = orari(piano_oltre) if piano_oltre.ritmo else itertools.repeat(None)
         trattenute, ultimo = 0, None
         for i, previsto in enumerate(tempi):
-            if i == piano.richieste or (previsto is not None and extra.durata is not None and previsto >= extra.durata):
+            if i == piano.richieste or (previsto is not None and piano_oltre.durata is not None and previsto >= piano_oltre.durata):
                 break
             if previsto is not None:
                 time.sleep(max(0.0, t0 + previsto - timer()))
             if not posti.acquire(blocking=False):  # --parallele already in flight: wait for a place
                 trattenute += previsto is not None
                 posti.acquire()
-            if i and previsto is None and timer() - t0 >= extra.durata:
+            if i and previsto is None and timer() - t0 >= piano_oltre.durata:
                 break
             domanda = domanda_chat(prompt_per(self.primo_prompt + i, piano), piano)
-            futuro = esecutore.submit(self.invia, client, i, domanda, previsto, t0, timer)
+            futuro = esecutore.submit(self.invia_al_tempo, client, i, domanda, previsto, t0, timer)
             futuro.add_done_callback(lambda _: posti.release())
             futuri.append(futuro)
             ultimo = timer() - t0
         return EsecuzioneOltre(trattenute, ultimo)
 
-    def invia(self, client: Client, indice: int, domanda: dict, previsto: Optional[float], t0: float,
-              timer) -> Risultato:
+    def invia_al_tempo(self, client: Client, indice: int, domanda: dict, previsto: Optional[float], t0: float,
+                       timer) -> Risultato:
         r = invia(client, indice, domanda, self.piano.timeout, t0, timer)
-        return r._replace(oltre=oltre(r)._replace(previsto=previsto))
+        return r._replace(oltre=extra(r)._replace(previsto=previsto))
 
 
 def ritardi_invio(e: Esecuzione) -> List[float]:
     """How late each request left against the schedule (--ritmo), in seconds."""
-    return [r.inizio - oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None]
+    return [r.inizio - extra(r).previsto for r in e.risultati if extra(r).previsto is not None]
 
 
 def ritmo_di(tempi: List[float]) -> Optional[float]:
@@ -1650,12 +1650,12 @@ def righe_ritmo(prova: Prova) -> List[str]:
     """After the lab's summary: with --ritmo the rate asked, the schedule's and the one sent, and how
     late the sends were against the schedule; with --durata how many requests were sent and answered,
     and why the total time is not the duration."""
-    e, piano = prova.esecuzione, oltre(prova.piano)
+    e, piano = prova.esecuzione, extra(prova.piano)
     righe = []
     if piano.ritmo:
         arrivi = f"arrivi di Poisson, seme {piano.seme}" if piano.arrivi == "poisson" else "arrivi costanti"
         ritardi = ritardi_invio(e)
-        programmato = ritmo_di([oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None])
+        programmato = ritmo_di([extra(r).previsto for r in e.risultati if extra(r).previsto is not None])
         righe.append(f"ritmo chiesto {piano.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}, "
                      f"inviate davvero {fmt(invii_al_secondo(e), '.2f req/s')}; ritardo degli invii sul programma: "
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
@@ -1663,7 +1663,7 @@ def righe_ritmo(prova: Prova) -> List[str]:
         risposte = sum(r.riuscita for r in e.risultati)
         righe.append(f"in {piano.durata:g} s (--durata): inviate {quante(e.n_richieste, 'richiesta', 'richieste')}, "
                      f"{risposte} con risposta; "
-                     f"l'ultimo invio a {fmt(oltre(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
+                     f"l'ultimo invio a {fmt(extra(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
                      f"{fmt(prova.riepilogo.tempo_totale, '.2f s')} (il tempo totale)")
     return righe
 
@@ -1672,7 +1672,7 @@ def ritmo_tenuto(prova: Prova) -> bool:
     """Whether the sends kept to the schedule: none held by the cap, and the p99 lateness within
     10 ms or a tenth of the mean gap, whichever is larger."""
     p99 = percentile(ritardi_invio(prova.esecuzione), 99)
-    return not oltre(prova.esecuzione).trattenute and (p99 is None or p99 <= max(0.010, 0.1 / oltre(prova.piano).ritmo))
+    return not extra(prova.esecuzione).trattenute and (p99 is None or p99 <= max(0.010, 0.1 / extra(prova.piano).ritmo))
 
 
 def note_ritmo(prova: Prova) -> List[str]:
@@ -1681,7 +1681,7 @@ def note_ritmo(prova: Prova) -> List[str]:
     if ritmo_tenuto(prova):
         return []
     inviate, chiesto = fmt(invii_al_secondo(e), ".2f req/s"), f"{piano.oltre.ritmo:g} req/s"
-    trattenute = oltre(e).trattenute
+    trattenute = extra(e).trattenute
     if trattenute:
         return [f"{quante(trattenute, 'richiesta', 'richieste')} su {len(e.risultati)} "
                 f"{'ha' if trattenute == 1 else 'hanno'} trovato già {piano.parallele} in volo (il tetto di --parallele) "
@@ -1696,7 +1696,7 @@ def note_ritmo(prova: Prova) -> List[str]:
 def latenza_dal_previsto(r: Risultato) -> float:
     """--ritmo: seconds from when the schedule meant to send a request to its answer. A request the
     client sent late waited that long too: this is the latency its user saw (no coordinated omission)."""
-    previsto = oltre(r).previsto
+    previsto = extra(r).previsto
     return r.latenza if previsto is None else r.fine - previsto
 
 
@@ -1719,11 +1719,11 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     """The values of each figure of --dettagli over the successful requests, in seconds."""
     ok = prova.esecuzione.riuscite
     valori = {"latenza": [r.latenza for r in ok]}
-    if oltre(prova.piano).ritmo:
+    if extra(prova.piano).ritmo:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
-    valori["attesa in coda"] = [a for a in map(attesa_coda, ok) if a is not None]
-    if any(oltre(r).chunk_s is not None for r in ok):  # --stream
-        valori["primo token"] = [oltre(r).primo_token for r in ok if oltre(r).primo_token is not None]
+    valori["attesa dello slot"] = [a for a in map(attesa_dello_slot, ok) if a is not None]
+    if any(extra(r).chunk_s is not None for r in ok):  # --stream
+        valori["primo token"] = [extra(r).primo_token for r in ok if extra(r).primo_token is not None]
         valori["TPOT"] = [t for t in map(tpot, ok) if t is not None]
         valori["ITL"] = [g for r in ok for g in itl(r)]
     return valori
@@ -1744,7 +1744,7 @@ def tipo_errore(errore: str) -> str:
 def cadenze(prova: Prova) -> Dict[str, Optional[float]]:
     """Requests, prompt tokens and generated tokens per second over the run's total time."""
     s, ok = prova.riepilogo, prova.esecuzione.riuscite
-    prompt = [oltre(r).token_prompt for r in ok]
+    prompt = [extra(r).token_prompt for r in ok]
     per_secondo = (lambda n: n / s.tempo_totale) if s.tempo_totale else (lambda n: None)  # noqa: E731
     return {"richieste": per_secondo(len(ok)) if ok else None,
             "token_prompt": per_secondo(sum(prompt)) if ok and None not in prompt else None,
@@ -1759,7 +1759,7 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None) -> dict:
     per_chunk = [t for t in map(token_per_chunk, prova.esecuzione.risultati) if t is not None]
     dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v) for nome, v in valori_figure(prova).items()},
             "al_secondo": cadenze(prova), "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
-            "token_dalla_cache": sum(oltre(r).token_cache or 0 for r in prova.esecuzione.risultati),
+            "token_dalla_cache": sum(extra(r).token_cache or 0 for r in prova.esecuzione.risultati),
             "token_per_chunk": {"min": min(per_chunk), "media": sum(per_chunk) / len(per_chunk),
                                 "max": max(per_chunk)} if per_chunk else None}
     if slo:
@@ -1807,10 +1807,10 @@ def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], 
     requests and their tokens per second over the run's total time), as vLLM and aiperf define it.
     A request of one token has no time between tokens, and meets a TPOT objective. When --ritmo's
     schedule was not kept, latency and first token count from the planned send time (the last value)."""
-    dal_previsto = bool(oltre(prova.piano).ritmo) and not ritmo_tenuto(prova)
+    dal_previsto = bool(extra(prova.piano).ritmo) and not ritmo_tenuto(prova)
     ritardo = (lambda r: latenza_dal_previsto(r) - r.latenza) if dal_previsto else (lambda r: 0.0)  # noqa: E731
     misura = {"latenza": lambda r: r.latenza + ritardo(r),
-              "ttft": lambda r: None if oltre(r).primo_token is None else oltre(r).primo_token + ritardo(r),
+              "ttft": lambda r: None if extra(r).primo_token is None else extra(r).primo_token + ritardo(r),
               "tpot": lambda r: 0.0 if r.token == 1 else tpot(r)}
     e, totale = prova.esecuzione, prova.riepilogo.tempo_totale
     buone = [r for r in e.risultati if r.riuscita and all(
@@ -1829,7 +1829,7 @@ def riscalda(client: Client, piano: Piano, n: int, stderr) -> None:
 
     print(f"riscaldamento: {quante(n, 'richiesta', 'richieste')} prima della prova, escluse dalle cifre",
           file=stderr, flush=True)
-    testo = oltre(piano).testo
+    testo = extra(piano).testo
     domande = [domanda_chat(testo if testo is not None else f"(riscaldamento {i + 1}) {prompt_per(i)}", piano)
                for i in range(n)]
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(n, piano.parallele)) as esecutore:
@@ -1856,6 +1856,7 @@ class Diretta:
         self.stderr, self.n_slot = stderr, n_slot
         self._futuri: list = []
         self._piano = Piano()
+        self._generati = 0  # the tokens shown last
 
     def seguendo(self, futuri: list, piano: Piano):
         """Follow the run whose requests go into `futuri`; returns what the sampler calls with each reading."""
@@ -1865,7 +1866,10 @@ class Diretta:
     def riga(self, c: Campione, dati_slots) -> str:
         futuri = list(self._futuri)  # one atomic copy: the sender may be adding to it
         finite = [f.result() for f in futuri if f.done() and not f.cancelled()]
-        generati = sum(r.token or 0 for r in finite) + (token_in_corso(dati_slots) or 0)
+        # The answers came, and /slots was read, at slightly different moments: a request that ends in
+        # between is counted twice, or not at all, for one frame. The count shown never goes back.
+        self._generati = max(self._generati, sum(r.token or 0 for r in finite) + (token_in_corso(dati_slots) or 0))
+        generati = self._generati
         stima_coda = c.in_coda  # requests_deferred, when /metrics is there
         if stima_coda is None and c.occupati is not None:  # else: sent (`parallele` at most), not in a slot
             stima_coda = max(0, min(len(futuri) - len(finite), self._piano.parallele) - c.occupati)
@@ -1989,12 +1993,12 @@ def valore_di(chiave: str, piano: Piano, configurazione: Optional[Configurazione
 
 def valore_numerico(chiave: str, piano: Piano):
     """A plan's value of a flag that takes a list: parallele, token or ritmo."""
-    return {"parallele": piano.parallele, "token": piano.max_token, "ritmo": oltre(piano).ritmo}[chiave]
+    return {"parallele": piano.parallele, "token": piano.max_token, "ritmo": extra(piano).ritmo}[chiave]
 
 
 def valore_parallele(piano: Piano) -> str:
     """The cap beside the lab's `parallele=`: with --ritmo nobody asked for the default one."""
-    return f"{piano.parallele}" + (" (tetto predefinito)" if oltre(piano).tetto_predefinito else "")
+    return f"{piano.parallele}" + (" (tetto predefinito)" if extra(piano).tetto_predefinito else "")
 
 
 def variate(piani: List[Piano]) -> List[str]:
@@ -2049,7 +2053,7 @@ class Punto(NamedTuple):
     @property
     def attesa_media(self) -> Optional[float]:
         """The mean wait before a slot took a request, from the server's times."""
-        return media([a for p in self.intere for a in map(attesa_coda, p.esecuzione.risultati) if a is not None])
+        return media([a for p in self.intere for a in map(attesa_dello_slot, p.esecuzione.risultati) if a is not None])
 
     def carico(self, asse: str) -> Optional[float]:
         """The load this point put on the server: the requests really in flight together
@@ -2058,7 +2062,7 @@ class Punto(NamedTuple):
         if asse == "parallele":
             return min(piano.parallele, piano.richieste) if piano.richieste else piano.parallele
         if asse == "ritmo":
-            return media(self.valori(lambda p: invii_al_secondo(p.esecuzione))) or oltre(piano).ritmo
+            return media(self.valori(lambda p: invii_al_secondo(p.esecuzione))) or extra(piano).ritmo
         return None
 
 
@@ -2094,7 +2098,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str]) -> List[str]:
     testa = chiavi + (["n_ctx_slot"] if "np" in chiavi else []) + [
         "throughput", "latenza media", "latenza p90", "latenza max", "t/s nel proprio slot", "picco slot occupati",
         "picco coda"]
-    con_ritmo = any(oltre(p.prove[0].piano).ritmo for p in punti)
+    con_ritmo = any(extra(p.prove[0].piano).ritmo for p in punti)
     if con_ritmo:
         testa.append("inviate davvero")
     righe = ["| " + " | ".join(testa) + " |", "|" + "---|" * len(testa)]
@@ -2135,44 +2139,44 @@ def serie(punti: List[Punto], chiavi: List[str]) -> Tuple[str, List[Tuple[str, L
 
 
 def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]:
-    """The steps of load along a curve: (before, after, load after / load before), skipping the points
-    that carry the same load as the one before (see stessi_carichi)."""
+    """Along a load axis, each measured point against the last one that was a step: (before, after,
+    load after / load before). Under PASSO_MINIMO the load did not really change: the point is not a
+    step, and the next one is compared with the same `before`."""
     if asse not in ASSI_DI_CARICO:
         return
     prima = None
     for punto in punti:
         if not punto.carico(asse) or not punto.throughput or punto.latenza is None:  # nothing to compare
             continue
-        if prima is not None:
-            crescita = punto.carico(asse) / prima.carico(asse)
-            if crescita < PASSO_MINIMO:
-                continue
+        crescita = punto.carico(asse) / prima.carico(asse) if prima is not None else None
+        if crescita is not None:
             yield prima, punto, crescita
-        prima = punto
+        if crescita is None or crescita >= PASSO_MINIMO:
+            prima = punto
 
 
-def saturazione(punti: List[Punto], asse: str) -> Optional[int]:
-    """The first point along a load axis where the server stopped taking more load: the load grew
-    (by 10% at least) and the throughput gained less than a quarter of it (load x2, throughput less
-    than +25%), while the mean latency rose by more than the noise: 10% of it, or the spread of the
-    repeats where it is larger. Along --token or np there is no load step, and no saturation."""
+def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
+    """Where the server stopped taking more load, along a load axis: the first step (before, after)
+    where the load grew by 10% at least, the throughput gained less than a quarter of it (load x2,
+    throughput under +25%), and the mean latency rose by more than the noise: 10% of it, or the spread
+    of the repeats where it is larger. Along --token or np there is no load step, and no saturation."""
     for prima, dopo, crescita in passi(punti, asse):
         guadagno = dopo.throughput / prima.throughput - 1
         rumore = max(0.1 * prima.latenza, prima.rumore_latenza + dopo.rumore_latenza)
-        if guadagno < 0.25 * (crescita - 1) and dopo.latenza - prima.latenza > rumore:
-            return punti.index(dopo)
+        if crescita >= PASSO_MINIMO and guadagno < 0.25 * (crescita - 1) and dopo.latenza - prima.latenza > rumore:
+            return prima, dopo
     return None
 
 
 def stessi_carichi(punti: List[Punto], asse: str) -> List[str]:
-    """The points that carry the same load as the one before them: said, not taken for a step."""
+    """The points whose load did not really grow over the step before them: said, not taken for a step."""
     frasi = []
-    for prima, dopo in zip(punti, punti[1:]):
-        a, b = prima.carico(asse), dopo.carico(asse) if asse in ASSI_DI_CARICO else None
-        if a and b and b / a < PASSO_MINIMO:
-            perche = (f"con {quante(dopo.prove[0].piano.richieste, 'richiesta', 'richieste')} in tutto non ne "
-                      f"partono più di {dopo.prove[0].piano.richieste} insieme" if asse == "parallele"
-                      else f"{a:.2f} e {b:.2f} richieste inviate al secondo")
+    for prima, dopo, crescita in passi(punti, asse):
+        if crescita < PASSO_MINIMO:
+            richieste = dopo.prove[0].piano.richieste
+            perche = (f"con {quante(richieste, 'richiesta', 'richieste')} in tutto non ne partono più di {richieste} "
+                      "insieme" if asse == "parallele" and richieste and dopo.prove[0].piano.parallele >= richieste
+                      else f"il carico è cresciuto di {crescita - 1:.0%}, meno del {PASSO_MINIMO - 1:.0%}")
             frasi.append(f"{asse}={valore_punto(dopo, asse)} porta lo stesso carico di {asse}={valore_punto(prima, asse)}"
                          f" ({perche}): non è un passo della curva.")
     return frasi
@@ -2192,34 +2196,23 @@ def frase_saturazione(asse: str, prima: Punto, dopo: Punto) -> str:
 
 
 def perche_satura(prima: Punto, dopo: Punto) -> str:
-    """Why the point `dopo` took no more than `prima`, from the figures: either the slots were all
-    busy and the wait for one grew, or each request had a slot and every slot went slower (the
-    cores are shared)."""
+    """Why the point `dopo` took no more than `prima`, from the figures, each said when it holds: the
+    slots were all busy and the wait for one grew (by more than a tenth of the latency), and the
+    speed of a request in its own slot fell (by more than 10%: the slots share the cores)."""
     n_slot = dopo.prove[0].info.n_slot
     picco = max(dopo.valori(lambda p: p.riepilogo.picco), default=None)
-    coda_prima = max(prima.valori(lambda p: p.riepilogo.picco_coda), default=None)
-    coda = max(dopo.valori(lambda p: p.riepilogo.picco_coda), default=None)
-    occupati = f"picco {fmt(picco, 'd')} su {fmt(n_slot, 'd')}"
-    # The queue grew when the mean wait for a slot (from the server's own times) grew by more than a
-    # tenth of the latency; without those times, when its peak grew.
-    attese = (prima.attesa_media, dopo.attesa_media)
+    code = [max(q.valori(lambda p: p.riepilogo.picco_coda), default=None) for q in (prima, dopo)]
+    attese, velocita = (prima.attesa_media, dopo.attesa_media), (prima.velocita_slot, dopo.velocita_slot)
+    frasi = [f"Lì gli slot occupati insieme erano al massimo {fmt(picco, 'd')} su {fmt(n_slot, 'd')}, e la coda è "
+             f"arrivata a {fmt(code[1], 'd')} (prima {fmt(code[0], 'd')})"]
     if None not in attese:
         cresciuta = attese[1] - attese[0] > 0.1 * dopo.latenza
-    else:
-        cresciuta = coda is not None and coda > (coda_prima or 0)
-    if cresciuta:
-        pieni = picco is not None and n_slot is not None and picco >= n_slot
-        frase = (f"Lì gli slot erano tutti occupati ({occupati}) e " if pieni else f"Lì ({occupati}) ") + (
-            f"la coda è cresciuta fino a {fmt(coda, 'd')} (prima {fmt(coda_prima, 'd')})")
-        if None not in attese:
-            frase += f"; l'attesa media di uno slot è passata da {attese[0]:.2f} a {attese[1]:.2f} s"
-        return frase + ": una richiesta in più non trova uno slot libero e aspetta."
-    frase = f"La coda non è cresciuta ({fmt(coda, 'd')} in attesa al massimo; {occupati})"
-    velocita = (prima.velocita_slot, dopo.velocita_slot)
+        frasi.append(f"l'attesa media di uno slot è passata da {attese[0]:.2f} a {attese[1]:.2f} s" + (
+            ": una richiesta in più non trova uno slot libero e aspetta" if cresciuta else ", poco"))
     if None not in velocita and velocita[1] < 0.9 * velocita[0]:
-        return (frase + f", ma nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s: "
-                "gli slot si dividono gli stessi core, e la macchina non genera più token al secondo.")
-    return frase + "."
+        frasi.append(f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s: gli "
+                     "slot si dividono gli stessi core, e la macchina non genera più token al secondo")
+    return "; ".join(frasi) + "."
 
 
 def sovraccarico(prova: Prova) -> Optional[Tuple[float, float, float, float]]:
@@ -2245,6 +2238,13 @@ def sovraccarico(prova: Prova) -> Optional[Tuple[float, float, float, float]]:
         return None
     prima, dopo = media(in_ordine[:terzo]), media(in_ordine[-terzo:])
     return (completate, arrivate, prima, dopo) if dopo - prima > media(servizi) else None
+
+
+def frase_sovraccarico(completate: float, arrivate: float, attesa_prima: float, attesa_dopo: float) -> str:
+    return (f"finché si inviava, il server ha completato {completate:.2f} richieste al secondo mentre ne arrivavano "
+            f"{arrivate:.2f}, e l'attesa di uno slot è cresciuta lungo la prova (da {attesa_prima:.2f} s in media per "
+            f"il primo terzo delle richieste a {attesa_dopo:.2f} s per l'ultimo): il server è più lento degli arrivi, "
+            "e la coda cresce finché dura la prova (sovraccarico); la latenza dipende allora da quanto è lunga la prova.")
 
 
 def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
@@ -2321,13 +2321,13 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
         for p in punti:
             if p.throughput is not None and p.latenza_p90 is not None:
                 metti(p.throughput, p.latenza_p90, marche["p90"])
-        for i, p in enumerate(punti):
+        for p in punti:
             if p.throughput is None or p.latenza is None:
                 continue
-            marca = marche["saturazione"] if i == satura else (lettere[n % 26] if lettere else marche["media"])
+            marca = marche["saturazione"] if satura and p is satura[1] else (lettere[n % 26] if lettere else marche["media"])
             metti(p.throughput, p.latenza, marca + valore_punto(p, asse))
         if satura is not None:
-            sature.append((titolo, punti[satura - 1], punti[satura]))
+            sature.append((titolo, *satura))
     righe = [f"curva di capacità: throughput aggregato e latenza, un punto per valore di {asse}", "latenza"]
     for i, riga in enumerate(tela):
         etichetta = f"{scala.y_a:5.2f} s" if i == 0 else ("   0 s " if i == altezza - 1 else "")
@@ -2378,13 +2378,13 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
         satura = saturazione(punti, asse)
         for a, b in p90:
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="white" stroke="{colore}"/>')
-        for i, (p, (a, b)) in enumerate(zip(punti, medie)):
+        for p, (a, b) in zip(punti, medie):
             cifre = (f"{asse}={valore_punto(p, asse)}: {p.throughput:.1f} token/s, latenza media {p.latenza:.2f} s, "
                      f"p90 {fmt(p.latenza_p90, '.2f s')}, prove {len(p.intere)}")
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="4" fill="{colore}"><title>{testo_xml(cifre)}</title></circle>')
-            parti.append(f'<text x="{a + (12 if i == satura else 7):.1f}" y="{b + 4:.1f}" fill="{colore}">'
-                         f'{valore_punto(p, asse)}</text>')
-            if i == satura:
+            parti.append(f'<text x="{a + (12 if satura and p is satura[1] else 7):.1f}" y="{b + 4:.1f}" '
+                         f'fill="{colore}">{valore_punto(p, asse)}</text>')
+            if satura and p is satura[1]:
                 parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="9" fill="none" stroke="#e63946" stroke-width="2"/>')
                 parti.append(f'<text x="{a - 13:.1f}" y="{b + 4:.1f}" text-anchor="end" fill="#e63946">saturazione</text>')
         if titolo:
@@ -2411,25 +2411,20 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
             frasi.append(f"Curva{dove}: lungo {asse} il carico non cresce, e non si parla di saturazione. "
                          + confronto_velocita(asse, misurati[0], misurati[-1]))
             continue
-        i = saturazione(misurati, asse)
-        if i is None:
+        satura = saturazione(misurati, asse)
+        if satura is None:
             a, b = misurati[0], misurati[-1]
             frasi.append(f"Curva{dove}: nessuna saturazione fino a {asse}={valore_punto(b, asse)} (il throughput è "
                          f"passato da {a.throughput:.1f} a {b.throughput:.1f} token/s): a ogni passo di carico è cresciuto "
                          "almeno di un quarto del carico, o la latenza non è salita oltre il rumore." + indicativo(*misurati))
             continue
-        frasi.append(f"Curva{dove}: " + frase_saturazione(asse, misurati[i - 1], misurati[i]) + ". "
-                     + perche_satura(misurati[i - 1], misurati[i]))
-    for titolo, punti in gruppi if asse == "ritmo" else []:
+        frasi.append(f"Curva{dove}: " + frase_saturazione(asse, *satura) + ". " + perche_satura(*satura))
+    for titolo, punti in gruppi:
         for punto in punti:  # open loop: a server slower than the arrivals has a queue that grows all along
             visto = next((v for v in map(sovraccarico, punto.intere) if v), None)
             if visto:
-                frasi.append(f"A ritmo={valore_punto(punto, asse)}{f' ({titolo})' if titolo else ''}, finché si "
-                             f"inviava, il server ha completato {visto[0]:.2f} richieste al secondo mentre ne arrivavano "
-                             f"{visto[1]:.2f}, e l'attesa di uno slot è cresciuta lungo la prova (da {visto[2]:.2f} s "
-                             f"in media per il primo terzo delle richieste a {visto[3]:.2f} s per l'ultimo): il server è "
-                             "più lento degli arrivi, e la coda cresce finché dura la prova (sovraccarico); la latenza "
-                             "dipende allora da quanto è lunga la prova.")
+                chiavi = f"{asse}={valore_punto(punto, asse)}" + (f", {titolo}" if titolo else "")
+                frasi.append(f"A {chiavi}, " + frase_sovraccarico(*visto))
                 break
     return frasi  # Little's law: in each run's own explanation
 
@@ -2647,8 +2642,9 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
 # At the end of a session: the tables and the files ##############################################
 
 def tabella_e_file(sessione: Sessione) -> None:
-    """The tables (a sweep's, with its curve and its explanation; or the deliverable's), then the
-    files: written even after an error or an interruption."""
+    """The files, then the tables (a sweep's, with its curve and its explanation; or the
+    deliverable's): written even after an error or an interruption, the files first, so that a
+    reader who closes stdout at the table (| head) does not lose them."""
     o, prove = sessione.opzioni.oltre, sessione.prove
     curve, chiavi, righe = None, chiavi_griglia(sessione), []
     punti = punti_di(prove)
@@ -2661,8 +2657,6 @@ def tabella_e_file(sessione: Sessione) -> None:
             righe += [""] + spiegazione_griglia(*curve)
     elif o.tabella or o.avvia:
         righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove) + rapporti_np(punti, chiavi)
-    if righe:
-        print("\n".join(righe), flush=True)
     file = [(o.file_json, lambda: testo_json(prove, sessione.piani, sessione.opzioni.url, o.slo)),
             (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve, chiavi))]
     for percorso, testo in file:
@@ -2673,26 +2667,32 @@ def tabella_e_file(sessione: Sessione) -> None:
                 print(f"carico.py: errore: non riesco a scrivere '{percorso}': {exc.strerror or exc}",
                       file=sys.stderr)
                 sessione.errore = True
+    if righe:
+        try:
+            print("\n".join(righe), flush=True)
+        except BrokenPipeError:  # the reader went away: the files are written, the exit says it
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sessione.arresto = sessione.arresto or 141
 
 
 CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token_cache", "token",
-             "latenza_s", "attesa_coda_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "tpot_s",
+             "latenza_s", "attesa_slot_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "tpot_s",
              "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "interrotta")
 
 
 def riga_dati(r: Risultato) -> dict:
-    extra = oltre(r)
-    return {"indice": r.indice, "token_prompt": extra.token_prompt, "token": r.token, "latenza_s": r.latenza,
-            "attesa_coda_s": attesa_coda(r), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
-            "t_s_nel_slot": r.tps, "primo_token_s": extra.primo_token, "finish_reason": extra.finish_reason,
-            "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": extra.previsto,
-            "ritardo_invio_s": None if extra.previsto is None else r.inizio - extra.previsto,
-            "token_cache": extra.token_cache, "tpot_s": tpot(r), "chunk_s": extra.chunk_s}
+    letto = extra(r)
+    return {"indice": r.indice, "token_prompt": letto.token_prompt, "token": r.token, "latenza_s": r.latenza,
+            "attesa_slot_s": attesa_dello_slot(r), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
+            "t_s_nel_slot": r.tps, "primo_token_s": letto.primo_token, "finish_reason": letto.finish_reason,
+            "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": letto.previsto,
+            "ritardo_invio_s": None if letto.previsto is None else r.inizio - letto.previsto,
+            "token_cache": letto.token_cache, "tpot_s": tpot(r), "chunk_s": letto.chunk_s}
 
 
 def dati_piano(piano: Piano) -> dict:
     """A plan as the files keep it: every field, the prompt file's text left out."""
-    return {**piano._replace(oltre=None)._asdict(), **oltre(piano)._replace(testo=None)._asdict(), "oltre": None}
+    return {**piano._replace(oltre=None)._asdict(), **extra(piano)._replace(testo=None)._asdict(), "oltre": None}
 
 
 def testo_csv(prove: List[Prova]) -> str:
@@ -2706,7 +2706,7 @@ def testo_csv(prove: List[Prova]) -> str:
         np = prova.configurazione.etichetta if prova.configurazione else prova.info.n_slot
         for r in prova.esecuzione.risultati:
             scrittore.writerow({"prova": n, "np": np, "parallele": prova.piano.parallele, "max_token": prova.piano.max_token,
-                                "ritmo": oltre(prova.piano).ritmo, "interrotta": prova.esecuzione.interruzione is not None,
+                                "ritmo": extra(prova.piano).ritmo, "interrotta": prova.esecuzione.interruzione is not None,
                                 **riga_dati(r)})
     return uscita.getvalue()
 
@@ -2718,7 +2718,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
         "carico": __version__, "url": url,
         "opzioni": {k: v for k, v in dati_piano(piani[0]).items() if k != "oltre"},
         "griglia": {v: sorted({valore_numerico(v, p) for p in piani}) for v in variate(piani)},
-        "prompt_file": oltre(piani[0]).testo is not None,
+        "prompt_file": extra(piani[0]).testo is not None,
         "prove": [{
             "np": p.configurazione.etichetta if p.configurazione else None,
             "piano": {k: v for k, v in dati_piano(p.piano).items() if k != "oltre"},
@@ -2728,8 +2728,8 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "invii": {"al_secondo": invii_al_secondo(p.esecuzione),
                       "ritardo_p99_s": percentile(ritardi_invio(p.esecuzione), 99),
                       "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
-                      "trattenute_dal_tetto": oltre(p.esecuzione).trattenute,
-                      "inviate": p.esecuzione.n_richieste} if oltre(p.piano).al_tempo else None,
+                      "trattenute_dal_tetto": extra(p.esecuzione).trattenute,
+                      "inviate": p.esecuzione.n_richieste} if extra(p.piano).al_tempo else None,
             "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": p.info.kv_unificata,
                        "props": p.info.props},
             "macchina": p.macchina._asdict() if p.macchina else None,
@@ -2789,7 +2789,7 @@ def spiegazione(prova: Prova) -> List[str]:
     frasi = []
     if info.n_slot is not None and s.picco is not None:
         insieme = min(piano.parallele, e.n_richieste)
-        if oltre(piano).ritmo:
+        if extra(piano).ritmo:
             partite = (f"Sono partite {e.n_richieste} richieste, {fmt(invii_al_secondo(e), '.2f')} al secondo,"
                        if e.n_richieste > 1 else "È partita una sola richiesta")
         elif insieme == 1:
@@ -2801,9 +2801,9 @@ def spiegazione(prova: Prova) -> List[str]:
                      f"{servite} nello stesso momento.")
     if s.occupati_dai_tempi is not None and s.occupati_letti is not None and s.occupati_dai_tempi > s.occupati_letti:
         frasi.append(f"Le letture di /slots (ogni {piano.intervallo:g} s) ne hanno viste al massimo {s.occupati_letti} "
-                     f"insieme: la prova è stata troppo breve per loro. I tempi del server provano che erano "
+                     f"insieme: nessuna è caduta nel momento di picco. I tempi del server provano che erano "
                      f"{s.occupati_dai_tempi}, e il picco dice questo.")
-    attese = {r.indice: a for r, a in ((r, attesa_coda(r)) for r in ok) if a is not None}
+    attese = {r.indice: a for r, a in ((r, attesa_dello_slot(r)) for r in ok) if a is not None}
     if attese:
         aspettato = in_coda_davvero(prova)
         if aspettato:
@@ -2824,7 +2824,7 @@ def spiegazione(prova: Prova) -> List[str]:
     if info.n_ctx_slot is not None:
         frase = (f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified)"
                  if info.kv_unificata else f"Ogni slot aveva {info.n_ctx_slot} token di contesto")
-        prompt = [oltre(r).token_prompt for r in ok if oltre(r).token_prompt is not None]
+        prompt = [extra(r).token_prompt for r in ok if extra(r).token_prompt is not None]
         if prompt:
             frase += (f"; il prompt più lungo ne ha usati {max(prompt)} più {max(r.token or 0 for r in ok)} generati: "
                       "una richiesta più lunga del contesto dello slot viene rifiutata (HTTP 400)")
@@ -2836,6 +2836,9 @@ def spiegazione(prova: Prova) -> List[str]:
                      "stesso momento" + (f" (le letture di requests_deferred in /metrics ne hanno viste al massimo "
                                          f"{s.coda_letta}: nessuna è caduta nel momento peggiore)."
                                          if (s.coda_letta or 0) < s.picco_coda else " (requests_deferred)."))
+    visto = sovraccarico(prova) if extra(piano).ritmo else None
+    if visto:
+        frasi.append(frase_sovraccarico(*visto)[0].upper() + frase_sovraccarico(*visto)[1:])
     little = riga_little(prova)
     if little:
         frasi.append(little + ".")
@@ -2931,7 +2934,7 @@ class ServerAvviato:
     def __exit__(self, *exc) -> None:
         import subprocess
 
-        with segnali(signal.SIG_IGN):
+        with segnali() as notati:  # a Ctrl+C now waits for the server to stop, then stops the session
             if self.proc is not None and self.proc.poll() is None:
                 self.proc.terminate()
                 try:
@@ -2943,6 +2946,8 @@ class ServerAvviato:
                 self.log.close()
                 with contextlib.suppress(OSError):
                     os.unlink(self.log.name)
+        if notati and (not exc or exc[0] is None):
+            raise Interruzione(notati[0])
 
 
 def muori_con_il_padre():
@@ -3003,25 +3008,6 @@ def messaggio_chiave(client: Client) -> str:
                 "controlla --api-key o la variabile LLAMA_API_KEY")
     return (f"il server su {client.base} richiede una chiave API (è stato avviato con --api-key): "
             "passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY")
-
-
-class segnali_rimandati:
-    """Ctrl+C and SIGTERM noted inside the block and acted on after it, so that what it writes is
-    finished: `codice` is then 128 + the first signal, or None."""
-
-    def __init__(self):
-        self.codice, self._blocco = None, segnali(self._annota)
-
-    def __enter__(self):
-        self._blocco.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._blocco.__exit__(*exc)
-
-    def _annota(self, numero_segnale, _frame):
-        self.codice = self.codice or 128 + numero_segnale
-
 
 
 def fallita(client: Client, indice: int, inizio: float, fine: float, exc: Exception) -> Risultato:

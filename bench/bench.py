@@ -79,8 +79,9 @@ def cpu_nel_lab(ripetizioni):
                 pareti.append(parete)
                 # The load alone, in-process: what the client takes while the server works.
                 client = carico.Client(server.url)
+                il_server = info(client)
                 prima, inizio = cpu_processo(), time.perf_counter()
-                carico.esegui_carico(client, carico.Piano(4, 4, 32), info(client), primo_prompt=8)
+                carico.esegui_carico(client, carico.Piano(4, 4, 32), il_server, primo_prompt=8)
                 quote_carico.append((cpu_processo() - prima) / (time.perf_counter() - inizio))
         riga(f"client CPU share of wall, whole process, -np {np}", f"{mediana(quote):.2%}",
              f"{mediana(cpu_ms):.0f} ms CPU in a {mediana(pareti):.2f} s run, start-up included; worst {max(quote):.2%}", "< 1%")
@@ -140,8 +141,9 @@ def su_scala(ripetizioni):
             al_secondo.append(1000 / float(re.search(r"tempo totale ([\d.]+) s", out).group(1)))
             cpu_intero.append(cpu / 1000 * 1000)
             client = carico.Client(url)
+            il_server = info(client)
             prima, inizio = cpu_processo(), time.perf_counter()
-            esecuzione = carico.esegui_carico(client, carico.Piano(1000, 64, 1, timeout=60), info(client))
+            esecuzione = carico.esegui_carico(client, carico.Piano(1000, 64, 1, timeout=60), il_server)
             durata = time.perf_counter() - inizio
             assert all(r.riuscita for r in esecuzione.risultati)
             cpu_carico.append((cpu_processo() - prima) / 1000 * 1000)

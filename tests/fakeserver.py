@@ -401,6 +401,7 @@ def main(argv=None):
     parser.add_argument("--fallisci", action="store_true", help="print an error and exit 1, like a bad -m")
     parser.add_argument("--muori-dopo", type=int, default=0, help="die (exit 3) at the N-th chat request")
     parser.add_argument("--registro", help="append each chat prompt to this file, one JSON string a line")
+    parser.add_argument("--lento-a-fermarsi", type=float, default=0.0, help="seconds it takes to stop on SIGTERM")
     a = parser.parse_args(argv)
     if a.fallisci:
         print("error: failed to load model 'manca.gguf'", flush=True)
@@ -421,6 +422,10 @@ def main(argv=None):
         override["/v1/chat/completions"] = muori
     fake = FakeLlama(config, override, indirizzo=(a.host, a.port))
     fake.registro = a.registro
+    if a.lento_a_fermarsi:
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: (time.sleep(a.lento_a_fermarsi), os._exit(0)))
     try:
         fake.server.serve_forever()
     except KeyboardInterrupt:

@@ -17,21 +17,24 @@ from fakeserver import risposta_grezza
 
 # The lab's runs ###############################################################################
 
-def test_un_slot_serve_una_richiesta_alla_volta(fake, carica):
+def test_un_slot_serve_una_richiesta_alla_volta(fake, carica, tmp_path):
+    """One slot: served one at a time, a staircase. Each request's latency holds its own time in the
+    slot and that of every request served before it (the server's timings): a bound that a loaded
+    machine, which only adds delays, cannot break."""
     server = fake(n_slot=1, n_ctx=2048, s_per_token=0.006)
-    rc, out, err = carica(server.url, *VELOCE)
+    rc, out, err = carica(server.url, "--json", str(tmp_path / "p.json"), *VELOCE)
     assert rc == 0, err
     righe = out.splitlines()
     assert righe[0] == "server: 1 slot, n_ctx per slot = 2048"
     assert valore(out, "picco slot occupati insieme") == "1"
     assert "richieste=4 parallele=4 slot=1  " in out
     assert "(128 token generati)" in out
-    lat = sorted(latenze(out))
-    assert len(lat) == 4
-    # Served one at a time: a staircase, the last one waited for all the others.
-    assert lat[3] > 2.5 * lat[0]
-    for prima, dopo in zip(lat, lat[1:]):
-        assert dopo > prima + 0.4 * lat[0]
+    richieste = sorted(json.loads((tmp_path / "p.json").read_text())["prove"][0]["richieste"],
+                       key=lambda r: r["latenza_s"])
+    servizi = [(r["prompt_ms"] + r["predicted_ms"]) / 1000 for r in richieste]
+    for k, r in enumerate(richieste):
+        assert r["latenza_s"] >= 0.95 * sum(servizi[:k + 1]), (k, r["latenza_s"], servizi)
+    assert server.picco_occupati == 1
 
 
 def test_un_slot_latenza_massima_vicina_alla_somma_dei_servizi(fake):
@@ -44,13 +47,14 @@ def test_un_slot_latenza_massima_vicina_alla_somma_dei_servizi(fake):
 
 
 def test_quattro_slot_tutte_insieme(fake, carica):
+    """Four slots, four requests: served together, nobody waited for a slot (the server's timings say
+    so, however long the machine's load makes each request)."""
     server = fake(n_slot=4, n_ctx=2048, s_per_token=0.006)
-    rc, out, err = carica(server.url, *VELOCE)
+    rc, out, err = carica(server.url, "--spiega", *VELOCE)
     assert rc == 0, err
     assert out.splitlines()[0] == "server: 4 slot, n_ctx per slot = 512"
     assert valore(out, "picco slot occupati insieme") == "4"
-    lat = latenze(out)
-    assert max(lat) < 1.5 * min(lat)
+    assert "Nessuna richiesta ha aspettato uno slot" in out, out
     assert server.picco_occupati == 4
 
 
@@ -80,13 +84,15 @@ def test_picco_esatto_su_prove_brevi(fake, carica):
     """Runs of 0.2 s, shorter than one /slots reading: the peak of busy slots and of the queue come from
     the server's timings, exact every time, 20 runs in a row, and no note says the peak may be low."""
     server = fake(n_slot=2, s_per_token=0.008, metrics=True)
+    durate = []
     for _ in range(20):
         rc, out, err = carica(server.url, "--token", "8")
         assert rc == 0, out + err
         assert valore(out, "picco slot occupati insieme") == "2", out
         assert re.search(r"picco richieste in coda \((requests_deferred|dai tempi del server)\)=2$", out, re.M), out
-        assert float(re.search(r"tempo totale ([\d.]+) s", out).group(1)) < 0.5
+        durate.append(float(re.search(r"tempo totale ([\d.]+) s", out).group(1)))
         assert "sottostimato" not in err
+    assert sorted(durate)[10] < 0.5, durate  # most runs shorter than one reading of /slots (0.5 s)
 
 
 def test_senza_tempi_del_server_la_prova_breve_lo_dice(fake, carica):

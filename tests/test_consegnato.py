@@ -64,8 +64,8 @@ def test_una_alla_volta_non_insieme():
 def test_spiega_dice_che_le_letture_non_hanno_visto_il_picco():
     risultati = [servita(0, 0.0, 0.2), servita(1, 0.0, 0.2)]
     prova = Prova(InfoServer(2, 1024, True), Esecuzione(risultati, [Campione(0.3, 0)], 2), Piano(2, 2, 8))
-    assert ("Le letture di /slots (ogni 0.5 s) ne hanno viste al massimo 0 insieme: la prova è stata troppo breve per "
-            "loro. I tempi del server provano che erano 2, e il picco dice questo.") in carico.spiegazione(prova)
+    assert ("Le letture di /slots (ogni 0.5 s) ne hanno viste al massimo 0 insieme: nessuna è caduta nel momento di "
+            "picco. I tempi del server provano che erano 2, e il picco dice questo.") in carico.spiegazione(prova)
     # The picture draws the busy slots from the same source: the timings.
     righe = carico.grafico(prova, carico.MARCHE_ASCII)
     assert "2" in next(r for r in righe if r.startswith("slot"))

@@ -82,8 +82,9 @@ def test_percentili_sulle_latenze_scritte(fake, carica, tmp_path):
 def test_ttft_tpot_itl_sul_fake(fake, carica, tmp_path):
     """One slot, 50 ms a token, 10 tokens. The fake's first chunk carries only the role and leaves when the
     slot takes the request: the first token is the first chunk with text, after the prompt and one decode
-    step. Each bound below is one-sided, so that a loaded machine (which only adds delays, or reads several
-    chunks at once) cannot break it: the means over a whole request are what tell a gap divided in two."""
+    step. The lower bounds are exact: a loaded machine only adds delays (or reads several chunks at once,
+    which the means over a whole request do not see), and they are what tell a gap divided in two. The
+    upper bounds only say that nothing is counted twice."""
     passo = 0.05
     server = fake(n_slot=1, s_per_token=passo)
     rc, out, err = carica(server.url, "--stream", "--dettagli", "--richieste", "2", "--parallele", "1",
@@ -98,11 +99,11 @@ def test_ttft_tpot_itl_sul_fake(fake, carica, tmp_path):
         # Nine more steps after it, each at least one sleep long: the first token is not a later one.
         assert r["latenza_s"] - r["primo_token_s"] >= 9 * 0.95 * passo, r
         # TPOT as vLLM defines it: (latency - first token) / (tokens - 1): the step, not half of it.
-        assert 0.95 * passo <= r["tpot_s"] < 1.5 * passo, r
+        assert 0.95 * passo <= r["tpot_s"] < 3 * passo, r
         gap = [b - a for a, b in zip(r["chunk_s"], r["chunk_s"][1:])]
-        assert 0.95 * passo <= sum(gap) / len(gap) < 1.5 * passo, gap
+        assert 0.95 * passo <= sum(gap) / len(gap) < 3 * passo, gap
     assert figure["ITL"]["n"] == 2 * 9  # one gap between each two chunks with text
-    assert 0.95 * passo <= figure["ITL"]["media"] < 1.5 * passo
+    assert 0.95 * passo <= figure["ITL"]["media"] < 3 * passo
     assert riga_figura(out, "ITL (ms)")[1] == round(figure["ITL"]["media"] * 1000, 1)
     assert "token per chunk" not in out  # one token a chunk: nothing to say
 

@@ -4,14 +4,27 @@ modes; and --timeout, the schedule's lateness, warm-up with --prompt-file: each 
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
 import time
 
+import pytest
+
 import carico
-from aiuti import CARICO, QUI, RADICE, VELOCE
+from aiuti import CARICO, FAKE, QUI, RADICE, VELOCE, porta_libera, risponde
 from fakeserver import chunk
+
+
+def con_una_funzione_cambiata(tmp_path, nome, corpo, *argomenti):
+    """carico.py run as a process, with its function `nome` wrapped: `corpo` (Python, indented by 4) runs
+    first, then the original (`originale`). What the user sees of a moment a test cannot time from outside."""
+    copione = tmp_path / "copione.py"
+    copione.write_text(f"import os, signal, sys\nsys.path[:0] = [{RADICE!r}, {QUI!r}]\nimport carico\n"
+                       f"originale = carico.{nome}\ndef cambiata(*args):\n{corpo}\n    return originale(*args)\n"
+                       f"carico.{nome} = cambiata\nsys.exit(carico.main(sys.argv[1:]))\n")
+    return subprocess.run([sys.executable, str(copione), *argomenti], capture_output=True, text=True, timeout=60)
 
 
 def test_pipe_chiusa_i_file_si_scrivono(fake, tmp_path):
@@ -31,22 +44,9 @@ def test_ctrl_c_mentre_si_scrivono_i_file(fake, tmp_path):
     """SIGINT (then SIGTERM) arrives while the table and the files are being written: they are finished,
     whole, and the exit is 130; no traceback."""
     server = fake(n_slot=2, s_per_token=0.001)
-    copione = tmp_path / "interrompi.py"
-    copione.write_text(f"""\
-import os, signal, sys
-sys.path[:0] = [{RADICE!r}, {QUI!r}]
-import carico
-scrivi = carico.testo_csv
-def scrivi_interrotto(prove):
-    os.kill(os.getpid(), signal.SIGINT)  # Ctrl+C between the JSON and the CSV
-    os.kill(os.getpid(), signal.SIGTERM)
-    return scrivi(prove)
-carico.testo_csv = scrivi_interrotto
-sys.exit(carico.main(sys.argv[1:]))
-""")
-    proc = subprocess.run([sys.executable, str(copione), "--url", server.url, "--token", "4", "--tabella",
-                           "--json", str(tmp_path / "p.json"), "--csv", str(tmp_path / "p.csv")],
-                          capture_output=True, text=True, timeout=60)
+    proc = con_una_funzione_cambiata(tmp_path, "testo_csv", "    os.kill(os.getpid(), signal.SIGINT)  # between the files\n"
+                                     "    os.kill(os.getpid(), signal.SIGTERM)", "--url", server.url, "--token", "4",
+                                     "--tabella", "--json", str(tmp_path / "p.json"), "--csv", str(tmp_path / "p.csv"))
     assert proc.returncode == 130, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stdout.splitlines()[-1].startswith("| 2 | 1024 | ")  # the table was printed whole
@@ -70,31 +70,6 @@ def test_file_con_la_umask_dell_utente(tmp_path):
     modi = [stat.S_IMODE(os.stat(tmp_path / f).st_mode) for f in ("a.json", "b.json", "c.json")]
     assert modi == [0o644, 0o640, 0o600]
     assert (tmp_path / "c.json").read_text() == "{}\n"
-
-
-def test_timeout_vale_per_la_risposta_intera_anche_in_streaming(fake, carica):
-    """A stream whose chunks keep coming, slowly, for 3 s: with --timeout 1 it fails at 1 s, as a plain
-    answer that takes too long does. --timeout is the longest wait for one whole answer."""
-    def goccia(h, _corpo):
-        h.send_response(200)
-        h.send_header("Content-Type", "text/event-stream")
-        h.send_header("Transfer-Encoding", "chunked")
-        h.end_headers()
-        try:
-            for _ in range(15):
-                h.wfile.write(chunk(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'))
-                h.wfile.flush()
-                time.sleep(0.2)
-        except OSError:  # the client gave up, as it should
-            pass
-        h.close_connection = True
-
-    server = fake(override={"/v1/chat/completions": goccia})
-    inizio = time.monotonic()
-    rc, out, err = carica(server.url, "--stream", "--richieste", "1", "--timeout", "1", *VELOCE)
-    assert rc == 1
-    assert re.match(r"  req 0: +1\.\d\d s   errore: risposta non completa entro 1 s$", out.splitlines()[1]), out
-    assert time.monotonic() - inizio < 2.5
 
 
 def test_latenza_dal_previsto_senza_omissione_coordinata(fake, carica):
@@ -129,3 +104,85 @@ def test_riscaldamento_con_il_prompt_del_file(fake, carica, tmp_path):
     rc, out, err = carica(server.url, "--riscaldamento", "2", "--prompt-file", str(testo), "--token", "2")
     assert rc == 0, out + err
     assert server.prompts == ["Un prompt del file, per ogni richiesta."] * 6
+
+
+def test_pipe_chiusa_alla_tabella_i_file_ci_sono(fake, tmp_path):
+    """The reader goes away just before the table at the end (as `| head` does when the runs' lines are
+    all it wanted): the files were written before the table, and the exit is 141, without noise."""
+    server = fake(n_slot=2, s_per_token=0.001)
+    chiudi = ("    lettura, scrittura = os.pipe()\n    os.close(lettura)  # nobody reads stdout any more\n"
+              "    os.dup2(scrittura, sys.stdout.fileno())")
+    proc = con_una_funzione_cambiata(tmp_path, "tabella_consegnato", chiudi, "--url", server.url, "--token", "4",
+                                     "--tabella", "--json", str(tmp_path / "p.json"), "--svg", str(tmp_path / "p.svg"))
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+    assert len(json.loads((tmp_path / "p.json").read_text())["prove"][0]["richieste"]) == 4
+    assert (tmp_path / "p.svg").read_text().startswith("<svg")
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["in streaming", "intera"])
+def test_timeout_vale_per_la_risposta_intera(fake, carica, stream):
+    """An answer that keeps coming, slowly, for seconds: its events (streamed) or the bytes of its body
+    (plain, many reads). With --timeout 1 it fails at 1 s either way: --timeout is the longest wait for
+    one whole answer."""
+    evento = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+    corpo = json.dumps({"choices": [{"finish_reason": "length", "message": {"content": "ok"}}]}).encode()
+
+    def goccia(h, _corpo):
+        h.send_response(200)
+        if stream:
+            h.send_header("Transfer-Encoding", "chunked")
+            pezzi = [chunk(evento)] * 15
+        else:
+            h.send_header("Content-Length", str(len(corpo)))
+            pezzi = [bytes([b]) for b in corpo]
+        h.end_headers()
+        try:
+            for pezzo in pezzi:
+                h.wfile.write(pezzo)
+                h.wfile.flush()
+                time.sleep(0.2 if stream else 0.05)
+        except OSError:  # the client gave up, as it should
+            pass
+        h.close_connection = True
+
+    server = fake(override={"/v1/chat/completions": goccia})
+    inizio = time.monotonic()
+    rc, out, err = carica(server.url, *(["--stream"] if stream else []), "--richieste", "1", "--timeout", "1", *VELOCE)
+    assert rc == 1
+    assert re.match(r"  req 0: +1\.\d\d s   errore: risposta non completa entro 1 s$", out.splitlines()[1]), out
+    assert time.monotonic() - inizio < 2.5
+
+
+def test_ctrl_c_mentre_il_server_si_ferma(tmp_path):
+    """--avvia, a server that takes 3 s to stop: a Ctrl+C while it stops is not lost. The server is stopped
+    all the same, the next -np never starts, and the exit is 130."""
+    porta = porta_libera()
+    url = f"http://127.0.0.1:{porta}"
+    proc = subprocess.Popen([sys.executable, CARICO, "--url", url, "--avvia",
+                             f"{sys.executable} {FAKE} serve --s-per-token 0.001 --lento-a-fermarsi 3", "--np", "1,2",
+                             "--token", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = ""
+    while "throughput aggregato" not in out:  # the first server's run has ended: it is being stopped
+        riga = proc.stdout.readline()
+        assert riga, proc.stderr.read()
+        out += riga
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    resto, err = proc.communicate(timeout=30)
+    out += resto
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err
+    assert "server: 2 slot" not in out and err.count("avvio: ") == 1
+    assert not risponde(url)
+
+
+def test_fermate_prima_solo_se_il_modello_ha_finito():
+    """A request with fewer tokens than --token is an early stop only when the model ended it
+    (finish_reason stop); a `length` stop (a full context) is not said to be one."""
+    def r(i, finish, token):
+        return carico.Risultato(i, 0.0, 1.0, token, 10.0, 1.0, 999.0, oltre=carico.RisultatoOltre(finish_reason=finish))
+    prova = carico.Prova(carico.InfoServer(1, 512, True), carico.Esecuzione(
+        [r(0, "stop", 5), r(1, "length", 20), r(2, "length", 32)], [], 3), carico.Piano(3, 3, 32))
+    assert [q.indice for q in carico.fermate_prima(prova)] == [0]
+    assert carico.frase_fermate(prova).startswith("1 richiesta su 3 si è fermata prima di --token 32")

@@ -45,19 +45,25 @@ def carico_processo(url, *flags):
 
 
 def test_ritmo_costante_sul_tempo_del_server(fake):
+    """--arrivi costanti at 50 a second, on the fake's clock. On a loaded machine a send can be late by the
+    scheduler's whims, so the bounds are on what lateness cannot move: the median gap, the mean rate, the
+    spread far below Poisson's, and no build-up of lateness along the run."""
     server = fake(n_slot=4, s_per_token=0.001)
     rc, out, err = carico_processo(server.url, "--ritmo", "50", "--arrivi", "costanti", "--richieste", "200",
                                    "--token", "2")
     assert rc == 0, out + err
     gap = intervalli(server.arrivi)
     assert len(gap) == 199
-    ritmo = 1 / statistics.fmean(gap)
-    assert 0.95 * 50 < ritmo < 1.05 * 50, ritmo
-    assert cv(gap) < 0.2, cv(gap)
+    assert abs(statistics.median(gap) - 0.020) < 0.001, statistics.median(gap)
+    assert 0.95 * 50 < 1 / statistics.fmean(gap) < 1.05 * 50, statistics.fmean(gap)
+    assert cv(gap) < 0.5, cv(gap)  # Poisson's is 1
+    arrivi = sorted(server.arrivi)
+    ritardi = [(a - arrivi[0]) - i / 50 for i, a in enumerate(arrivi)]
+    assert statistics.median(ritardi[-20:]) - statistics.median(ritardi[:20]) < 0.005, ritardi[-20:]
     riga = next(r for r in out.splitlines() if r.startswith("ritmo chiesto"))
     assert riga.startswith("ritmo chiesto 50 req/s (arrivi costanti): nel programma 50.00, inviate davvero "), riga
-    assert "ritardo degli invii sul programma: p99 " in riga
-    assert "non ha tenuto il ritmo" not in err
+    p99 = float(re.search(r"ritardo degli invii sul programma: p99 ([\d.]+) ms", riga).group(1))
+    assert ("non ha tenuto il ritmo" in err) == (p99 > 10), err  # the note says what the line shows
     assert "richieste=200 parallele=200 (tetto predefinito) slot=4" in out  # nobody asked for that cap
 
 
@@ -67,9 +73,15 @@ def test_ritmo_poisson_seminato_segue_il_programma(fake):
     assert rc == 0, out + err
     programma = list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=50, seme=11)), 200))
     previsti, visti = intervalli(programma), intervalli(server.arrivi)
-    scarti = sorted(abs(a - b) for a, b in zip(previsti, visti))
-    assert scarti[len(scarti) // 2] < 0.002, scarti[-10:]  # the median gap within 2 ms of its plan
-    assert scarti[int(0.95 * len(scarti))] < 0.005, scarti[-10:]  # 95% within 5 ms, on a shared machine
+    # Gap by gap, the arrivals follow the plan: a late send shifts two gaps by a few ms, while the plan's
+    # gaps spread by 20 ms, so the two lists stay tightly correlated on a loaded machine too.
+    assert statistics.correlation(previsti, visti) > 0.9, statistics.correlation(previsti, visti)
+    # Kept on the clock: a late send does not push back the ones after it. On a loaded machine single
+    # sends are late by the scheduler's whims (so no bound on the worst gaps), but the lateness does not
+    # build up: the last twenty arrive as late as the first twenty, give or take 5 ms.
+    arrivi = sorted(server.arrivi)
+    ritardi = [(a - arrivi[0]) - p for a, p in zip(arrivi, programma)]
+    assert statistics.median(ritardi[-20:]) - statistics.median(ritardi[:20]) < 0.005, ritardi[-20:]
     assert 0.7 < cv(visti) < 1.3, cv(visti)
     assert "(arrivi di Poisson, seme 11)" in out
     # The same seed is the same schedule; another seed another one.
@@ -170,7 +182,7 @@ def test_griglia_parallele_tabella_curva_e_spiega(fake, carica, tmp_path):
     assert "saturazione a parallele=4: da parallele=2 il carico è cresciuto ×2.0 e il throughput solo da" in frase
     assert frase.count("saturazione a") == 1  # --grafico with --spiega: said once, in the explanation
     assert "(indicativo: una prova per punto" in frase
-    assert "Lì gli slot erano tutti occupati (picco 2 su 2)" in frase
+    assert "Lì gli slot occupati insieme erano al massimo 2 su 2, e la coda è arrivata a 2 (prima 0)" in frase
     assert "◆4" in out and "●1" in out and "●2" in out
     # Each point got prompts the server had not seen.
     assert len(set(server.prompts)) == len(server.prompts) == 12

@@ -1,6 +1,7 @@
 """Faults a real server cannot stage on demand: scripted answers from the fake server."""
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -214,7 +215,9 @@ def test_ctrl_c_durante_una_connessione_in_corso():
     with porta_piena() as porta:
         proc = subprocess.Popen([sys.executable, CARICO, "--url", f"http://127.0.0.1:{porta}", "--timeout", "60"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.0)  # python has started, and its first connect hangs
+        limite = time.monotonic() + 30
+        while not connette(proc.pid, porta) and time.monotonic() < limite:  # its first connect hangs
+            time.sleep(0.02)
         inizio = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
@@ -222,6 +225,19 @@ def test_ctrl_c_durante_una_connessione_in_corso():
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     assert durata < 1.5, durata
+
+
+def connette(pid, porta):
+    """Whether process `pid` has a TCP connect in progress (SYN_SENT) to `porta` (Linux's /proc)."""
+    try:
+        cartella = f"/proc/{pid}/fd"
+        socket_suoi = {os.readlink(f"{cartella}/{fd}")[8:-1] for fd in os.listdir(cartella)
+                       if os.readlink(f"{cartella}/{fd}").startswith("socket:[")}
+        with open(f"/proc/{pid}/net/tcp") as f:
+            righe = [r.split() for r in f.readlines()[1:]]
+    except OSError:  # not started yet, or gone
+        return False
+    return any(r[2].endswith(f":{porta:04X}") and r[3] == "02" and r[9] in socket_suoi for r in righe)
 
 
 def test_il_cronometro_parte_alla_prima_richiesta(fake):

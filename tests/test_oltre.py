@@ -68,9 +68,9 @@ def test_attesa_in_coda_dai_tempi_del_server(fake, carica, tmp_path):
     richieste = sorted(json.loads(uscita.read_text())["prove"][0]["richieste"], key=lambda r: r["latenza_s"])
     servizi = [(r["prompt_ms"] + r["predicted_ms"]) / 1000 for r in richieste]
     # One slot: each request waited for the ones served before it.
-    assert richieste[0]["attesa_coda_s"] < 0.5 * servizi[0]
+    assert richieste[0]["attesa_slot_s"] < 0.5 * servizi[0]
     for k in (1, 2, 3):
-        assert richieste[k]["attesa_coda_s"] == pytest.approx(sum(servizi[:k]), rel=0.3, abs=0.03)
+        assert richieste[k]["attesa_slot_s"] == pytest.approx(sum(servizi[:k]), rel=0.3, abs=0.03)
 
 
 # --grafico and --svg ###########################################################################

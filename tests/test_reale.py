@@ -265,7 +265,7 @@ def test_griglia_parallele_reale(llama, tmp_path):
     prove = json.loads(dati.read_text())["prove"]
     # At 4 in flight the queue shows: latency minus the slot's own time, for the two that waited.
     servizi = sorted((r["prompt_ms"] + r["predicted_ms"]) / 1000 for r in prove[2]["richieste"])
-    attese = sorted(r["attesa_coda_s"] for r in prove[2]["richieste"])
+    attese = sorted(r["attesa_slot_s"] for r in prove[2]["richieste"])
     assert attese[-1] > 0.5 * servizi[0], (attese, servizi)
     throughput = [p["riepilogo"]["throughput"] for p in prove]
     CIFRE.append(("sweep -np 2 --parallele 1,2,4: throughput (token/s)", " / ".join(f"{t:.1f}" for t in throughput)))
@@ -290,7 +290,7 @@ def test_dettagli_in_streaming_reale(llama, tmp_path):
         media = (chunk[-1] - chunk[0]) / (len(chunk) - 1)
         assert 0.7 * per_token < media < 1.3 * per_token, (media, per_token)
     figure = prova["dettagli"]["figure_s"]
-    for nome in ("latenza (s)", "attesa in coda (s)", "primo token (s)", "TPOT (ms)", "ITL (ms)"):
+    for nome in ("latenza (s)", "attesa dello slot (s)", "primo token (s)", "TPOT (ms)", "ITL (ms)"):
         assert re.match(rf"  {re.escape(nome)} +(\d+\.\d+ +){{5}}\d+\.\d+$",
                         next(r for r in out.splitlines() if r.startswith(f"  {nome}"))), out
     per_token = statistics.fmean(1 / r["t_s_nel_slot"] for r in prova["richieste"])

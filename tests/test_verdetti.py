@@ -2,6 +2,7 @@
 cases where it must fire and cases where it must stay silent (a verdict is only as good as the cases
 where it says nothing), on synthetic runs (exact figures) and on the fake server."""
 
+import json
 import re
 
 import pytest
@@ -32,7 +33,7 @@ def curva(asse, *punti):
 
 def test_saturazione_quando_il_throughput_non_segue_il_carico():
     punti = curva("parallele", (1, [(10, 1.0)]), (2, [(19, 1.0)]), (4, [(20, 2.0)]))
-    assert carico.saturazione(punti, "parallele") == 2  # load x2, throughput +5%, latency x2
+    assert carico.saturazione(punti, "parallele") == (punti[1], punti[2])  # load x2, throughput +5%, latency x2
     frase = carico.frase_saturazione("parallele", punti[1], punti[2])
     assert frase == ("saturazione a parallele=4: da parallele=2 il carico è cresciuto ×2.0 e il throughput solo da "
                      "19.0 a 20.0 token/s (+5.3%), mentre la latenza media è salita da 1.00 a 2.00 s (+100%, oltre il "
@@ -65,7 +66,7 @@ def test_saturazione_confronta_i_punti_non_le_ripetute():
     rumorosa = curva("parallele", (1, [(10, 1.0), (10, 1.4), (10, 0.6)]), (2, [(10.2, 1.3), (10, 1.7), (10, 0.9)]))
     assert carico.saturazione(rumorosa, "parallele") is None  # +30% of latency, but the repeats spread by 40%
     netta = curva("parallele", (1, [(10, 1.0), (10, 1.02), (10, 0.98)]), (2, [(10.2, 1.3), (10, 1.32), (10, 1.28)]))
-    assert carico.saturazione(netta, "parallele") == 1
+    assert carico.saturazione(netta, "parallele") == (netta[0], netta[1])
     assert "indicativo" not in carico.frase_saturazione("parallele", netta[0], netta[1])
     assert [len(p.intere) for p in netta] == [3, 3] and netta[0].throughput == pytest.approx(10, rel=0.01)
 
@@ -81,6 +82,24 @@ def test_passi_troppo_piccoli_o_stesso_carico():
     assert carico.stessi_carichi(stessa, "parallele") == [
         "parallele=8 porta lo stesso carico di parallele=4 (con 4 richieste in tutto non ne partono più di 4 insieme):"
         " non è un passo della curva."]
+
+
+def test_il_passo_prima_e_l_ultimo_punto_misurato():
+    """The step is taken from the last point that was one: a point that failed whole (no throughput) or
+    that carried the same load is skipped, and the sentence names the point really compared."""
+    fallito = Punto([Prova(InfoServer(2, 1024, True), Esecuzione([Risultato(0, 0.0, 0.1, errore="HTTP 500")], [], 1),
+                           Piano(8, 2, 32))])
+    punti = curva("parallele", (1, [(10, 1.0)]))[:1] + [fallito] + curva("parallele", (4, [(10.5, 2.5)]))
+    assert carico.saturazione(punti, "parallele") == (punti[0], punti[2])
+    righe = carico.curva("parallele", [("", punti)], carico.MARCHE_ASCII)  # no crash on the failed point
+    assert righe[-1].startswith("saturazione a parallele=4: da parallele=1 il carico è cresciuto ×4.0"), righe[-1]
+    # --parallele 20,21,22 with 40 requests: 21 is 5% more than 20 (no step), 22 is 10% more (a step).
+    vicini = [Punto([prova(x, y, parallele=v, richieste=40)]) for v, x, y in ((20, 100, 1.0), (21, 100, 1.1),
+                                                                               (22, 101, 1.3))]
+    assert carico.stessi_carichi(vicini, "parallele") == [
+        "parallele=21 porta lo stesso carico di parallele=20 (il carico è cresciuto di 5%, meno del 10%): non è un "
+        "passo della curva."]
+    assert carico.saturazione(vicini, "parallele") == (vicini[0], vicini[2])
 
 
 def test_griglia_con_ripetute_un_punto_per_valore(fake, carica):
@@ -103,20 +122,27 @@ def test_sovraccarico_quando_gli_arrivi_superano_il_server(fake, carica):
     rc, out, err = carica(server.url, "--ritmo", "4,40", "--arrivi", "costanti", "--richieste", "12",
                           "--token", "20", "--spiega", *VELOCE)
     assert rc == 0, out + err
-    (frase,) = [r for r in out.splitlines() if "sovraccarico" in r]
+    (frase,) = [r for r in out.splitlines() if "sovraccarico" in r and r.startswith("A ritmo=")]
     assert frase.startswith("A ritmo=40, finché si inviava, il server ha completato "), frase
+    # The run's own explanation says it too: an overload needs no sweep to be seen.
+    assert sum(r.startswith("Finché si inviava, il server ha completato") for r in out.splitlines()) == 1
     completate = float(re.search(r"completato ([\d.]+) richieste al secondo", frase).group(1))
     assert completate < 15, frase
 
 
-def test_sovraccarico_tace_con_slot_liberi(fake, carica):
+def test_sovraccarico_tace_con_slot_liberi(fake, carica, tmp_path):
     """Eight free slots, answers longer than the gap between arrivals: over the send window fewer answers
-    came back than requests left, but they were on their way, not queued. No verdict."""
+    came back than requests left (the first test of the rule passes), but they were on their way, not
+    queued. No verdict."""
     server = fake(n_slot=8, n_ctx=8 * 512, s_per_token=0.02)
-    rc, out, err = carica(server.url, "--ritmo", "0.5,2", "--arrivi", "costanti", "--durata", "3", "--token", "60",
-                          "--spiega", *VELOCE)
+    rc, out, err = carica(server.url, "--ritmo", "0.5,2", "--arrivi", "costanti", "--durata", "4", "--token", "60",
+                          "--spiega", "--json", str(tmp_path / "r.json"), *VELOCE)
     assert rc == 0, out + err
     assert "sovraccarico" not in out
+    richieste = json.loads((tmp_path / "r.json").read_text())["prove"][1]["richieste"]  # ritmo=2
+    inizi = sorted(r["inizio_s"] for r in richieste)
+    completate = sum(inizi[0] < r["fine_s"] <= inizi[-1] for r in richieste)
+    assert len(richieste) >= 6 and completate < 0.9 * (len(inizi) - 1), (len(richieste), completate)
 
 
 def servite_in_fila(arrivi, servizio, n_slot):
