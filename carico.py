@@ -477,7 +477,8 @@ def rapporto(prova: Prova) -> List[str]:
 
 
 def stampa_prova(prova: Prova) -> None:
-    """Write one run's lines as soon as it ends; then, on stderr, notes on what its figures mean."""
+    """Write one run's lines as soon as it ends (its `server:` line went out when it started, in
+    Sessione.prova); then, on stderr, notes on what its figures mean."""
     print("\n".join(rapporto(prova)), flush=True)
     for testo in note(prova):
         nota(testo)
