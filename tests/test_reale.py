@@ -17,7 +17,7 @@ import time
 import pytest
 
 import carico
-from conftest import CIFRE
+from conftest import CIFRE, FILI_DEL_SERVER
 from realserver import LUNGO
 from aiuti import CARICO, RIGA_REQ, griglia_np_token, latenze, porta_libera, reale_non_disponibile, valore
 
@@ -32,14 +32,14 @@ def carico_cli(url, *flags, env=None, timeout=300):
 
 
 def comando_reale():
-    """`llama serve -m gemma -c 2048 -t 2 -a gemma-270m`, for --avvia (which adds -np, host and port)."""
+    """`llama serve -m gemma -c 2048 -t 1 -a gemma-270m`, for --avvia (which adds -np, host and port)."""
     from realserver import ALIAS, ServerNonDisponibile, trova_binario, trova_modello
 
     try:
         binario, modello = trova_binario(), trova_modello()
     except ServerNonDisponibile as exc:
         reale_non_disponibile(exc)
-    return f"{binario} {'serve ' if binario.endswith('/llama') else ''}-m {modello} -c 2048 -t 2 -a {ALIAS}"
+    return f"{binario} {'serve ' if binario.endswith('/llama') else ''}-m {modello} -c 2048 -t {FILI_DEL_SERVER} -a {ALIAS}"
 
 
 def throughput(out):
@@ -64,11 +64,15 @@ def test_np_1_2_4_come_il_lab(llama):
         misure[np] = out
         server.ferma()
 
-    # -np 1: served one at a time, the last one waited for the other three.
-    lat1 = sorted(latenze(misure[1]))
-    assert lat1[3] > 2.5 * lat1[0], misure[1]
-    for prima, dopo in zip(lat1, lat1[1:]):
-        assert dopo > prima + 0.4 * lat1[0], misure[1]
+    # -np 1: served one at a time, so each request's latency covers the generation of every request
+    # that finished before it, its own included (tokens / the slot's speed printed on its line, from
+    # the server's timings). A structure, not a timing: it holds on a busy machine, and with four slots
+    # at work together it fails (each latency would cover only its own generation).
+    generato = 0.0
+    for latenza, token, velocita in sorted((float(m[2]), int(m[3]), float(m[4]))
+                                           for m in map(RIGA_REQ.match, misure[1].splitlines()) if m):
+        generato += token / velocita
+        assert latenza > 0.8 * generato, misure[1]
     # -np 4: the four start and end together.
     lat4 = latenze(misure[4])
     assert max(lat4) < 1.5 * min(lat4), misure[4]
@@ -83,8 +87,8 @@ def test_un_slot_la_latenza_massima_e_la_somma_dei_servizi(llama):
     the four service times (prompt_ms + predicted_ms), give or take the HTTP overhead."""
     server = llama(1)
     client = carico.Client(server.url)
-    esecuzione = carico.esegui_carico(client, carico.Piano(4, 4, 32, 0.5, 120), carico.InfoServer(1, 2048, True))
-    assert all(r.riuscita for r in esecuzione.risultati)
+    esecuzione = carico.esegui_carico(client, carico.Piano(4, 4, 32, 0.5, 300), carico.InfoServer(1, 2048, True))
+    assert all(r.riuscita for r in esecuzione.risultati), [r.errore for r in esecuzione.risultati]
     servizi = [(r.prompt_ms + r.predicted_ms) / 1000 for r in esecuzione.risultati]
     massima = max(r.latenza for r in esecuzione.risultati)
     assert 0.9 * sum(servizi) < massima < 1.5 * sum(servizi) + 0.5
