@@ -403,10 +403,10 @@ def accorcia(intervallo: Optional[Tuple[float, float]]) -> Optional[Tuple[float,
 def picchi_dai_tempi(ok: List[Risultato], n_slot: Optional[int]) -> Tuple[Optional[int], Optional[int]]:
     """The most slots busy together (the largest overlap of the slot intervals, never above the slots) and
     the most requests waiting together while every slot was busy (with one free, the wait was HTTP)."""
-    slot = [i for i in map(in_slot, ok) if i]  # (start, end) of each request in its slot
-    attese = [(r.inizio, i[0]) for r, i in zip(ok, map(in_slot, ok)) if i]  # (sent, in its slot) of each
+    slot = [(r.inizio, i) for r, i in zip(ok, map(in_slot, ok)) if i]  # (sent, (start, end) in its slot)
+    intervalli_di = ([i for _, i in slot], [(inviata, i[0]) for inviata, i in slot])  # in the slot; waiting
     eventi = []  # (time, +1 opens or -1 closes, 0 for a slot or 1 for a wait)
-    for tipo, intervalli in ((0, slot), (1, attese)):
+    for tipo, intervalli in enumerate(intervalli_di):
         for da, a in filter(None, map(accorcia, intervalli)):
             eventi += [(da, 1, tipo), (a, -1, tipo)]
     if not eventi:
@@ -1471,9 +1471,9 @@ def servizio(r: Risultato) -> Optional[float]:
 
 
 def attesa_dello_slot(r: Risultato) -> Optional[float]:
-    """Latency minus the slot's time: the wait before a slot took it (queue, plus a few ms of HTTP)."""
-    s = servizio(r)
-    return None if s is None else max(0.0, r.latenza - s)
+    """From the send to when its slot took it (in_slot): the wait in the queue, plus a few ms of HTTP."""
+    slot = in_slot(r)
+    return None if slot is None else slot[0] - r.inizio
 
 
 def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int, float]:
@@ -1911,8 +1911,6 @@ def token_in_corso(dati) -> Optional[int]:
 
 def righe_ripetute(prove: List[Prova]) -> List[str]:
     """--ripeti: one line per figure, mean and spread over the runs (a run cut short is left out)."""
-    import statistics
-
     cifre = (("latenza media", "s", lambda s: s.latenza_media), ("latenza max", "s", lambda s: s.latenza_max),
              ("throughput aggregato", "token/s", lambda s: s.throughput))
     intere = [p for p in prove if not p.esecuzione.interruzione]
@@ -1923,8 +1921,7 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
         if not valori:
             righe.append(f"  {nome:<21} n/d")
             continue
-        deviazione = statistics.stdev(valori) if len(valori) > 1 else 0.0
-        righe.append(f"  {nome:<21} {statistics.fmean(valori):7.2f} {unita:<8} (dev.std {deviazione:.2f}, "
+        righe.append(f"  {nome:<21} {media(valori):7.2f} {unita:<8} (dev.std {dispersione(valori):.2f}, "
                      f"{min(valori):.2f}-{max(valori):.2f})"
                      + ("" if len(valori) == len(intere) else f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"))
     return righe
@@ -1934,27 +1931,30 @@ TESTA_TABELLA = ["| np | n_ctx_slot | latenza media | latenza max | throughput |
 INTERROTTA = " (interrotta)"  # beside a run cut short, in every table: its figures miss the requests that did not end
 
 
-def riga_tabella(prova: Prova) -> str:
-    s = prova.riepilogo
+def riga_tabella(prova: Prova, dopo_np: str, latenza, latenza_max, throughput) -> str:
+    """A row of the deliverable's table: the server of `prova` (and `dopo_np` beside its np), then the figures."""
     np = prova.configurazione.etichetta if prova.configurazione else fmt(prova.info.n_slot, "d")
-    np += INTERROTTA if prova.esecuzione.interruzione else ""
-    return (f"| {np} | {fmt(prova.info.n_ctx_slot, 'd')} | {fmt(s.latenza_media, '.2f s')} | "
-            f"{fmt(s.latenza_max, '.2f s')} | {fmt(s.throughput, '.2f token/s')} |")
+    return (f"| {np}{dopo_np} | {fmt(prova.info.n_ctx_slot, 'd')} | {fmt(latenza, '.2f s')} | "
+            f"{fmt(latenza_max, '.2f s')} | {fmt(throughput, '.2f token/s')} |")
+
+
+def riga_prova(prova: Prova) -> str:
+    s = prova.riepilogo
+    return riga_tabella(prova, INTERROTTA if prova.esecuzione.interruzione else "", s.latenza_media, s.latenza_max,
+                        s.throughput)
 
 
 def riga_media(punto: Punto) -> str:
     """The deliverable's row for the mean of a point's runs: the lab's "repeat and average"."""
-    p = punto.prove[0]
-    np = p.configurazione.etichetta if p.configurazione else fmt(p.info.n_slot, "d")
-    return (f"| {np} (media di {len(punto.intere)}) | {fmt(p.info.n_ctx_slot, 'd')} | {fmt(punto.latenza, '.2f s')} | "
-            f"{fmt(punto.latenza_max, '.2f s')} | {fmt(punto.throughput, '.2f token/s')} |")
+    return riga_tabella(punto.prove[0], f" (media di {len(punto.intere)})", punto.latenza, punto.latenza_max,
+                        punto.throughput)
 
 
 def tabella_consegnato(prove: List[Prova]) -> List[str]:
     """The deliverable's table: a row per run, and after the runs of one point their mean."""
     righe = list(TESTA_TABELLA)
     for punto in punti_di(prove):
-        righe += [riga_tabella(p) for p in punto.prove]
+        righe += [riga_prova(p) for p in punto.prove]
         if len(punto.prove) > 1 and punto.intere:
             righe.append(riga_media(punto))
     return righe
@@ -2047,6 +2047,14 @@ class Punto(NamedTuple):
         return max(self.valori(lambda p: p.riepilogo.latenza_max), default=None)
 
     @property
+    def picco(self) -> Optional[int]:
+        return max(self.valori(lambda p: p.riepilogo.picco), default=None)
+
+    @property
+    def picco_coda(self) -> Optional[int]:
+        return max(self.valori(lambda p: p.riepilogo.picco_coda), default=None)
+
+    @property
     def velocita_slot(self) -> Optional[float]:
         """The mean speed of a request in its own slot (t/s)."""
         return media([r.tps for p in self.intere for r in p.esecuzione.riuscite if r.tps is not None])
@@ -2111,8 +2119,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str]) -> List[str]:
         celle = [valore_punto(punto, c) for c in chiavi] + ([fmt(p.info.n_ctx_slot, "d")] if "np" in chiavi else []) + [
             throughput, fmt(punto.latenza, ".2f s"), fmt(punto.latenza_p90, ".2f s"), fmt(punto.latenza_max, ".2f s"),
             fmt(punto.velocita_slot, ".1f"),
-            f"{fmt(max(punto.valori(lambda q: q.riepilogo.picco), default=None), 'd')}/{fmt(p.info.n_slot, 'd')}",
-            fmt(max(punto.valori(lambda q: q.riepilogo.picco_coda), default=None), "d")]
+            f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}", fmt(punto.picco_coda, "d")]
         if con_ritmo:
             inviate = fmt(media(punto.valori(lambda q: invii_al_secondo(q.esecuzione))), ".2f req/s")
             celle.append(inviate if all(ritmo_tenuto(q) for q in punto.intere) else f"{inviate} (non tenuto)")
@@ -2201,11 +2208,9 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
     slots were all busy and the wait for one grew (by more than a tenth of the latency), and the
     speed of a request in its own slot fell (by more than 10%: the slots share the cores)."""
     n_slot = dopo.prove[0].info.n_slot
-    picco = max(dopo.valori(lambda p: p.riepilogo.picco), default=None)
-    code = [max(q.valori(lambda p: p.riepilogo.picco_coda), default=None) for q in (prima, dopo)]
     attese, velocita = (prima.attesa_media, dopo.attesa_media), (prima.velocita_slot, dopo.velocita_slot)
-    frasi = [f"Lì gli slot occupati insieme erano al massimo {fmt(picco, 'd')} su {fmt(n_slot, 'd')}, e la coda è "
-             f"arrivata a {fmt(code[1], 'd')} (prima {fmt(code[0], 'd')})"]
+    frasi = [f"Lì gli slot occupati insieme erano al massimo {fmt(dopo.picco, 'd')} su {fmt(n_slot, 'd')}, e la coda "
+             f"è arrivata a {fmt(dopo.picco_coda, 'd')} (prima {fmt(prima.picco_coda, 'd')})"]
     if None not in attese:
         cresciuta = attese[1] - attese[0] > 0.1 * dopo.latenza
         frasi.append(f"l'attesa media di uno slot è passata da {attese[0]:.2f} a {attese[1]:.2f} s" + (
@@ -2485,11 +2490,11 @@ def fasi(r: Risultato) -> List[Tuple[str, float, float]]:
     times laid back from the answer's arrival. Without timings the whole span is 'ignoto'."""
     if not r.riuscita:
         return [("errore", r.inizio, r.fine)]
-    if servizio(r) is None:
+    slot = in_slot(r)
+    if slot is None:
         return [("ignoto", r.inizio, r.fine)]
     fine_prompt = r.fine - r.predicted_ms / 1000
-    inizio_prompt = max(r.inizio, fine_prompt - r.prompt_ms / 1000)
-    return [("coda", r.inizio, inizio_prompt), ("prompt", inizio_prompt, fine_prompt), ("generazione", fine_prompt, r.fine)]
+    return [("coda", r.inizio, slot[0]), ("prompt", slot[0], fine_prompt), ("generazione", fine_prompt, r.fine)]
 
 
 def slot_nel_tempo(prova: Prova):
@@ -2818,7 +2823,7 @@ def spiegazione(prova: Prova) -> List[str]:
                          f"slot al massimo {max(attese.values()):.2f} s, il viaggio della richiesta).")
     velocita = [r.tps for r in ok if r.tps is not None]
     if velocita and s.throughput is not None:
-        media_slot = sum(velocita) / len(velocita)
+        media_slot = media(velocita)
         frasi.append(f"Nel proprio slot ogni richiesta generava {min(velocita):.1f}-{max(velocita):.1f} t/s; "
                      f"tutte insieme hanno fatto {s.throughput:.1f} token/s di throughput aggregato, "
                      f"{s.throughput / media_slot:.1f} volte la velocità media di uno slot.")
@@ -2831,7 +2836,7 @@ def spiegazione(prova: Prova) -> List[str]:
                       "una richiesta più lunga del contesto dello slot viene rifiutata (HTTP 400)")
         frasi.append(frase + ".")
     if fermate_prima(prova):
-        frasi.append(frase_fermate(prova)[0].upper() + frase_fermate(prova)[1:] + ".")
+        frasi.append(maiuscola(frase_fermate(prova)) + ".")
     if s.picco_coda is not None and info.metrics_disponibile:
         frasi.append(f"Al massimo {quante(s.picco_coda, 'richiesta ha', 'richieste hanno')} aspettato uno slot nello "
                      "stesso momento" + (f" (le letture di requests_deferred in /metrics ne hanno viste al massimo "
@@ -2839,7 +2844,7 @@ def spiegazione(prova: Prova) -> List[str]:
                                          if (s.coda_letta or 0) < s.picco_coda else " (requests_deferred)."))
     visto = sovraccarico(prova) if extra(piano).ritmo else None
     if visto:
-        frasi.append(frase_sovraccarico(*visto)[0].upper() + frase_sovraccarico(*visto)[1:])
+        frasi.append(maiuscola(frase_sovraccarico(*visto)))
     little = riga_little(prova)
     if little:
         frasi.append(little + ".")
@@ -2851,6 +2856,11 @@ def spiegazione(prova: Prova) -> List[str]:
         else:
             frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(prova.macchina)}).")
     return frasi
+
+
+def maiuscola(frase: str) -> str:
+    """A sentence made to open one: its first letter upper case, the rest as it is."""
+    return frase[:1].upper() + frase[1:]
 
 
 # --avvia: the whole lab in one command ##########################################################
