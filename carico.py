@@ -41,12 +41,12 @@ import sys
 import threading
 import time
 import urllib.parse
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 # Some modules are imported where they are used (http.client, concurrent.futures, statistics...):
 # `--help` and a bad flag answer at once, and a lab run never loads what only an extra needs.
 
-__version__ = "1.3.0"
+__version__ = "1.4.0"
 
 # The eight prompts of the lab, one per request. Each opens with different words, so two requests
 # share no prefix beyond the chat template's.
@@ -76,7 +76,7 @@ ATTESA_PRONTO = 120.0  # how long to wait for a server that is still loading its
 
 class Piano(NamedTuple):
     """What to send: the lab's three numbers, and how often to read /slots."""
-    richieste: Optional[int] = 4  # how many requests in all (None with --durata: as many as fit)
+    richieste: Optional[int] = 4  # how many requests in all (None with --durata, --turni: as many as get sent)
     parallele: int = 4  # how many in flight together: the pool's workers
     max_token: int = 32  # each request's max_tokens (--token)
     intervallo: float = 0.5  # seconds between two readings of /slots
@@ -110,6 +110,7 @@ class Campione(NamedTuple):
     t: float  # seconds from the start of the run, when the answers arrived
     occupati: Optional[int]  # busy slots; None when that reading failed
     in_coda: Optional[int] = None  # llamacpp:requests_deferred: requests waiting for a free slot
+    contesto: Optional[tuple] = None  # each slot's (tokens held, n_ctx): the extras read it, see "Oltre il lab"
 
 
 class Esecuzione(NamedTuple):
@@ -206,11 +207,11 @@ def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
     timings = dati.get("timings") if isinstance(dati.get("timings"), dict) else {}
     token, token_prompt = numero(usage.get("completion_tokens"), int), numero(usage.get("prompt_tokens"), int)
     scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
-    finish = scelta.get("finish_reason")
-    # What the extras read (see "Oltre il lab"): the prompt's tokens, those reused from a cache, why it stopped.
+    finish, messaggio = scelta.get("finish_reason"), scelta.get("message") if isinstance(scelta.get("message"), dict) else {}
+    # What the extras read (see "Oltre il lab"): the prompt's tokens, those reused from a cache, why it stopped, the text.
     aggiunte = RisultatoOltre(token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
                            numero(timings.get("cache_n"), int), finish if isinstance(finish, str) else None,
-                           tuple(chunk_s) if chunk_s is not None else None)
+                           tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"))
     return dict(token=token if token is not None else numero(timings.get("predicted_n"), int),
                 tps=numero(timings.get("predicted_per_second")), prompt_ms=numero(timings.get("prompt_ms")),
                 predicted_ms=numero(timings.get("predicted_ms")), oltre=aggiunte)
@@ -282,9 +283,9 @@ class Campionatore:
             in_coda = self._leggi("/metrics", richieste_in_coda) if self._info.metrics_disponibile else None
             # The sample's time is when the answers arrived: what they say is the state then.
             campione = Campione(self._timer() - self._t0, conta_occupati(dati), in_coda)
+            if self._al_campione is not None:  # the live line (the extras add each slot's context)
+                campione = self._al_campione(campione, dati)
             self.campioni.append(campione)
-            if self._al_campione is not None:
-                self._al_campione(campione, dati)
             prossimo += self._intervallo
             if self._stop.wait(max(0.0, prossimo - self._timer())):
                 return
@@ -300,7 +301,7 @@ class Campionatore:
 # 4. The pool that fires the requests ###########################################################
 
 def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: int = 0,
-                  timer=time.perf_counter, diretta: Optional[Diretta] = None) -> Esecuzione:
+                  timer=time.perf_counter, osservatore: Union[Diretta, Osservatore, None] = None) -> Esecuzione:
     """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled; the
     clock starts at the first request. Prompts start at `primo_prompt`: a second run on the same
     server sends new ones. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled."""
@@ -308,18 +309,18 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
 
     domande = [domanda_chat(prompt_per(primo_prompt + i, piano), piano) for i in range(piano.richieste or 0)]
     futuri = []  # each request's future, in the order they were submitted
-    al_campione = diretta.seguendo(futuri, piano) if diretta else None  # the live line: see "Oltre il lab"
+    al_campione = osservatore.seguendo(futuri, piano) if osservatore else None  # the live line: see "Oltre il lab"
     campionatore = Campionatore(client, piano.intervallo, info, timer, al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     aggiunte = interruzione = None
     try:
         t0 = timer()
         campionatore.avvia(t0)
-        if piano.oltre is None or not piano.oltre.al_tempo:  # the lab: all submitted now, `parallele` at a time
+        if piano.oltre is None or not piano.oltre.da_lanciare:  # the lab: all submitted now, `parallele` at a time
             for i, domanda in enumerate(domande):
                 futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0, timer))
-        else:  # --ritmo, --durata: sent by the clock, see "Oltre il lab"
-            aggiunte = Programma(piano, primo_prompt).lancia(futuri, esecutore, client, t0, timer)
+        else:  # --ritmo, --durata (by the clock), --turni (conversations): see "Oltre il lab"
+            aggiunte = lanciatore(piano, primo_prompt).lancia(futuri, esecutore, client, t0, timer)
         concurrent.futures.wait(futuri)
     except Interruzione as exc:
         interruzione = exc.codice
@@ -328,8 +329,8 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
         with segnali() as notati:  # a Ctrl+C now waits: the report must not be lost
             esecutore.shutdown(wait=True, cancel_futures=True)
             campionatore.ferma()
-            if diretta:
-                diretta.cancella()
+            if osservatore:
+                osservatore.cancella()
         interruzione = interruzione or next(iter(notati), None)
     # What the interruption closed is not a measurement: keep only the requests that ended by themselves.
     finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
@@ -533,7 +534,7 @@ class Sessione:
     def __init__(self, piani: List[Piano], opzioni: Opzioni):
         self.piani, self.opzioni = piani, opzioni  # the lab: one plan; a sweep: one per point
         self.prove: List[Prova] = []
-        self.errore = False  # something the user must fix stopped it, or a file could not be written
+        self.errore = 0  # the exit code when something the user must fix stopped it, or a file was not written
         self.arresto: Optional[int] = None  # stopped early: 130 (Ctrl+C), 143 (SIGTERM), 141 (stdout closed)
         self.oltre = SessioneOltre(self) if opzioni.oltre is not None else None  # the extras' steps, if any
 
@@ -545,7 +546,7 @@ class Sessione:
                 self.oltre.esegui()
         except ErroreUtente as exc:
             print(f"carico.py: errore: {exc}", file=sys.stderr)
-            self.errore = True
+            self.errore = exc.codice
         except Interruzione as exc:  # the report of a run cut short says which requests did not end
             self.arresto = exc.codice
             print("carico.py: interrotto", file=sys.stderr)
@@ -572,9 +573,9 @@ class Sessione:
         """One run: look at the machine, write the `server:` line, fire the load, print the report."""
         macchina = guarda_la_macchina()
         print(riga_server(info) + (riga_kv_unificata(info) if info.kv_unificata else ""), flush=True)  # step 5
-        silenzioso = self.oltre is not None and self.oltre.opzioni.silenzioso
-        diretta = Diretta(sys.stderr, info.n_slot) if sys.stderr.isatty() and not silenzioso else None  # live line
-        esecuzione = esegui_carico(client, piano, info, primo_prompt, diretta=diretta)
+        osservatore = Diretta(sys.stderr, info.n_slot) if sys.stderr.isatty() else None  # the live line
+        osservatore = self.oltre.osservatore(osservatore) if self.oltre else osservatore  # each slot's context too
+        esecuzione = esegui_carico(client, piano, info, primo_prompt, osservatore=osservatore)
         prova = Prova(info, esecuzione, piano, configurazione, macchina)
         self.prove.append(prova)  # before printing: a closed stdout must not lose it
         stampa_prova(prova)
@@ -585,9 +586,9 @@ class Sessione:
         return prova
 
     def codice(self) -> int:
-        """0: every request answered; 1: one failed, or no server, or a file not written; 128 + a signal."""
-        riuscite = all(r.riuscita for p in self.prove for r in p.esecuzione.risultati)
-        return self.arresto or (1 if self.errore or not riuscite else 0)
+        """0: every request answered; 1: one failed, or no server, or a file not written; 128 + a signal (2, 3: below)."""
+        fallite = [r for p in self.prove for r in p.esecuzione.risultati if not r.riuscita]
+        return self.arresto or self.errore or ((self.oltre.codice(fallite) if self.oltre else 1) if fallite else 0)
 
 
 # What a careful tool needs #####################################################################
@@ -905,6 +906,12 @@ def url_server(testo: str) -> str:
 
 class ErroreUtente(Exception):
     """A problem the user can fix (server down, wrong key...): one Italian line, exit 1."""
+    codice = 1
+
+
+class ErroreOpzione(ErroreUtente):
+    """A flag this server cannot honour (--sistema without /tokenize): one Italian line, exit 2, as a bad flag."""
+    codice = 2
 
 
 class Interruzione(BaseException):
@@ -947,6 +954,17 @@ Ogni cifra: --dettagli aggiunge percentili di latenza, attesa dello slot e (con 
 TPOT e ITL; --slo latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il
 goodput); --esatti fa generare a ogni richiesta esattamente --token token. Su un terminale una riga
 su stderr mostra la prova mentre dura (--silenzioso la spegne).
+
+Il prezzo del parallelismo: con --turni K ognuno dei --parallele utenti tiene una conversazione di K
+turni (con --sistema N, un prompt di sistema di N token), finché il contesto dello slot non basta
+più; --dettagli, --grafico e --svg mostrano quanto contesto tiene ogni slot. Con --avvia si legge
+dal log del server che cosa ha deciso (slot, contesto, cache KV; --np auto: senza -np):
+
+  python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 4,4kv --turni 4 --sistema 300
+
+Codici di uscita: 0 tutto bene; 1 una richiesta fallita, o un server che non c'è; 2 un'opzione
+sbagliata; 3 (--turni) le conversazioni hanno esaurito il contesto, e nient'altro è fallito;
+130 Ctrl+C, 143 SIGTERM.
 """
 
 
@@ -1007,17 +1025,18 @@ def file_scrivibile(testo: str) -> str:
 
 
 def lista_np(testo: str) -> List[Configurazione]:
-    """`1,2,4,4kv`: the -np values of a sweep; `Nkv` adds --kv-unified (the lab's step 5)."""
+    """`1,2,4,4kv`: the -np values of a sweep; `Nkv` adds --kv-unified (the lab's step 5); `auto` (or -1):
+    no -np, the server decides (the sheet's last variant)."""
     configurazioni = []
     for voce in testo.split(","):
         voce = voce.strip().lower()
         kv = voce.endswith("kv")
         try:
-            np = int(voce[:-2] if kv else voce)
+            np = -1 if voce == "auto" else int(voce[:-2] if kv else voce)
         except ValueError:
             raise argparse.ArgumentTypeError(f"'{voce}' non è un valore di -np (per esempio 1,2,4,4kv)") from None
-        if np < 1 and np != -1:
-            raise argparse.ArgumentTypeError(f"-np {np} non ha senso: usa 1, 2, 4... o -1 (automatico)")
+        if np < 1 and np != -1 or np == -1 and kv:  # auto decides --kv-unified itself
+            raise argparse.ArgumentTypeError(f"-np {voce} non ha senso: usa 1, 2, 4, 4kv... o auto (decide il server)")
         if Configurazione(np, kv) in configurazioni:
             raise argparse.ArgumentTypeError(f"il valore {voce} è ripetuto nella lista '{testo}': ogni valore è un "
                                              "server da avviare (per ripetere una prova usa --ripeti)")
@@ -1105,7 +1124,14 @@ OPZIONI_OLTRE = (
         (("--avvia",), dict(type=comando_server, metavar="COMANDO", help="avvia il server con COMANDO per ogni "
                             "valore di --np (host e porta da --url), misura e lo ferma")),
         (("--np",), dict(type=lista_np, metavar="LISTA", help="con --avvia: i valori di -np (default 1,2,4; 4kv = "
-                         "-np 4 --kv-unified)")),
+                         "-np 4 --kv-unified; auto = senza -np, decide il server)")),
+    ]),
+    ("il prezzo del parallelismo", "il contesto -c diviso fra gli slot: --dettagli, --grafico e --svg mostrano quanto "
+     "ne tiene ogni slot;\ncon --avvia il server parte con -lv 4, che gli fa scrivere nel log la cache KV allocata", [
+        (("--turni",), dict(type=intero_positivo, metavar="K", help="ognuno dei --parallele utenti tiene una "
+                            "conversazione di K turni: ogni turno rimanda tutta la storia, risposte comprese")),
+        (("--sistema",), dict(type=intero_positivo, metavar="N", help="con --turni: un prompt di sistema di N token "
+                              "esatti, contati dal tokenizzatore del server (/tokenize)")),
     ]),
     ("aiuto", None, [
         (("-h", "--help"), dict(action="help", help="mostra questo aiuto ed esce")),
@@ -1134,11 +1160,19 @@ class PianoOltre(NamedTuple):
     durata: Optional[float] = None  # --durata: keep sending for this many seconds
     esatti: bool = False  # --esatti: ignore_eos, so that every request generates exactly max_token
     tetto_predefinito: bool = False  # --ritmo without --parallele: `parallele` is TETTO_RITMO, nobody asked it
+    turni: Optional[int] = None  # --turni: each of the `parallele` users holds a conversation of this many turns
+    sistema: Optional[int] = None  # --sistema: the conversations' system prompt, in tokens
+    testo_sistema: Optional[str] = None  # that system prompt, made on the server's tokenizer
 
     @property
     def al_tempo(self) -> bool:
         """Sent by the clock (--ritmo, --durata) rather than all at once."""
         return self.ritmo is not None or self.durata is not None
+
+    @property
+    def da_lanciare(self) -> bool:
+        """Sent by the extras rather than all at once: by the clock, or as conversations (--turni)."""
+        return self.al_tempo or self.turni is not None
 
 
 class RisultatoOltre(NamedTuple):
@@ -1148,6 +1182,9 @@ class RisultatoOltre(NamedTuple):
     finish_reason: Optional[str] = None  # stop (EOS: fewer tokens than asked) or length
     chunk_s: Optional[Tuple[float, ...]] = None  # --stream: seconds from send to each chunk with text
     previsto: Optional[float] = None  # --ritmo: when the schedule meant to send it
+    testo: Optional[str] = None  # the answer's text: a conversation (--turni) sends it back
+    conversazione: Optional[int] = None  # --turni: whose conversation (0 to parallele - 1)
+    turno: Optional[int] = None  # --turni: which of its turns (from 1)
 
     @property
     def primo_token(self) -> Optional[float]:
@@ -1227,6 +1264,16 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
                f"(--intervallo {a.intervallo:g} s)")
     if a.slo and not a.stream and set(a.slo) & {"ttft", "tpot"}:
         errore("--slo: ttft e tpot si misurano solo in streaming: aggiungi --stream")
+    if a.sistema is not None and a.turni is None:
+        errore("--sistema va usato insieme a --turni: è il prompt di sistema delle conversazioni")
+    if a.turni is not None:
+        diverse = [f for f, v in (("--ritmo", a.ritmo), ("--durata", a.durata), ("--prompt-file", a.prompt_file),
+                                  ("--richieste", a.richieste)) if v is not None]
+        if diverse:
+            errore(f"--turni e {diverse[0]} si escludono: con --turni ognuno dei --parallele utenti tiene una "
+                   "conversazione, un turno dopo l'altro, e le richieste sono i suoi turni")
+        if len(a.parallele or [4]) > 1 or len(a.token) > 1:
+            errore("--turni prova una conversazione per utente: --parallele e --token vogliono un valore solo")
     testo = None
     if a.prompt_file is not None:
         try:
@@ -1237,8 +1284,9 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
         if not testo:
             errore(f"--prompt-file: '{a.prompt_file}' è vuoto")
     piano_oltre = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
-                       tetto_predefinito=a.ritmo is not None and a.parallele is None)
-    base = piano._replace(richieste=None if a.durata is not None else piano.richieste, intervallo=a.intervallo,
+                       tetto_predefinito=a.ritmo is not None and a.parallele is None, turni=a.turni, sistema=a.sistema)
+    contate_all_invio = a.durata is not None or a.turni is not None  # as many requests as get sent
+    base = piano._replace(richieste=None if contate_all_invio else piano.richieste, intervallo=a.intervallo,
                           timeout=a.timeout, oltre=piano_oltre)
     piani = griglia(base, a.parallele, a.token, a.ritmo, a.seme)
     np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
@@ -1267,27 +1315,36 @@ class SessioneOltre:
         moves on to prompts it has not been sent."""
         sessione, o = self.sessione, self.opzioni
         for configurazione in o.np or [None]:
-            with self.server(configurazione):
-                client, info = sessione.collega(configurazione)
+            with self.server(configurazione) as decisa:  # --avvia: with what the server decided
+                client, info = sessione.collega(decisa)
+                if extra(sessione.piani[0]).sistema and not extra(sessione.piani[0]).testo_sistema:
+                    sessione.piani = con_prompt_di_sistema(client, sessione.piani)  # on the server's tokenizer
                 if o.riscaldamento:
                     riscalda(client, sessione.piani[0], o.riscaldamento, sys.stderr)
                 inviate = 0
                 for piano in sessione.piani:
                     for ripetizione in range(o.ripeti):
                         self.intestazione(piano, configurazione, ripetizione)
-                        inviate += sessione.prova(client, info, piano, inviate, configurazione).esecuzione.n_richieste
+                        inviate += sessione.prova(client, info, piano, inviate, decisa).esecuzione.n_richieste
                     if o.ripeti > 1:
                         print("\n".join(righe_ripetute(sessione.prove[-o.ripeti:]) + [""]), flush=True)
+        prima = da_confrontare(sessione.prove) if o.spiega else None
+        if prima is not None:  # --spiega with --avvia: the lab's RAM question, measured
+            print("\n".join(righe_ram(prima, *misura_ram(sessione.opzioni, prima)) + [""]), flush=True)
 
     @contextlib.contextmanager
     def server(self, configurazione: Optional[Configurazione]):
-        """--avvia: the server for one -np value, started, then stopped whatever happens; else nothing."""
+        """--avvia: the server for one -np value, started, then stopped whatever happens; it yields the
+        configuration with what the server decided (its line printed first). Else nothing."""
         if configurazione is None:
-            yield
+            yield None
             return
         url = self.sessione.opzioni
         with ServerAvviato(self.opzioni.avvia, configurazione, url.url, url.attesa_pronto, sys.stderr) as server:
-            yield
+            deciso = server.decisioni()
+            print(riga_decisioni(configurazione, deciso), flush=True)
+            yield configurazione._replace(deciso=deciso, kv_unificata=configurazione.kv_unificata or bool(
+                deciso.kv_unificata))
             # A request that failed may have seen the server die before its process had finished exiting.
             fallite = any(not r.riuscita for p in self.sessione.prove[-1:] for r in p.esecuzione.risultati)
             server.controlla(f"il server (-np {configurazione.etichetta}) si è fermato durante la prova",
@@ -1304,13 +1361,25 @@ class SessioneOltre:
         if self.opzioni.ripeti > 1:
             print(f"prova {ripetizione + 1} di {self.opzioni.ripeti}")
 
+    def osservatore(self, diretta: Optional[Diretta]) -> Osservatore:
+        """Who watches a run's /slots readings: each slot's context, and the live line unless --silenzioso."""
+        return Osservatore(None if self.opzioni.silenzioso else diretta)
+
+    def codice(self, fallite: List[Risultato]) -> int:
+        """The exit code when requests failed: 3 when conversations (--turni) ran out of context, as the
+        experiment means them to, and nothing else failed; 1 otherwise."""
+        turni = any(extra(p.piano).turni for p in self.sessione.prove)
+        return 3 if turni and all(map(contesto_finito, fallite)) else 1
+
     def dopo_la_prova(self, prova: Prova) -> None:
-        """What the extras print after a run's lab lines: its pace, every figure, the SLO, its picture,
-        its explanation; then their notes on stderr."""
+        """What the extras print after a run's lab lines: its pace, its conversations, every figure, the
+        SLO, its picture, its explanation; then their notes on stderr."""
         o, piano = self.opzioni, extra(prova.piano)
         righe = righe_ritmo(prova) if piano.al_tempo else []
+        if piano.turni:
+            righe += [""] + righe_conversazioni(prova)
         if o.dettagli:
-            righe += [""] + righe_dettagli(prova)
+            righe += [""] + righe_dettagli(prova) + righe_contesto(prova)
         if o.slo:
             righe += ([] if o.dettagli else [""]) + [riga_slo(prova, o.slo)]
         if o.grafico and prova.esecuzione.risultati:
@@ -1323,6 +1392,9 @@ class SessioneOltre:
             print("\n".join(righe), flush=True)
         for testo in note_ritmo(prova) if piano.ritmo else []:
             nota(testo)
+        letti = [c for c in prova.esecuzione.campioni if c.occupati is not None]
+        if (o.dettagli or o.grafico or o.file_svg or piano.turni) and letti and not letture_contesto(prova):
+            nota("/slots non dice quanti token tiene ogni slot (n_prompt_tokens): il contesto per slot è n/d")
 
     def alla_fine(self) -> None:
         """The tables and the files: written even after an error or an interruption."""
@@ -1349,7 +1421,7 @@ def note(prova: Prova) -> List[str]:
     if fermate_prima(prova):
         testi.append(frase_fermate(prova))
     dalla_cache = [r for r in e.risultati if r.oltre is not None and r.oltre.token_cache]
-    if dalla_cache:
+    if dalla_cache and not extra(prova.piano).turni:  # with --turni the cache is the experiment: see its table
         testi.append(f"il server ha preso dalla cache {sum(r.oltre.token_cache for r in dalla_cache)} token di prompt "
                     f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
                     "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
@@ -1517,13 +1589,14 @@ def leggi_flusso(righe: Iterator[bytes], timer) -> Tuple[dict, List[float]]:
     """Read the `data:` events as they come, note when each chunk with text arrived, and fold the
     chunks into one completion (the last chunks carry finish_reason, usage and timings)."""
     completamento = {"choices": [{}]}
-    tempi = []  # when each chunk with text arrived
+    tempi, testo = [], []  # when each chunk with text arrived; the text (a conversation sends it back)
     for riga in righe:
         riga = riga.strip()
         if not riga.startswith(b"data:"):
             continue  # blank separators and ':' keep-alives
         dato = riga[5:].strip()
         if dato == b"[DONE]":
+            completamento["choices"][0]["message"] = {"role": "assistant", "content": "".join(testo)}
             return completamento, tempi
         try:
             evento = json.loads(dato.decode("utf-8"))
@@ -1537,6 +1610,7 @@ def leggi_flusso(righe: Iterator[bytes], timer) -> Tuple[dict, List[float]]:
             delta = scelta.get("delta") or {}
             if delta.get("content") or delta.get("reasoning_content"):
                 tempi.append(timer())
+                testo.append(delta.get("content") or "")
             if scelta.get("finish_reason"):
                 completamento["choices"] = [{"finish_reason": scelta["finish_reason"]}]
         for chiave in ("usage", "timings"):
@@ -1880,7 +1954,7 @@ class Diretta:
                 f"  in coda {fmt(stima_coda, 'd')}  generati {generati} token  "
                 f"{generati / c.t if c.t > 0 else 0:.1f} t/s  {c.t:.1f} s")
 
-    def aggiorna(self, c: Campione, dati_slots) -> None:
+    def aggiorna(self, c: Campione, dati_slots) -> Campione:
         try:
             colonne = os.get_terminal_size(self.stderr.fileno()).columns
         except (OSError, ValueError, AttributeError):
@@ -1888,6 +1962,7 @@ class Diretta:
         colonne = colonne or 80  # a terminal that does not say its width
         self.stderr.write("\r" + self.riga(c, dati_slots)[:colonne - 1] + "\033[K")  # never wider than the terminal
         self.stderr.flush()
+        return c
 
     def cancella(self) -> None:
         self.stderr.write("\r\033[K")
@@ -1928,13 +2003,18 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
 
 
 TESTA_TABELLA = ["| np | n_ctx_slot | latenza media | latenza max | throughput |", "|---|---|---|---|---|"]
+# --avvia: the KV cache that the server's log says it allocated, after n_ctx_slot.
+TESTA_TABELLA_AVVIA = [TESTA_TABELLA[0].replace(" n_ctx_slot |", " n_ctx_slot | KV MiB |"), TESTA_TABELLA[1] + "---|"]
 INTERROTTA = " (interrotta)"  # beside a run cut short, in every table: its figures miss the requests that did not end
 
 
 def riga_tabella(prova: Prova, dopo_np: str, latenza, latenza_max, throughput) -> str:
-    """A row of the deliverable's table: the server of `prova` (and `dopo_np` beside its np), then the figures."""
-    np = prova.configurazione.etichetta if prova.configurazione else fmt(prova.info.n_slot, "d")
-    return (f"| {np}{dopo_np} | {fmt(prova.info.n_ctx_slot, 'd')} | {fmt(latenza, '.2f s')} | "
+    """A row of the deliverable's table: the server of `prova` (and `dopo_np` beside its np), then the figures;
+    with --avvia, the KV cache it allocated."""
+    c = prova.configurazione
+    np = c.etichetta if c else fmt(prova.info.n_slot, "d")
+    kv = f" {fmt(c.deciso.kv_mib if c.deciso else None, '.2f')} |" if c else ""
+    return (f"| {np}{dopo_np} | {fmt(prova.info.n_ctx_slot, 'd')} |{kv} {fmt(latenza, '.2f s')} | "
             f"{fmt(latenza_max, '.2f s')} | {fmt(throughput, '.2f token/s')} |")
 
 
@@ -1952,7 +2032,7 @@ def riga_media(punto: Punto) -> str:
 
 def tabella_consegnato(prove: List[Prova]) -> List[str]:
     """The deliverable's table: a row per run, and after the runs of one point their mean."""
-    righe = list(TESTA_TABELLA)
+    righe = list(TESTA_TABELLA_AVVIA if any(p.configurazione for p in prove) else TESTA_TABELLA)
     for punto in punti_di(prove):
         righe += [riga_prova(p) for p in punto.prove]
         if len(punto.prove) > 1 and punto.intere:
@@ -2141,7 +2221,7 @@ def serie(punti: List[Punto], chiavi: List[str]) -> Tuple[str, List[Tuple[str, L
     for punto in punti:
         titolo = ", ".join(f"{c}={valore_punto(punto, c)}" for c in chiavi if c != asse)
         gruppi.setdefault(titolo, []).append(punto)
-    ordine = ((lambda q: q.prove[0].configurazione) if asse == "np"
+    ordine = ((lambda q: q.prove[0].configurazione.ordine) if asse == "np"
               else (lambda q: valore_numerico(asse, q.prove[0].piano)))
     return asse, [(titolo, sorted(g, key=ordine)) for titolo, g in gruppi.items()]
 
@@ -2265,7 +2345,7 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
         gruppi.setdefault(", ".join(f"{c}={valore_punto(punto, c)}" for c in altre), []).append(punto)
     righe, vantaggi = [], []
     for titolo, gruppo in gruppi.items():
-        misurati = sorted((p for p in gruppo if p.throughput), key=lambda p: p.prove[0].configurazione)
+        misurati = sorted((p for p in gruppo if p.throughput), key=lambda p: p.prove[0].configurazione.ordine)
         if len(misurati) < 2:
             continue
         base = misurati[0]
@@ -2478,9 +2558,10 @@ def riga_little(prova: Prova) -> Optional[str]:
 # The picture: --grafico (terminal) and --svg ###################################################
 
 MARCHE_UNICODE = {"coda": "░", "prompt": "▒", "generazione": "█", "errore": "×", "ignoto": "▬",
-                  "media": "●", "p90": "+", "saturazione": "◆"}  # the last three: the capacity curve
+                  "media": "●", "p90": "+", "saturazione": "◆",  # these three: the capacity curve
+                  "livelli": " ▁▂▃▄▅▆▇█"}  # a slot's context, empty to full
 MARCHE_ASCII = {"coda": ".", "prompt": "-", "generazione": "#", "errore": "x", "ignoto": "=",
-                "media": "o", "p90": "+", "saturazione": "*"}
+                "media": "o", "p90": "+", "saturazione": "*", "livelli": " .:-=+*%@"}
 LEGENDA = (("coda", "in coda"), ("prompt", "prompt"), ("generazione", "generazione"),
            ("errore", "fallita"), ("ignoto", "dettagli n/d"))
 
@@ -2501,14 +2582,17 @@ def slot_nel_tempo(prova: Prova):
     """The most slots busy at once between two times, from the same source as the peak's: the
     server's timings (each request in its slot; never above the peak they prove), else the /slots
     readings (each holding until the next). Returns the function and the source's name, or (None,
-    None) when nothing was measured. A span that a request ends in and the next one starts in counts
-    as busy: the picture shows no gap the eye would take for an idle slot."""
+    None) when nothing was measured; a count it cannot know is None. A span that a request ends in and
+    the next one starts in counts as busy: the picture shows no gap the eye would take for an idle slot."""
     intervalli = [i for i in map(in_slot, prova.esecuzione.riuscite) if i]
+    fallite = [(r.inizio, r.fine) for r in prova.esecuzione.risultati if not r.riuscita]
     if intervalli:
         tetto = prova.riepilogo.occupati_dai_tempi or len(intervalli)
-        def dai_tempi(da: float, a: float) -> int:  # the count changes only where an interval starts
-            return min(tetto, max(sum(x <= t < y for x, y in intervalli) for t in [da] + [x for x, _ in intervalli
-                                                                                         if da < x < a]))
+        def dai_tempi(da: float, a: float) -> Optional[int]:  # the count changes only where an interval starts
+            n = min(tetto, max(sum(x <= t < y for x, y in intervalli) for t in [da] + [x for x, _ in intervalli
+                                                                                      if da < x < a]))
+            # A failed request has no timings: while one was in flight, an idle-looking span is unknown, not 0.
+            return None if n == 0 and any(x < a and da < y for x, y in fallite) else n
         return dai_tempi, "dai tempi del server"
     letti = [c for c in prova.esecuzione.campioni if c.occupati is not None]
     if letti:
@@ -2564,7 +2648,8 @@ def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[s
         righe.append(f"{'slot':<{etichetta}}" + "".join(" " if n is None else (str(n) if n < 10 else "+")
                                                            for n in celle).rstrip())
         voci.append(f"cifre: slot occupati ({fonte})")
-    return righe + a_capo("legenda: ", voci, larghezza)
+    riempimento, voce = righe_riempimento(prova, marche, etichetta, colonne, passo)  # each slot's context
+    return righe + riempimento + a_capo("legenda: ", voci + [voce] * bool(voce), larghezza)
 
 
 def a_capo(prima: str, voci: List[str], larghezza: int) -> List[str]:
@@ -2579,7 +2664,7 @@ def a_capo(prima: str, voci: List[str], larghezza: int) -> List[str]:
 
 
 COLORI_SVG = {"coda": "#d9d9d9", "prompt": "#f4a261", "generazione": "#2a9d8f", "errore": "#e63946",
-              "ignoto": "#8d99ae", "slot": "#264653"}
+              "ignoto": "#8d99ae", "slot": "#264653", "contesto": "#8ab17d"}
 
 
 def testo_xml(testo: str) -> str:
@@ -2595,7 +2680,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
     pannelli, y = [], 10
     if curve is not None:
         pannelli, y = svg_curva(*curve, y, larghezza)
-    fonti = set()
+    fonti, riempiti = set(), False  # where the busy slots come from; whether a slot's context was drawn
     for prova in prove:
         e = prova.esecuzione
         fine = fine_asse(e)
@@ -2628,14 +2713,20 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
                              f'height="{h:.1f}" fill="{COLORI_SVG["slot"]}"><title>{n} slot occupati da {da:.2f} s'
                              f'</title></rect>')
             y += alto + 6
+        riempimento, y = svg_riempimento(prova, y, sinistra, scala)  # each slot's context
+        parti += riempimento
+        riempiti = riempiti or bool(riempimento)
         parti.append(f'<line x1="{sinistra}" y1="{y}" x2="{larghezza - destra}" y2="{y}" stroke="#333"/>')
         parti.append(f'<text x="{sinistra}" y="{y + 14}">0 s</text>')
         parti.append(f'<text x="{larghezza - destra}" y="{y + 14}" text-anchor="end">{fine:.2f} s</text>')
         y += 28
         pannelli += parti
     x = sinistra
-    voci = voci_legenda(prove) + [("slot", f"slot occupati ({' e '.join(sorted(fonti))})")] * bool(fonti)
+    voci = voci_legenda(prove) + [("slot", f"slot occupati ({' e '.join(sorted(fonti))})")] * bool(fonti) + [
+        ("contesto", "contesto per slot, fino alla linea di n_ctx (/slots)")] * riempiti
     for fase, nome in voci:
+        if x > sinistra and x + 24 + 8 * len(nome) > larghezza:  # the legend on as many lines as it needs
+            x, y = sinistra, y + 18
         pannelli.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{COLORI_SVG[fase]}"/>')
         pannelli.append(f'<text x="{x + 16}" y="{y + 11}">{nome}</text>')
         x += 24 + 8 * len(nome)
@@ -2672,7 +2763,7 @@ def tabella_e_file(sessione: Sessione) -> None:
             except OSError as exc:
                 print(f"carico.py: errore: non riesco a scrivere '{percorso}': {exc.strerror or exc}",
                       file=sys.stderr)
-                sessione.errore = True
+                sessione.errore = sessione.errore or 1
     if righe:
         try:
             print("\n".join(righe), flush=True)
@@ -2683,7 +2774,8 @@ def tabella_e_file(sessione: Sessione) -> None:
 
 CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token_cache", "token",
              "latenza_s", "attesa_slot_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "tpot_s",
-             "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "interrotta")
+             "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "conversazione", "turno",
+             "interrotta")
 
 
 def riga_dati(r: Risultato) -> dict:
@@ -2693,12 +2785,14 @@ def riga_dati(r: Risultato) -> dict:
             "t_s_nel_slot": r.tps, "primo_token_s": letto.primo_token, "finish_reason": letto.finish_reason,
             "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": letto.previsto,
             "ritardo_invio_s": None if letto.previsto is None else r.inizio - letto.previsto,
-            "token_cache": letto.token_cache, "tpot_s": tpot(r), "chunk_s": letto.chunk_s}
+            "token_cache": letto.token_cache, "tpot_s": tpot(r), "chunk_s": letto.chunk_s,
+            "conversazione": letto.conversazione, "turno": letto.turno}
 
 
 def dati_piano(piano: Piano) -> dict:
-    """A plan as the files keep it: every field, the prompt file's text left out."""
-    return {**piano._replace(oltre=None)._asdict(), **extra(piano)._replace(testo=None)._asdict(), "oltre": None}
+    """A plan as the files keep it: every field, the prompt file's and the system prompt's texts left out."""
+    testi = dict(testo=None, testo_sistema=None)  # the texts stay out: their flags say how they were made
+    return {**piano._replace(oltre=None)._asdict(), **extra(piano)._replace(**testi)._asdict(), "oltre": None}
 
 
 def testo_csv(prove: List[Prova]) -> str:
@@ -2866,16 +2960,23 @@ def maiuscola(frase: str) -> str:
 # --avvia: the whole lab in one command ##########################################################
 
 class Configurazione(NamedTuple):
-    """One server of a sweep: -np N, with or without --kv-unified."""
+    """One server of a sweep: -np N, with or without --kv-unified; -np -1 is `auto`: no -np, the server
+    decides. `deciso`: what it printed at start-up that it decided (see "The price of parallelism")."""
     np: int
     kv_unificata: bool = False
+    deciso: Optional[Decisioni] = None
 
     @property
     def etichetta(self) -> str:
-        return f"{self.np} kv" if self.kv_unificata else str(self.np)
+        return "auto" if self.np == -1 else f"{self.np} kv" if self.kv_unificata else str(self.np)
+
+    @property
+    def ordine(self) -> tuple:
+        """Where it goes in a table and in the ratios: by -np, --kv-unified after, auto last (never the base)."""
+        return self.np == -1, self.np, self.kv_unificata
 
     def argomenti(self) -> List[str]:
-        return ["-np", str(self.np)] + (["--kv-unified"] if self.kv_unificata else [])
+        return ([] if self.np == -1 else ["-np", str(self.np)]) + (["--kv-unified"] if self.kv_unificata else [])
 
 
 class ServerAvviato:
@@ -2884,7 +2985,11 @@ class ServerAvviato:
 
     def __init__(self, comando: List[str], configurazione: Configurazione, url: str, attesa: float, stderr):
         parti = urllib.parse.urlsplit(url)
-        self.argomenti = comando + configurazione.argomenti() + [
+        # -lv 4: this llama.cpp writes the KV cache it allocated in its log only from verbosity 4 on. The
+        # log's cost, measured on b11434: about 30 lines a request (7 at -lv 3), none per token.
+        verbosita = [] if {"-lv", "--log-verbosity", "-v", "--verbose"} & {p.split("=")[0] for p in comando} else [
+            "-lv", "4"]
+        self.argomenti = comando + configurazione.argomenti() + verbosita + [
             "--host", parti.hostname, "--port", str(parti.port or 80)]
         self.configurazione, self.url, self.attesa, self.stderr = configurazione, url, attesa, stderr
         self.log = None  # its stdout and stderr, in a temporary file created when it starts
@@ -2937,6 +3042,12 @@ class ServerAvviato:
             raise ErroreUtente(f"{quando} (codice {self.proc.returncode}); ultime righe del suo log:\n"
                                f"{self.coda_log()}")
 
+    def decisioni(self) -> Decisioni:
+        """What the server's log says it decided, read once it is ready."""
+        self.log.flush()
+        with open(self.log.name, encoding="utf-8", errors="replace") as f:
+            return leggi_decisioni(f.read())
+
     def coda_log(self, righe: int = 15) -> str:
         self.log.flush()
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
@@ -2969,6 +3080,417 @@ def muori_con_il_padre():
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+# The price of parallelism: each slot's context, conversations, what the server decided ##########
+# The lab's second half: -c is split among the slots. /slots says what each slot's task holds: on this
+# llama.cpp a busy slot's n_prompt_tokens counts its prompt and the tokens decoded so far (measured:
+# 55 = 34 + 21 decoded, then 182 = 34 + 148), so adding next_token's n_decoded would count those twice.
+# It counts a prompt's tokens as the slot feeds them to the model, before they are in the KV cache:
+# with --kv-unified the sum over the slots is what they ask of the shared buffer, and can pass it.
+# --turni makes conversations that grow until they no longer fit; --avvia reads from the server's log
+# what it decided, and the KV cache it allocated.
+
+def contesto_degli_slot(dati) -> Optional[tuple]:
+    """Each slot's (tokens of its task, n_ctx) in a /slots answer, 0 for an idle slot; None when the
+    server does not say (another server, another version)."""
+    contesto = []
+    for slot in lista_slot(dati) or []:
+        occupato = conta_occupati([slot])  # busy as the lab decides it: is_processing, or an older server's state
+        n_ctx, tenuti = numero(slot.get("n_ctx"), int), numero(slot.get("n_prompt_tokens"), int)
+        if not n_ctx or occupato is None or (occupato and tenuti is None):
+            return None
+        contesto.append((tenuti if occupato else 0, n_ctx))
+    return tuple(contesto) or None
+
+
+class Osservatore:
+    """What the extras watch at each /slots reading: each slot's context, added to the reading; then the
+    live line, when there is one."""
+
+    def __init__(self, diretta: Optional[Diretta]):
+        self.diretta = diretta
+
+    def seguendo(self, futuri: list, piano: Piano):
+        aggiorna = self.diretta.seguendo(futuri, piano) if self.diretta else None
+
+        def al_campione(campione: Campione, dati) -> Campione:
+            campione = campione._replace(contesto=contesto_degli_slot(dati))
+            return aggiorna(campione, dati) if aggiorna else campione
+        return al_campione
+
+    def cancella(self) -> None:
+        if self.diretta:
+            self.diretta.cancella()
+
+
+def letture_contesto(prova: Prova) -> List[Campione]:
+    """The readings that say each slot's context; none when a reading with busy slots did not say it
+    (an idle slot that never ran has no n_prompt_tokens even on this server: it cannot tell)."""
+    campioni = prova.esecuzione.campioni
+    if any(c.contesto is None and c.occupati for c in campioni):
+        return []
+    return [c for c in campioni if c.contesto is not None]
+
+
+def da_disegnare(prova: Prova) -> List[Campione]:
+    """The readings of each slot's context worth a picture: none when no slot held a token."""
+    letture = letture_contesto(prova)
+    return letture if any(t for c in letture for t, _ in c.contesto) else []
+
+
+def somma(contesto: tuple) -> int:
+    """The tokens of every slot's task together: with --kv-unified, what they ask of the buffer they share."""
+    return sum(t for t, _ in contesto)
+
+
+def contesto_fra(letture: List[Campione], da: float, a: float) -> Optional[tuple]:
+    """Each slot's most tokens between two times, from the readings that hold then (each holds until the
+    next), with its n_ctx; None where none does."""
+    valide = [c for c in letture if c.t <= da][-1:] + [c for c in letture if da < c.t < a]
+    if not valide:
+        return None
+    return tuple((max(c.contesto[i][0] for c in valide if i < len(c.contesto)), n_ctx)
+                 for i, (_, n_ctx) in enumerate(valide[0].contesto))
+
+
+def righe_contesto(prova: Prova) -> List[str]:
+    """--dettagli: the most tokens a reading saw each slot's task hold, against its n_ctx; with
+    --kv-unified the most they asked of the buffer they share; exact from the answers, the longest request."""
+    letture = letture_contesto(prova)
+    if not letture:
+        return ["  contesto per slot: n/d (/slots non dice quanti token tiene ogni slot)"]
+    righe = [f"  contesto per slot (token del compito di ogni slot, prompt e generati: il picco fra le letture di "
+             f"/slots, ogni {prova.piano.intervallo:g} s):"]
+    for i, (picco, n_ctx) in enumerate(contesto_fra(letture, -1.0, float("inf"))):
+        righe.append(f"    slot {i}: {picco} di {n_ctx} token ({picco / n_ctx:.0%})")
+    if prova.info.kv_unificata:
+        chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
+        righe.append(f"    somma sugli slot: {chiesti} token chiesti al buffer che condividono (--kv-unified), "
+                     f"di {n_ctx} ({chiesti / n_ctx:.0%})")
+    lunghe = [(extra(r).token_prompt + r.token, r) for r in prova.esecuzione.riuscite
+              if extra(r).token_prompt is not None and r.token is not None]
+    if lunghe:
+        totale, r = max(lunghe, key=lambda x: x[0])
+        righe.append(f"    la richiesta più lunga, dalle risposte: req {r.indice}, {totale} token ({extra(r).token_prompt} "
+                     f"di prompt + {r.token} generati)")
+    return righe
+
+
+def livello(tenuti: int, n_ctx: int, marche: Dict[str, str]) -> str:
+    """One cell of a slot's fill: blank when empty, the lowest eighth for a few tokens, a full block only
+    at n_ctx (490 of 512 is the seventh)."""
+    return marche["livelli"][min(8, max(tenuti > 0, 8 * tenuti // n_ctx))]
+
+
+def righe_riempimento(prova: Prova, marche: Dict[str, str], etichetta: int, colonne: int,
+                      passo: float) -> Tuple[List[str], Optional[str]]:
+    """--grafico: one row per slot, its fill over time (a full block is its n_ctx); with --kv-unified a
+    row for the sum against the buffer the slots share. And the legend's entry."""
+    letture = da_disegnare(prova)
+    if not letture:
+        return [], None
+    celle = [contesto_fra(letture, col * passo, (col + 1) * passo) for col in range(colonne)]
+    n_slot, n_ctx = len(letture[0].contesto), letture[0].contesto[0][1]
+    righe = [f"{f'ctx {i}':<{etichetta}}" + "".join(" " if c is None or i >= len(c) else livello(*c[i], marche)
+                                                     for c in celle).rstrip() for i in range(n_slot)]
+    voce = f"{marche['livelli'][1]}..{marche['livelli'][8]} contesto dello slot fino a n_ctx {n_ctx} (/slots)"
+    if prova.info.kv_unificata:
+        righe.append(f"{'ctx tutti':<{etichetta}}" + "".join(
+            " " if c is None else livello(min(n_ctx, somma(c)), n_ctx, marche) for c in celle).rstrip())
+        voce += "; tutti: la somma, fino al buffer condiviso"
+    return righe, voce
+
+
+def svg_riempimento(prova: Prova, y: int, sinistra: int, scala: float) -> Tuple[List[str], int]:
+    """--svg: each slot's fill over time as steps, under a dashed line at its n_ctx; with --kv-unified a
+    lane for the sum, under the buffer the slots share."""
+    letture = da_disegnare(prova)
+    if not letture:
+        return [], y
+    parti, alto, fine = [], 18, fine_asse(prova.esecuzione)
+    corsie = [(f"ctx {i}", f"slot {i}", n_ctx, lambda c, i=i: c.contesto[i][0] if i < len(c.contesto) else 0)
+              for i, (_, n_ctx) in enumerate(letture[0].contesto)]
+    if prova.info.kv_unificata:
+        corsie.append(("tutti", "tutti gli slot", letture[0].contesto[0][1], lambda c: somma(c.contesto)))
+    for etichetta, nome, n_ctx, tenuti_di in corsie:
+        parti.append(f'<text x="4" y="{y + 13}">{etichetta}</text>')
+        for c, dopo in zip(letture, letture[1:] + [None]):
+            tenuti = tenuti_di(c)
+            if tenuti:
+                h = alto * min(1.0, tenuti / n_ctx)
+                parti.append(f'<rect x="{sinistra + c.t * scala:.1f}" y="{y + alto - h:.1f}" '
+                             f'width="{((dopo.t if dopo else fine) - c.t) * scala:.1f}" height="{h:.1f}" '
+                             f'fill="{COLORI_SVG["contesto"]}"><title>{nome}: {tenuti} di {n_ctx} token a {c.t:.2f} s'
+                             f'</title></rect>')
+        parti.append(f'<line x1="{sinistra}" y1="{y}" x2="{sinistra + fine * scala:.1f}" y2="{y}" stroke="#e63946" '
+                     f'stroke-dasharray="4 3"><title>n_ctx {n_ctx}</title></line>')
+        y += alto + 4
+    return parti, y
+
+
+# --turni and --sistema: conversations that outgrow the slot ####################################
+
+class Conversazioni:
+    """--turni: each of the --parallele users holds one conversation of --turni turns. Every turn
+    resends the whole history (the system prompt, each question and each answer) and a new question,
+    with the prompt cache on: the history is the prefix its slot already holds (timings.cache_n says
+    how much was reused). A conversation stops at its first failed turn: the next would be longer."""
+
+    def __init__(self, piano: Piano, primo_prompt: int):
+        self.piano, self.primo_prompt = piano, primo_prompt
+
+    def messaggio_utente(self, utente: int, turno: int) -> dict:
+        """The question a user asks at a turn: one of the lab's prompts, behind who asks it."""
+        testo = PROMPTS[(utente + turno) % len(PROMPTS)]
+        return {"role": "user", "content": f"(utente {self.primo_prompt + utente}, domanda {turno + 1}) {testo}"}
+
+    def lancia(self, futuri: list, esecutore, client: Client, t0: float, timer) -> EsecuzioneOltre:
+        """Send each conversation's first turn, then each next one as soon as the previous is answered,
+        appending every turn's future to `futuri` (indices in the order they leave)."""
+        import concurrent.futures
+
+        piano, turni = self.piano, self.piano.oltre.turni
+        storie = {}  # each turn's future -> (user, turn from 0, the messages it sent)
+
+        def manda(utente: int, turno: int, messaggi: list) -> None:
+            domanda = {**domanda_chat("", piano), "messages": messaggi, "cache_prompt": True}
+            futuro = esecutore.submit(self.invia_turno, client, len(futuri), domanda, utente, turno, t0, timer)
+            futuri.append(futuro)
+            storie[futuro] = (utente, turno, messaggi)
+
+        sistema = [{"role": "system", "content": piano.oltre.testo_sistema}] if piano.oltre.testo_sistema else []
+        for utente in range(piano.parallele):
+            manda(utente, 0, sistema + [self.messaggio_utente(utente, 0)])
+        in_corso = set(storie)
+        while in_corso:
+            finiti, in_corso = concurrent.futures.wait(in_corso, return_when=concurrent.futures.FIRST_COMPLETED)
+            for futuro in finiti:
+                utente, turno, messaggi = storie.pop(futuro)
+                r = futuro.result()
+                if r.riuscita and turno + 1 < turni and not client.annullato.is_set():
+                    risposta = {"role": "assistant", "content": extra(r).testo or ""}
+                    manda(utente, turno + 1, messaggi + [risposta, self.messaggio_utente(utente, turno + 1)])
+                    in_corso.add(futuri[-1])
+        return EsecuzioneOltre()
+
+    def invia_turno(self, client: Client, indice: int, domanda: dict, utente: int, turno: int, t0: float,
+                    timer) -> Risultato:
+        r = invia(client, indice, domanda, self.piano.timeout, t0, timer)
+        return r._replace(oltre=extra(r)._replace(conversazione=utente, turno=turno + 1))
+
+
+def lanciatore(piano: Piano, primo_prompt: int):
+    """Who sends a run's requests when the extras do: the conversations (--turni), or the clock."""
+    return Conversazioni(piano, primo_prompt) if piano.oltre.turni else Programma(piano, primo_prompt)
+
+
+def tokenizza(client: Client, testo: str) -> List[bytes]:
+    """The pieces of `testo` as the server's own tokenizer cuts it (/tokenize with_pieces), as bytes:
+    a piece may hold half of a UTF-8 character. A server without it: ErroreOpzione, exit 2."""
+    try:
+        risposta = client.chiama("POST", "/tokenize", {"content": testo, "with_pieces": True})
+    except ErroreRete as exc:
+        raise ErroreUtente(f"nessuna risposta dal server {client.base} (/tokenize): {exc}") from None
+    dati = leggi_json(risposta.corpo) if risposta.status == 200 else None
+    token = dati.get("tokens") if isinstance(dati, dict) else None
+    if not isinstance(token, list) or not all(isinstance(t, dict) and "piece" in t for t in token):
+        raise ErroreOpzione(f"il server su {client.base} non conta i token con /tokenize ({descrivi_errore_http(risposta)}"
+                            "): --sistema ha bisogno del suo tokenizzatore")
+    return [t["piece"].encode("utf-8") if isinstance(t["piece"], str) else bytes(t["piece"]) for t in token]
+
+
+def testo_di_token(client: Client, n: int) -> str:
+    """A text of exactly n tokens for the server's tokenizer: the lab's prompts one after the other, cut
+    after the n-th piece, then counted again (a cut may merge two pieces: then one piece more or less)."""
+    fonte = " ".join(PROMPTS)
+    pezzi = tokenizza(client, fonte)
+    while 0 < len(pezzi) < n + 3:
+        fonte = " ".join([fonte] * (n // len(pezzi) + 2))
+        pezzi = tokenizza(client, fonte)
+    for k in [k for k in (n, n - 1, n + 1, n - 2, n + 2) if 0 < k <= len(pezzi)]:
+        testo = b"".join(pezzi[:k]).decode("utf-8", "replace")
+        if len(tokenizza(client, testo)) == n:
+            return testo
+    raise ErroreOpzione(f"--sistema {n}: il tokenizzatore del server non dà un testo di esattamente {n} token")
+
+
+def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
+    """The plans with --sistema's text, made once on the first server's tokenizer."""
+    testo = testo_di_token(client, extra(piani[0]).sistema)
+    return [p._replace(oltre=p.oltre._replace(testo_sistema=testo)) for p in piani]
+
+
+# The two ways this llama.cpp says a request did not fit: the slot's context (400, when a slot takes it),
+# and no room in the KV cache (500, for every request in flight: measured with --kv-unified, four long
+# requests together at -np 4 -c 2048 all failed; none waited in the queue, none was evicted).
+CONTESTO_FINITO = {"exceed_context_size_error": "slot", "Context size has been exceeded": "kv"}
+
+
+def contesto_finito(r: Risultato) -> Optional[str]:
+    """`slot` or `kv` when the server said a request ran out of context (see CONTESTO_FINITO); else None."""
+    return next((tipo for chiave, tipo in CONTESTO_FINITO.items() if r.errore and chiave in r.errore), None)
+
+
+def perche_finito(r: Risultato, info: InfoServer) -> str:
+    """Why a conversation stopped, in Italian: a full KV cache is the shared buffer only when it is known."""
+    return {"slot": "il contesto dello slot è finito", "kv": "il buffer KV condiviso è pieno" if info.kv_unificata
+            else "il server non ha trovato posto nella cache KV"}.get(contesto_finito(r), "è fallito")
+
+
+def da_a(valori: List[int]) -> str:
+    """`min-max` of some counts (one value if they agree, n/d if none)."""
+    return ND if not valori else str(min(valori)) if min(valori) == max(valori) else f"{min(valori)}-{max(valori)}"
+
+
+def righe_conversazioni(prova: Prova) -> List[str]:
+    """--turni: per turn, how many conversations went through, the prompt's tokens, those reused from
+    the cache, the latency (and the first token, with --stream); then where each conversation stopped."""
+    e, piano, utenti = prova.esecuzione, extra(prova.piano), prova.piano.parallele
+    stream = any(extra(r).chunk_s is not None for r in e.riuscite)
+    condiviso = " condivisi fra gli slot (--kv-unified)" if prova.info.kv_unificata else " per slot"
+    righe = [f"conversazioni: {quante(utenti, 'utente', 'utenti')} da {quante(piano.turni, 'turno', 'turni')}"
+             + (f", prompt di sistema di {piano.sistema} token" if piano.sistema else "")
+             + f"; contesto {fmt(prova.info.n_ctx_slot, 'd')} token{condiviso}",
+             "  turno  riuscite  token di prompt  dalla cache  latenza media" + ("  primo token" if stream else "")]
+    for turno in range(1, piano.turni + 1):
+        ok = [r for r in e.riuscite if extra(r).turno == turno]
+        cache = [extra(r).token_cache for r in ok if extra(r).token_cache is not None]
+        prompt = da_a([extra(r).token_prompt for r in ok if extra(r).token_prompt is not None])
+        riga = (f"  {turno:>5}  {f'{len(ok)}/{utenti}':>8}  {prompt:>15}  {fmt(media(cache), '.0f'):>11}"
+                f"  {fmt(media([r.latenza for r in ok]), '.2f s'):>13}")
+        if stream:
+            riga += f"  {fmt(media([extra(r).primo_token for r in ok if extra(r).primo_token is not None]), '.2f s'):>11}"
+        righe.append(riga)
+    for utente in range(utenti):
+        suoi = [r for r in e.risultati if extra(r).conversazione == utente]  # the user's turns that ended
+        if suoi and not suoi[-1].riuscita:
+            ultimo = suoi[-1]
+            righe.append(f"  utente {utente}: fermo al turno {extra(ultimo).turno}, {perche_finito(ultimo, prova.info)}: "
+                         f"{ultimo.errore}")
+        troncati = [r for r in suoi if r.riuscita and extra(r).finish_reason == "length" and r.token is not None
+                    and r.token < prova.piano.max_token]
+        for r in troncati:  # "length" before --token: the slot's context ended, when prompt and answer fill it
+            pieno = None not in (extra(r).token_prompt, prova.info.n_ctx_slot) and (
+                extra(r).token_prompt + r.token >= prova.info.n_ctx_slot - 1)
+            righe.append(f"  utente {utente}: al turno {extra(r).turno} la risposta si è fermata a {r.token} token di "
+                         f"{prova.piano.max_token}" + (": lo slot era pieno" if pieno else "") + " (finish_reason length)")
+    in_fondo = sum(1 for u in range(utenti) if any(extra(r).conversazione == u and extra(r).turno == piano.turni
+                                                   for r in e.riuscite))
+    finite = sum(1 for r in e.risultati if contesto_finito(r))
+    righe.append(f"  arrivate all'ultimo turno: {in_fondo} su {utenti}" + (
+        f"; {quante(finite, 'richiesta non è entrata', 'richieste non sono entrate')} nel contesto" if finite else ""))
+    return righe
+
+
+# What the server decided: its log, read with --avvia ###########################################
+
+class Decisioni(NamedTuple):
+    """What the server printed at start-up about what it decided; None (n/d) where its log is silent."""
+    n_slot: Optional[int] = None
+    n_ctx_slot: Optional[int] = None
+    kv_unificata: Optional[bool] = None
+    cache_kv: tuple = ()  # each KV cache: (its name, MiB, cells, layers), printed at -lv 4
+
+    @property
+    def kv_mib(self) -> Optional[float]:
+        return sum(c[1] for c in self.cache_kv) if self.cache_kv else None
+
+
+def leggi_decisioni(log: str) -> Decisioni:
+    """`load_model: initializing, n_slots = 4, n_ctx_slot = 512, kv_unified = 'false'` (always), and each
+    `llama_kv_cache: size = 6.00 MiB (512 cells, 3 layers, 4/4 seqs)` after `creating non-SWA KV cache`."""
+    import re
+
+    scelta = re.search(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'", log)
+    cache, nome = [], "KV"
+    for riga in log.splitlines():
+        creata = re.search(r"creating\s+(\S+) KV cache", riga)
+        taglia = re.search(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers", riga)
+        if creata:
+            nome = creata.group(1)
+        elif taglia:
+            cache.append((nome, float(taglia.group(1)), int(taglia.group(2)), int(taglia.group(3))))
+            nome = "KV"
+    if scelta is None:
+        return Decisioni(cache_kv=tuple(cache))
+    return Decisioni(int(scelta.group(1)), int(scelta.group(2)), scelta.group(3) == "true", tuple(cache))
+
+
+def riga_decisioni(configurazione: Configurazione, d: Decisioni) -> str:
+    kv = ND if d.kv_unificata is None else str(d.kv_unificata).lower()
+    return (f"il server (-np {configurazione.etichetta}) ha deciso, dal suo log: {fmt(d.n_slot, 'd')} slot, "
+            f"n_ctx per slot {fmt(d.n_ctx_slot, 'd')}, kv_unified {kv}, cache KV {fmt(d.kv_mib, '.2f MiB')}")
+
+
+def con_contesto(comando: List[str], n_ctx: int) -> List[str]:
+    """The server's command with -c n_ctx in place of its own -c (or with it added)."""
+    uscita, salta = [], False
+    for parte in comando:
+        if salta:
+            salta = False
+        elif parte in ("-c", "--ctx-size"):
+            salta = True
+        elif not parte.startswith(("-c=", "--ctx-size=")):
+            uscita.append(parte)
+    return uscita + ["-c", str(n_ctx)]
+
+
+CONVERSAZIONI_RAM, TOKEN_RAM = 4, 4096  # the lab's question: 4 conversations of 4096 tokens each
+
+
+def da_confrontare(prove: List[Prova]) -> Optional[Configurazione]:
+    """The server of the session the RAM question starts from: the first -np 4 (the question's slots),
+    else the first started; None without --avvia."""
+    avviate = [p.configurazione for p in prove if p.configurazione and p.configurazione.deciso]
+    return next((c for c in avviate if c.np == CONVERSAZIONI_RAM), avviate[0]) if avviate else None
+
+
+def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[Optional[Decisioni], str]:
+    """The same server (same -np, same --kv-unified) started once more at the question's context, only
+    -c changed, and what its log says it allocated; or None and why not (a failed start is not the
+    session's failure: a large model may not fit at -c 16384)."""
+    if prima.deciso.kv_mib is None:
+        return None, "il log del server non scrive la cache KV (questo llama.cpp la scrive da -lv 4)"
+    comando = con_contesto(opzioni.oltre.avvia, CONVERSAZIONI_RAM * TOKEN_RAM)
+    try:
+        with ServerAvviato(comando, prima._replace(deciso=None), opzioni.url, opzioni.attesa_pronto,
+                           sys.stderr) as server:
+            return server.decisioni(), ""
+    except ErroreUtente as exc:
+        return None, f"il server non è partito con -c {CONVERSAZIONI_RAM * TOKEN_RAM}: {str(exc).splitlines()[0]}"
+
+
+def righe_ram(prima: Configurazione, grande: Optional[Decisioni], perche_nd: str) -> List[str]:
+    """--spiega with --avvia: the lab's RAM question answered from measurements. The KV cache of a model
+    with sliding-window layers (gemma-3) does not grow in proportion to -c, so nothing is extrapolated:
+    `grande` is what the server allocated when started again at the asked context."""
+    d, chiesto = prima.deciso, CONVERSAZIONI_RAM * TOKEN_RAM
+    n_ctx = None if d.n_ctx_slot is None else d.n_ctx_slot * (1 if d.kv_unificata else d.n_slot or 1)
+    righe = [f"La domanda del lab: {CONVERSAZIONI_RAM} conversazioni da {TOKEN_RAM} token.",
+             f"  Servono -c {chiesto}: {CONVERSAZIONI_RAM} slot da {TOKEN_RAM} (-np {CONVERSAZIONI_RAM}), o lo stesso "
+             f"-c con --kv-unified, dove però le conversazioni si contendono un solo buffer."]
+    if grande is None or grande.kv_mib is None or not n_ctx:
+        return righe + [f"  La cache KV: n/d ({perche_nd or 'il log del server non la scrive'})."]
+    crescita = grande.kv_mib / d.kv_mib
+    righe += [f"  La cache KV, misurata: con -c {n_ctx} (-np {prima.etichetta}) il server ha allocato {d.kv_mib:.2f} "
+              f"MiB; avviato di nuovo con -c {chiesto}, {grande.kv_mib:.2f} MiB ({grande.kv_mib - d.kv_mib:+.2f} MiB): "
+              f"x{crescita:.1f} per x{chiesto / n_ctx:g} token di contesto."]
+    if chiesto > n_ctx:
+        in_piu = (grande.kv_mib - d.kv_mib) * 1024 / (chiesto - n_ctx)  # KiB per token, between the two starts
+        righe.append(f"  Per token di contesto: {d.kv_mib * 1024 / n_ctx:.1f} KiB in media a -c {n_ctx}; ogni token "
+                     f"in più fino a -c {chiesto} ne costa {in_piu:.1f} KiB (la differenza fra i due avvii).")
+    ferme = []  # the sliding-window caches that did not grow with the context
+    for (nome, mib, celle, strati), (_, mib_g, celle_g, _) in zip(d.cache_kv, grande.cache_kv):
+        righe.append(f"    cache {nome} ({strati} strati): {mib:.2f} -> {mib_g:.2f} MiB, {celle} -> {celle_g} celle "
+                     "per flusso")
+        if nome == "SWA" and celle_g < 0.9 * celle * chiesto / n_ctx:
+            ferme.append(f"la cache SWA ({strati} strati) si ferma a {celle_g} celle")
+    if ferme:
+        righe.append(f"  Non cresce come il contesto: {'; '.join(ferme)}, perché quegli strati guardano solo una "
+                     "finestra scorrevole degli ultimi token; cresce la cache degli strati che guardano tutto il "
+                     "contesto. Per questo la cifra è misurata e non moltiplicata.")
+    return righe
 
 
 # Plumbing: the errors, and what went wrong in Italian #########################################

@@ -7,6 +7,12 @@ slots (the cores are shared, as on a CPU); `usage` and `timings` in every answer
 server-sent events in chunked transfer encoding, as llama.cpp sends them, and a request whose
 client closes the connection stops generating and frees its slot, as llama.cpp's does. `override`
 replaces any path with a scripted handler, for the faults a real server cannot stage on demand.
+
+The context, as this llama.cpp version handles it (measured): a free slot is picked by the longest
+common prefix with its last prompt; /slots' `n_prompt_tokens` of a busy slot counts the prompt and
+the tokens decoded so far; an answer that reaches the slot's context stops there (finish_reason
+length); with --kv-unified, when the busy slots together outgrow the shared buffer, every request in
+flight fails with 500 "Context size has been exceeded."; /tokenize counts with the stand-in rule.
 """
 
 import dataclasses
@@ -27,6 +33,14 @@ APERTURA_TEMPLATE = 4  # the template's opening, the same for every prompt: what
 def conta_token(testo: str) -> int:
     """A stand-in tokenizer: one token per word or punctuation mark."""
     return len(re.findall(r"\w+|[^\w\s]", testo))
+
+
+def pezzi_token(testo: str) -> List[str]:
+    """The stand-in tokenizer's pieces: each word or mark with the blanks before it (joined, the text)."""
+    return re.findall(r"\s*(?:\w+|[^\w\s])", testo)
+
+
+KV_KIB_PER_CELLA_E_STRATO = 1  # the fake's KV cache: 1 KiB per cell per layer, as gemma-3-270m's f16 cache
 
 
 @dataclasses.dataclass
@@ -57,6 +71,7 @@ class Slot:
     busy: bool = False
     id_task: Optional[int] = None
     n_prompt: int = 0
+    n_cache: int = 0  # of n_prompt, the tokens reused from the slot's cache
     n_decoded: int = 0
     n_remain: int = 0
     parole: Optional[List[str]] = None  # the last prompt's words: what its prompt cache holds
@@ -82,6 +97,8 @@ class FakeLlama:
         self.arrivi: List[float] = []  # time.perf_counter() when each chat request's headers were read
         self.in_volo = 0  # chat requests queued or in a slot
         self.picco_in_volo = 0
+        self.kv_esaurito = 0  # --kv-unified: how many times the busy slots outgrew the shared buffer
+        self.letture_slots: List[list] = []  # every /slots answer it gave, in order
         self.inizio = time.monotonic()
         ThreadingHTTPServer.request_queue_size = 256  # 64 clients connect at once in the large run
         self.server = ThreadingHTTPServer(indirizzo, self._handler_class())
@@ -110,20 +127,30 @@ class FakeLlama:
     def occupati(self) -> int:
         return sum(s.busy for s in self.slots)
 
-    def prendi_slot(self) -> Slot:
+    def prendi_slot(self, parole: Optional[List[str]] = None) -> Slot:
         with self.cond:
             ticket = object()
             self.coda.append(ticket)
             while not (self.coda[0] is ticket and any(not s.busy for s in self.slots)):
                 self.cond.wait()
             self.coda.popleft()
-            slot = next(s for s in self.slots if not s.busy)
+            # The free slot whose last prompt shares the longest prefix with this one, as llama.cpp picks.
+            slot = max((s for s in self.slots if not s.busy), key=lambda s: comune(parole or [], s.parole or []))
             slot.busy = True
             self.n_task += 1
-            slot.id_task, slot.n_decoded = self.n_task, 0
+            slot.id_task, slot.n_prompt, slot.n_decoded = self.n_task, 0, 0
             self.picco_occupati = max(self.picco_occupati, self.occupati())
             self.cond.notify_all()
             return slot
+
+    def kv_pieno(self) -> bool:
+        """--kv-unified: the busy slots hold more tokens together than the shared buffer (-c)."""
+        if not self.config.kv_unified:
+            return False
+        with self.cond:
+            if sum(s.n_prompt + s.n_decoded for s in self.slots if s.busy) > self.config.n_ctx:
+                self.kv_esaurito += 1
+            return self.kv_esaurito > 0
 
     def lascia_slot(self, slot: Slot):
         with self.cond:
@@ -151,7 +178,8 @@ class FakeLlama:
         with self.cond:
             self.in_volo += 1
             self.picco_in_volo = max(self.picco_in_volo, self.in_volo)
-        slot = self.prendi_slot()
+        parole = re.findall(r"\w+|[^\w\s]", contenuto)
+        slot = self.prendi_slot(parole)
         try:
             if n_prompt >= self.config.n_ctx_slot:
                 return 400, {"error": {
@@ -163,17 +191,24 @@ class FakeLlama:
                 all_avvio()
             # The prompt cache, as llama.cpp's: the common prefix with the slot's last prompt (the
             # template's opening at least), and all but the last token of the same prompt again.
-            parole = re.findall(r"\w+|[^\w\s]", contenuto)
             cache_n = 0
             if slot.parole is not None and (body.get("cache_prompt", True) or not self.config.rispetta_cache_prompt):
-                comuni = next((i for i, (a, b) in enumerate(zip(parole, slot.parole)) if a != b), min(len(parole), len(slot.parole)))
+                comuni = comune(parole, slot.parole)
                 cache_n = min(n_prompt - 1, APERTURA_TEMPLATE + comuni if comuni < len(parole) else n_prompt - 1)
             slot.parole = parole
-            slot.n_prompt, slot.n_remain = n_prompt, max_tokens
+            # An answer stops where the slot's context ends (finish_reason length), as llama.cpp's does.
+            if n_prompt + max_tokens > self.config.n_ctx_slot:
+                max_tokens, finish = self.config.n_ctx_slot - n_prompt, "length"
+            slot.n_prompt, slot.n_cache, slot.n_remain = n_prompt, cache_n, max_tokens
             t0 = time.perf_counter()
             time.sleep(n_prompt * self.config.s_per_prompt_token)
             t1 = time.perf_counter()
-            for i in range(max_tokens):
+            for i in range(max_tokens + 1):
+                if self.kv_pieno():  # every request in flight fails, as this llama.cpp version does
+                    return 500, {"error": {"code": 500, "message": "Context size has been exceeded.",
+                                           "type": "server_error"}}
+                if i == max_tokens:
+                    break
                 if chiusa():
                     with self.cond:
                         self.abbandonate += 1
@@ -191,7 +226,7 @@ class FakeLlama:
             prompt_ms, predicted_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
             return 200, {
                 "choices": [{"finish_reason": finish, "index": 0,
-                             "message": {"role": "assistant", "content": "parola " * max_tokens}}],
+                             "message": {"role": "assistant", "content": " ".join(["parola"] * max_tokens)}}],
                 "created": int(time.time()), "model": self.config.alias, "object": "chat.completion",
                 "system_fingerprint": "b0-fake", "id": f"chatcmpl-{slot.id_task}",
                 "usage": {"completion_tokens": max_tokens, "prompt_tokens": n_prompt,
@@ -205,6 +240,9 @@ class FakeLlama:
             }
         finally:
             self.lascia_slot(slot)
+            with self.cond:
+                if not any(s.busy for s in self.slots):
+                    self.kv_esaurito = 0  # the buffer is free again
 
     def json_slots(self):
         with self.cond:
@@ -212,11 +250,14 @@ class FakeLlama:
             for s in self.slots:
                 d = {"id": s.id, "n_ctx": self.config.n_ctx_slot, "speculative": False, "is_processing": s.busy}
                 if s.id_task is not None:
-                    d.update(id_task=s.id_task, n_prompt_tokens=s.n_prompt, n_prompt_tokens_processed=s.n_prompt,
-                             n_prompt_tokens_cache=0, params={"n_predict": -1},
+                    # As this llama.cpp version: n_prompt_tokens of a busy slot counts the decoded tokens too.
+                    d.update(id_task=s.id_task, n_prompt_tokens=s.n_prompt + s.n_decoded * s.busy,
+                             n_prompt_tokens_processed=s.n_prompt - s.n_cache, n_prompt_tokens_cache=s.n_cache,
+                             params={"n_predict": -1},
                              next_token=[{"has_next_token": s.busy, "has_new_line": False,
                                           "n_remain": s.n_remain, "n_decoded": s.n_decoded}])
                 out.append(d)
+            self.letture_slots.append(out)
             return out
 
     def json_props(self):
@@ -272,7 +313,10 @@ class FakeLlama:
             def stream(self, body):
                 """Server-sent events in chunked encoding; headers only once a slot takes the request,
                 as llama.cpp does."""
+                avviato = []
+
                 def avvio():
+                    avviato.append(True)
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
                     self.send_header("Transfer-Encoding", "chunked")
@@ -286,6 +330,9 @@ class FakeLlama:
                 status, dati = fake.completa(body, token, avvio, self.chiusa)
                 if status is None:
                     return
+                if status != 200 and avviato:  # an error after the headers: inside the stream, no [DONE]
+                    self.evento({"error": dati["error"]})
+                    return self.scrivi_chunk(b"")
                 if status != 200:
                     return self.send_json(status, dati)
                 self.evento({"choices": [{"index": 0, "finish_reason": dati["choices"][0]["finish_reason"], "delta": {}}]})
@@ -320,6 +367,12 @@ class FakeLlama:
                     return self.send_json(200, fake.json_slots())
                 if percorso == "/props":
                     return self.send_json(200, fake.json_props())
+                if percorso == "/tokenize" and self.command == "POST":
+                    body = json.loads(corpo or b"{}")
+                    pezzi = pezzi_token(body.get("content", ""))
+                    ids = [sum(map(ord, p.strip())) % 262144 for p in pezzi]
+                    return self.send_json(200, {"tokens": [{"id": i, "piece": p} for i, p in zip(ids, pezzi)]
+                                                if body.get("with_pieces") else ids})
                 if percorso == "/metrics":
                     if not cfg.metrics:
                         return self.errore(501, "not_supported_error",
@@ -349,6 +402,28 @@ class FakeLlama:
             do_GET = do_POST = rispondi
 
         return Handler
+
+
+def comune(a: List[str], b: List[str]) -> int:
+    """How many words two prompts share from the start."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def righe_kv(config: Config, swa: bool = True) -> List[str]:
+    """The KV cache lines llama.cpp prints at -lv 4, with gemma-3-270m's shapes: a global cache of 3
+    layers that grows with the context, a sliding-window one of 15 that stops at 1024 cells a stream
+    (without `swa`: one cache of 18 layers, all global, as a model without sliding windows)."""
+    flussi = 1 if config.kv_unified else config.n_slot
+    celle_globali = config.n_ctx_slot
+    celle_swa = min(celle_globali, 1024 * (config.n_slot if config.kv_unified else 1))
+    cache = (("non-SWA", celle_globali, 3), ("    SWA", celle_swa, 15)) if swa else (("", celle_globali, 18),)
+    righe = []
+    for nome, celle, strati in cache:
+        mib = celle * flussi * strati * KV_KIB_PER_CELLA_E_STRATO / 1024
+        righe += [f"llama_kv_cache_iswa: creating {nome} KV cache, size = {celle} cells"] * swa + [
+                  f"llama_kv_cache: size = {mib:7.2f} MiB ({celle:6d} cells, {strati:3d} layers, "
+                  f"{config.n_slot:2d}/{flussi} seqs), K (f16): {mib / 2:7.2f} MiB, V (f16): {mib / 2:7.2f} MiB"]
+    return righe
 
 
 def chunk(dati: bytes) -> bytes:
@@ -393,7 +468,9 @@ def main(argv=None):
     parser.add_argument("serve", nargs="?")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("-np", type=int, default=1)
+    parser.add_argument("-np", type=int, default=-1)  # auto, as llama.cpp: 4 slots and --kv-unified
+    parser.add_argument("-lv", type=int, default=3)  # 4 or more: the KV cache lines too
+    parser.add_argument("--senza-swa", action="store_true", help="a model without sliding-window layers")
     parser.add_argument("-c", type=int, default=2048)
     parser.add_argument("--kv-unified", action="store_true")
     parser.add_argument("--s-per-token", type=float, default=0.005)
@@ -409,6 +486,8 @@ def main(argv=None):
     n_slot = 4 if a.np == -1 else a.np
     config = Config(n_slot=n_slot, n_ctx=a.c, kv_unified=a.kv_unified or a.np == -1,
                     s_per_token=a.s_per_token, loading_s=a.loading_s)
+    for riga in righe_kv(config, not a.senza_swa) if a.lv >= 4 else []:
+        print(riga, flush=True)
     print(f"srv    load_model: initializing, n_slots = {n_slot}, n_ctx_slot = {config.n_ctx_slot}, "
           f"kv_unified = '{str(config.kv_unified).lower()}'", flush=True)
     override = {}

@@ -24,8 +24,11 @@ def intervalli(tempi):
     return [b - a for a, b in zip(tempi, tempi[1:])]
 
 
-def cv(valori):
-    return statistics.pstdev(valori) / statistics.fmean(valori)
+def dispersione_robusta(valori):
+    """The interquartile range over the median: a few gaps a loaded machine stretches do not move it
+    (Poisson's gaps give about 1.6, a steady beat about 0)."""
+    primo, mediana, terzo = statistics.quantiles(valori, n=4)
+    return (terzo - primo) / mediana
 
 
 def righe_tabella(out):
@@ -47,7 +50,7 @@ def carico_processo(url, *flags):
 def test_ritmo_costante_sul_tempo_del_server(fake):
     """--arrivi costanti at 50 a second, on the fake's clock. On a loaded machine a send can be late by the
     scheduler's whims, so the bounds are on what lateness cannot move: the median gap, the mean rate, the
-    spread far below Poisson's, and no build-up of lateness along the run."""
+    spread of the middle half of the gaps far below Poisson's, and no build-up of lateness along the run."""
     server = fake(n_slot=4, s_per_token=0.001)
     rc, out, err = carico_processo(server.url, "--ritmo", "50", "--arrivi", "costanti", "--richieste", "200",
                                    "--token", "2")
@@ -56,7 +59,7 @@ def test_ritmo_costante_sul_tempo_del_server(fake):
     assert len(gap) == 199
     assert abs(statistics.median(gap) - 0.020) < 0.001, statistics.median(gap)
     assert 0.95 * 50 < 1 / statistics.fmean(gap) < 1.05 * 50, statistics.fmean(gap)
-    assert cv(gap) < 0.5, cv(gap)  # Poisson's is 1
+    assert dispersione_robusta(gap) < 0.5, dispersione_robusta(gap)  # Poisson's is about 1.6
     arrivi = sorted(server.arrivi)
     ritardi = [(a - arrivi[0]) - i / 50 for i, a in enumerate(arrivi)]
     assert statistics.median(ritardi[-20:]) - statistics.median(ritardi[:20]) < 0.005, ritardi[-20:]
@@ -74,15 +77,18 @@ def test_ritmo_poisson_seminato_segue_il_programma(fake):
     programma = list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=50, seme=11)), 200))
     previsti, visti = intervalli(programma), intervalli(server.arrivi)
     # Gap by gap, the arrivals follow the plan: a late send shifts two gaps by a few ms, while the plan's
-    # gaps spread by 20 ms, so the two lists stay tightly correlated on a loaded machine too.
-    assert statistics.correlation(previsti, visti) > 0.9, statistics.correlation(previsti, visti)
+    # gaps spread by 20 ms. The typical gap (the median of the differences) stays within 3 ms of its plan
+    # however many single sends a loaded machine delays, as long as most are on time.
+    differenze = [abs(v - p) for v, p in zip(visti, previsti)]
+    assert statistics.median(differenze) < 0.003, statistics.median(differenze)
     # Kept on the clock: a late send does not push back the ones after it. On a loaded machine single
     # sends are late by the scheduler's whims (so no bound on the worst gaps), but the lateness does not
     # build up: the last twenty arrive as late as the first twenty, give or take 5 ms.
     arrivi = sorted(server.arrivi)
     ritardi = [(a - arrivi[0]) - p for a, p in zip(arrivi, programma)]
     assert statistics.median(ritardi[-20:]) - statistics.median(ritardi[:20]) < 0.005, ritardi[-20:]
-    assert 0.7 < cv(visti) < 1.3, cv(visti)
+    attesa = dispersione_robusta(previsti)  # the plan's own spread, Poisson's
+    assert abs(dispersione_robusta(visti) - attesa) < 0.25 * attesa, (dispersione_robusta(visti), attesa)
     assert "(arrivi di Poisson, seme 11)" in out
     # The same seed is the same schedule; another seed another one.
     assert programma == list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=50, seme=11)), 200))
@@ -164,8 +170,8 @@ def test_durata_a_ritmo(fake, carica):
 # Sweeps #######################################################################################
 
 def test_griglia_parallele_tabella_curva_e_spiega(fake, carica, tmp_path):
-    server = fake(n_slot=2, s_per_token=0.01)
-    rc, out, err = carica(server.url, "--parallele", "1,2,4", "--token", "16", "--grafico", "--spiega",
+    server = fake(n_slot=2, s_per_token=0.01)  # requests of about 0.5 s: a hiccup of a loaded machine is noise
+    rc, out, err = carica(server.url, "--parallele", "1,2,4", "--token", "32", "--grafico", "--spiega",
                           "--json", str(tmp_path / "g.json"), "--svg", str(tmp_path / "g.svg"), *VELOCE)
     assert rc == 0, out + err
     for j, p in enumerate((1, 2, 4), 1):

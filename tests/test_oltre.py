@@ -89,8 +89,12 @@ def test_grafico_un_slot_scala(fake, carica):
     assert in_coda[3] > 40
     slot = next(r for r in disegno if r.startswith("slot"))
     assert set(slot[8:]) <= {"0", "1"} and "1" in slot
-    assert disegno[-2].startswith("legenda: ░ in coda  ▒ prompt  █ generazione")
-    assert disegno[-1].strip() == "cifre: slot occupati (dai tempi del server)"
+    legenda = next(i for i, r in enumerate(disegno) if r.startswith("legenda: "))
+    assert disegno[legenda].startswith("legenda: ░ in coda  ▒ prompt  █ generazione")
+    assert disegno[legenda + 1].strip() == "cifre: slot occupati (dai tempi del server)"
+    # The slot's context, under the busy slots: one row, a full block being its n_ctx.
+    assert disegno[legenda + 2].strip().startswith("▁..█ contesto dello slot fino a n_ctx 2048")
+    assert [r[:8] for r in disegno[legenda - 1:legenda]] == ["ctx 0   "]
 
 
 def test_grafico_quattro_slot_fianco_a_fianco(fake, carica):
@@ -290,11 +294,17 @@ def test_avvia_tutto_il_lab(capsys):
     assert intestazioni == ["server: 1 slot, n_ctx per slot = 2048", "server: 2 slot, n_ctx per slot = 1024",
                             "server: 4 slot, n_ctx per slot = 512", "server: 4 slot, n_ctx per slot = 2048"]
     assert [valore(b, "picco slot occupati insieme") for b in out.split("server: ")[1:]] == ["1", "2", "4", "4"]
+    # What each server decided, read from its log (started with -lv 4, which prints the KV caches).
+    assert [r for r in out.splitlines() if "ha deciso" in r] == [
+        "il server (-np 1) ha deciso, dal suo log: 1 slot, n_ctx per slot 2048, kv_unified false, cache KV 21.00 MiB",
+        "il server (-np 2) ha deciso, dal suo log: 2 slot, n_ctx per slot 1024, kv_unified false, cache KV 36.00 MiB",
+        "il server (-np 4) ha deciso, dal suo log: 4 slot, n_ctx per slot 512, kv_unified false, cache KV 36.00 MiB",
+        "il server (-np 4 kv) ha deciso, dal suo log: 4 slot, n_ctx per slot 2048, kv_unified true, cache KV 36.00 MiB"]
     tabella = out[out.index("| np | n_ctx_slot"):].splitlines()[:6]
-    assert tabella[0] == "| np | n_ctx_slot | latenza media | latenza max | throughput |"
-    assert [r.split(" | ")[:2] for r in tabella[2:]] == [["| 1", "2048"], ["| 2", "1024"], ["| 4", "512"],
-                                                         ["| 4 kv", "2048"]]
-    assert "-np 4 --kv-unified --host 127.0.0.1" in err and "server pronto" in err
+    assert tabella[0] == "| np | n_ctx_slot | KV MiB | latenza media | latenza max | throughput |"
+    assert [r.split(" | ")[:3] for r in tabella[2:]] == [["| 1", "2048", "21.00"], ["| 2", "1024", "36.00"],
+                                                         ["| 4", "512", "36.00"], ["| 4 kv", "2048", "36.00"]]
+    assert "-np 4 --kv-unified -lv 4 --host 127.0.0.1" in err and "server pronto" in err
     assert not risponde(url)  # stopped
 
 

@@ -323,3 +323,60 @@ def test_esatti_reale(llama):
     assert [int(m.group(3)) for m in map(RIGA_REQ.match, out.splitlines()) if m] == [40, 40]
     assert "(80 token generati)" in out and "si sono fermate" not in err
     assert all(s["params"]["ignore_eos"] is True for s in server.get_json("/slots"))
+
+
+def test_conversazioni_reali_np_4_e_kv_unified(tmp_path):
+    """The sheet's sentence, seen: at -np 4 -c 2048 (512 a slot) a few turns with a long system prompt no
+    longer fit (HTTP 400 exceed_context_size_error, below turn 4). With --kv-unified the four conversations
+    share 2048 tokens: this llama.cpp does not queue them when the buffer fills, every request in flight
+    fails (HTTP 500 "Context size has been exceeded."). Both are the context running out: exit 3."""
+    url = f"http://127.0.0.1:{porta_libera()}"
+    rc, out, err = carico_cli(url, "--avvia", comando_reale(), "--np", "4,4kv", "--turni", "4", "--sistema", "300",
+                              "--token", "32", "--svg", str(tmp_path / "c.svg"), timeout=600)
+    assert rc == 3, out + err
+    np4, kv = out.split("punto 2 di 2")
+    fermi = [r for r in np4.splitlines() if "fermo al turno" in r]
+    assert fermi and all(int(r.split("fermo al turno ")[1][0]) < 4 for r in fermi), np4
+    assert all("il contesto dello slot è finito: HTTP 400 exceed_context_size_error: request (" in r for r in fermi)
+    assert "il server (-np 4) ha deciso, dal suo log: 4 slot, n_ctx per slot 512, kv_unified false, cache KV 36.00 MiB" in out
+    assert "il server (-np 4 kv) ha deciso, dal suo log: 4 slot, n_ctx per slot 2048, kv_unified true" in out
+    pieno = [r for r in kv.splitlines() if "il buffer KV condiviso è pieno: HTTP 500 server_error: Context size has "
+             "been exceeded." in r]
+    assert pieno, kv
+    assert "| 4 | 512 | 36.00 | " in out and "| 4 kv | 2048 | 36.00 | " in out
+    assert "<title>n_ctx 512</title>" in (tmp_path / "c.svg").read_text()
+    CIFRE.append(("--turni 4 --sistema 300 at -np 4", fermi[0].split(": HTTP")[0].strip()))
+    CIFRE.append(("--turni 4 --sistema 300 at -np 4 kv", pieno[0].split(": HTTP")[0].strip()))
+
+
+def test_una_conversazione_con_2048_token_arriva_in_fondo(llama):
+    """At -np 1 -c 2048 the same conversation goes through its four turns, reusing its history from the
+    slot's cache; the system prompt has exactly 300 tokens for the server's tokenizer."""
+    server = llama(1)
+    client = carico.Client(server.url)
+    assert len(carico.tokenizza(client, carico.testo_di_token(client, 300))) == 300
+    rc, out, err = carico_cli(server.url, "--turni", "4", "--sistema", "300", "--token", "32", "--parallele", "1",
+                              "--dettagli")
+    assert rc == 0, out + err
+    assert "arrivate all'ultimo turno: 1 su 1" in out, out
+    tabella = out[out.index("  turno  riuscite"):].splitlines()[1:5]
+    assert [r.split()[1] for r in tabella] == ["1/1"] * 4
+    assert all(int(r.split()[3]) >= 300 for r in tabella[1:]), out  # the history, from the slot's cache
+    assert re.search(r"    slot 0: \d+ di 2048 token", out), out
+    CIFRE.append(("--turni 4 at -np 1, turn 4 prompt", tabella[3].split()[2] + " token"))
+
+
+def test_np_auto_e_la_domanda_della_ram_reale():
+    """--np auto: the server started without -np says what it decided; --spiega starts it once more (still
+    without -np) at -c 16384 and reads the KV cache it allocated (gemma-3's sliding-window layers: not 8
+    times as much)."""
+    url = f"http://127.0.0.1:{porta_libera()}"
+    rc, out, err = carico_cli(url, "--avvia", comando_reale(), "--np", "auto", "--richieste", "2", "--token", "4",
+                              "--spiega", timeout=600)
+    assert rc == 0, out + err
+    assert out.splitlines()[0] == ("il server (-np auto) ha deciso, dal suo log: 4 slot, n_ctx per slot 2048, "
+                                   "kv_unified true, cache KV 36.00 MiB")
+    (riga,) = [r for r in out.splitlines() if r.startswith("  La cache KV, misurata: ")]
+    assert "con -c 2048 (-np auto) il server ha allocato 36.00 MiB; avviato di nuovo con -c 16384, " in riga, out
+    assert "  Non cresce come il contesto: la cache SWA (15 strati) si ferma a " in out, out
+    CIFRE.append(("KV at -c 16384, -np auto", riga.split("avviato di nuovo con ")[1]))
