@@ -3294,10 +3294,11 @@ def tokenizza(client: Client, testo: str) -> List[bytes]:
         raise ErroreUtente(f"nessuna risposta dal server {client.base} (/tokenize): {exc}") from None
     dati = leggi_json(risposta.corpo) if risposta.status == 200 else None
     token = dati.get("tokens") if isinstance(dati, dict) else None
-    if not isinstance(token, list) or not all(isinstance(t, dict) and "piece" in t for t in token):
+    try:  # a piece is text, or the bytes of half a character as a list of numbers
+        return [t["piece"].encode("utf-8") if isinstance(t["piece"], str) else bytes(t["piece"]) for t in token]
+    except (TypeError, KeyError, ValueError):  # no list, no pieces, not llama.cpp's /tokenize
         raise ErroreOpzione(f"il server su {client.base} non conta i token con /tokenize ({descrivi_errore_http(risposta)}"
-                            "): --sistema ha bisogno del suo tokenizzatore")
-    return [t["piece"].encode("utf-8") if isinstance(t["piece"], str) else bytes(t["piece"]) for t in token]
+                            "): --sistema ha bisogno del suo tokenizzatore") from None
 
 
 def testo_di_token(client: Client, n: int) -> str:

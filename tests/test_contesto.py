@@ -257,15 +257,19 @@ def test_tokenize_che_chiude_la_connessione(fake, capsys):
     assert server.bodies == []
 
 
-def test_senza_tokenize_sistema_esce_2_prima_del_carico(fake, capsys):
-    def assente(h, _corpo):
-        h.errore(404, "not_found_error", "File Not Found")
-    server = fake(override={"/tokenize": assente})
+@pytest.mark.parametrize("status,corpo,detto", [
+    (404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}},
+     "HTTP 404 not_found_error: File Not Found"),
+    (200, {"tokens": [5379, 236748]}, 'HTTP 200: {"tokens": [5379, 236748]}'),  # ids without their pieces
+    (200, {"tokens": [{"id": 1, "piece": [300]}]}, 'HTTP 200: {"tokens": [{"id": 1, "piece": [300]}]}'),
+])
+def test_senza_tokenize_sistema_esce_2_prima_del_carico(fake, capsys, status, corpo, detto):
+    server = fake(override={"/tokenize": lambda h, _: h.send_json(status, corpo)})
     rc = carico.main(["--url", server.url, "--turni", "2", "--sistema", "50"])
     err = capsys.readouterr().err
     assert rc == 2
     assert err.splitlines()[-1] == (f"carico.py: errore: il server su {server.url} non conta i token con /tokenize "
-                                    "(HTTP 404 not_found_error: File Not Found): --sistema ha bisogno del suo tokenizzatore")
+                                    f"({detto}): --sistema ha bisogno del suo tokenizzatore")
     assert server.bodies == []
 
 
