@@ -953,7 +953,9 @@ valore, poi la tabella e, con --grafico o --svg, la curva di capacità (throughp
 Ogni cifra: --dettagli aggiunge percentili di latenza, attesa dello slot e (con --stream) primo token,
 TPOT e ITL; --slo latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il
 goodput); --esatti fa generare a ogni richiesta esattamente --token token. Su un terminale una riga
-su stderr mostra la prova mentre dura (--silenzioso la spegne).
+su stderr mostra la prova mentre dura (--silenzioso la spegne). --json scrive anche i nomi dei
+risultati di vLLM (bench serve); --confronta A.json B.json mette a confronto due file, cifra per
+cifra, e dice se la differenza va oltre il rumore (con --ripeti 3 in ogni file).
 
 Il prezzo del parallelismo: con --turni K ognuno dei --parallele utenti tiene una conversazione di K
 turni (con --sistema N, un prompt di sistema di N token), finché il contesto dello slot non basta
@@ -1119,6 +1121,8 @@ OPZIONI_OLTRE = (
         (("--json",), dict(type=file_scrivibile, metavar="FILE", help="richieste, campioni di /slots e metadati in "
                            "JSON")),
         (("--csv",), dict(type=file_scrivibile, metavar="FILE", help="una riga per richiesta in CSV")),
+        (("--confronta",), dict(nargs=2, metavar=("A.json", "B.json"), help="mette a confronto due file di --json, "
+                                "cifra per cifra: il rapporto, e se la differenza va oltre il rumore (con --ripeti)")),
     ]),
     ("tutto il lab in un comando", None, [
         (("--avvia",), dict(type=comando_server, metavar="COMANDO", help="avvia il server con COMANDO per ogni "
@@ -1212,6 +1216,7 @@ class OpzioniOltre(NamedTuple):
     slo: Optional[Dict[str, float]] = None  # --slo: objective -> seconds
     riscaldamento: int = 0  # warm-up requests before the first run on each server
     silenzioso: bool = False  # no live line
+    confronta: Optional[tuple] = None  # --confronta: ((name, its runs as --json saved them), the same for B)
 
 
 VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: EsecuzioneOltre()}
@@ -1264,6 +1269,11 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
                f"(--intervallo {a.intervallo:g} s)")
     if a.slo and not a.stream and set(a.slo) & {"ttft", "tpot"}:
         errore("--slo: ttft e tpot si misurano solo in streaming: aggiungi --stream")
+    if a.confronta is not None:
+        inutili = [f for f, v in (("--avvia", a.avvia), ("--turni", a.turni), ("--ritmo", a.ritmo), ("--durata", a.durata),
+                                  ("--json", a.json), ("--csv", a.csv), ("--svg", a.svg)) if v is not None]
+        if inutili:
+            errore(f"--confronta legge due file di risultati e non manda richieste: {inutili[0]} non serve")
     if a.sistema is not None and a.turni is None:
         errore("--sistema va usato insieme a --turni: è il prompt di sistema delle conversazioni")
     if a.turni is not None:
@@ -1293,8 +1303,9 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     punti = len(piani) * len(np or [None])
     if punti > MAX_PUNTI and not a.forza:
         errore(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
+    confronta = tuple((f, prove_salvate(f, errore)) for f in a.confronta) if a.confronta else None
     extra_sessione = OpzioniOltre(a.ripeti, a.tabella, a.grafico, a.spiega, a.svg, a.json, a.csv, a.avvia, np,
-                                  a.dettagli, a.slo, a.riscaldamento, a.silenzioso)
+                                  a.dettagli, a.slo, a.riscaldamento, a.silenzioso, confronta)
     return piani, opzioni._replace(api_key=a.api_key or opzioni.api_key, attesa_pronto=a.attesa, oltre=extra_sessione)
 
 
@@ -1314,6 +1325,9 @@ class SessioneOltre:
         its repeats. A new server starts from the lab's first prompt; each run on the same server
         moves on to prompts it has not been sent."""
         sessione, o = self.sessione, self.opzioni
+        if o.confronta:  # two files of results, no server
+            print("\n".join(righe_confronto(*o.confronta)), flush=True)
+            return
         for configurazione in o.np or [None]:
             with self.server(configurazione) as decisa:  # --avvia: with what the server decided
                 client, info = sessione.collega(decisa)
@@ -1840,6 +1854,34 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None) -> dict:
     if slo:
         dati["slo"] = dict(zip(("obiettivi", "rispettate", "quota", "goodput_richieste_s", "goodput_token_s",
                                 "dal_previsto"), (slo,) + goodput(prova, slo)))
+    return dati
+
+
+# vLLM's `bench serve` result names each figure `<mean|median|std|pNN>_<ttft|tpot|itl|e2el>_ms`: the
+# same statistics here (population std, percentiles by linear interpolation, as numpy's default), so
+# that a script written for vLLM's results reads carico's. TTFT, TPOT and ITL need --stream (else None).
+FIGURE_VLLM = {"ttft": "primo token", "tpot": "TPOT", "itl": "ITL", "e2el": "latenza"}
+
+
+def riassunto_vllm(prova: Prova, percentili: Sequence[int] = (99,)) -> dict:
+    """A run's summary under the names of vLLM's `bench serve` result (duration in s, times in ms)."""
+    import statistics
+
+    ok, durata = prova.esecuzione.riuscite, prova.riepilogo.tempo_totale
+    ingresso = sum(extra(r).token_prompt or 0 for r in ok)
+    uscita = sum(r.token or 0 for r in ok)
+    al_secondo = (lambda n: n / durata) if durata else (lambda n: None)  # noqa: E731
+    dati = {"duration": durata, "completed": len(ok), "failed": len(prova.esecuzione.risultati) - len(ok),
+            "total_input_tokens": ingresso, "total_output_tokens": uscita,
+            "request_throughput": al_secondo(len(ok)), "output_throughput": al_secondo(uscita),
+            "total_token_throughput": al_secondo(ingresso + uscita)}
+    valori = valori_figure(prova)
+    for nome, figura in FIGURE_VLLM.items():
+        ms = [v * 1000 for v in valori.get(figura, [])]
+        dati.update({f"mean_{nome}_ms": statistics.fmean(ms) if ms else None,
+                     f"median_{nome}_ms": statistics.median(ms) if ms else None,
+                     f"std_{nome}_ms": statistics.pstdev(ms) if ms else None})
+        dati.update({f"p{p}_{nome}_ms": percentile(ms, p) for p in percentili})
     return dati
 
 
@@ -2825,6 +2867,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "punto": {v: valore_numerico(v, p.piano) for v in variate(piani)},
             "latenza_p90_s": latenza_p90(p),
             "dettagli": dati_dettagli(p, slo),
+            "vllm": riassunto_vllm(p),
             "invii": {"al_secondo": invii_al_secondo(p.esecuzione),
                       "ritardo_p99_s": percentile(ritardi_invio(p.esecuzione), 99),
                       "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
@@ -2839,6 +2882,8 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "interrotta": p.esecuzione.interruzione is not None,
         } for p in prove],
     }
+    if len(prove) == 1:  # one run: vLLM's names at the top too, where a script written for vLLM looks
+        dati.update(riassunto_vllm(prove[0]))
     return json.dumps(dati, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -3080,6 +3125,106 @@ def muori_con_il_padre():
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+# --confronta: two result files side by side ####################################################
+# The lab's advice, "repeat and average before drawing conclusions", made into a verdict: with
+# --ripeti runs in each file, Welch's t-test (two means, unequal variances: fits few runs) says whether
+# a difference is beyond the noise, at 95%; with one run a file, the difference is only indicative.
+
+# Two-sided 95% critical values of Student's t by degrees of freedom (a fractional df takes the next
+# lower one: the verdict errs toward "within the noise"); beyond 120, the normal's 1.96.
+T_CRITICO = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+             10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
+
+# The figures compared: (name and unit, how to read it from a run of --json). With --stream, TTFT and TPOT.
+FIGURE_CONFRONTO = (
+    ("throughput aggregato (token/s)", lambda p: p["riepilogo"]["throughput"]),
+    ("latenza media (s)", lambda p: p["riepilogo"]["latenza_media"]),
+    ("latenza p90 (s)", lambda p: p.get("latenza_p90_s")),
+    ("latenza max (s)", lambda p: p["riepilogo"]["latenza_max"]),
+    ("primo token p50 (s)", lambda p: (p["dettagli"]["figure_s"].get("primo token") or {}).get("p50")),
+    ("TPOT p50 (ms)", lambda p: ms((p["dettagli"]["figure_s"].get("TPOT") or {}).get("p50"))),
+)
+
+
+def prove_salvate(percorso: str, errore) -> List[dict]:
+    """The runs of a file written by --json (the ones cut short left out); `errore` (the parser's) for a
+    file that is not one: exit 2, before anything else."""
+    try:
+        with open(percorso, encoding="utf-8") as f:
+            dati = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        errore(f"--confronta: non riesco a leggere '{percorso}': {getattr(exc, 'strerror', None) or exc}")
+    prove = dati.get("prove") if isinstance(dati, dict) else None
+    if not isinstance(prove, list) or not all(isinstance(p, dict) and isinstance(p.get("riepilogo"), dict)
+                                              and isinstance(p.get("dettagli"), dict) for p in prove):
+        errore(f"--confronta: '{percorso}' non è un file di risultati di carico.py (--json)")
+    intere = [p for p in prove if not p.get("interrotta")]
+    if not intere:
+        errore(f"--confronta: '{percorso}' non ha prove intere da confrontare")
+    return intere
+
+
+def welch(a: List[float], b: List[float]) -> Tuple[float, float]:
+    """Welch's t of the difference of two means, and its degrees of freedom (Welch-Satterthwaite)."""
+    import statistics
+
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:
+        return (float("inf") if statistics.fmean(a) != statistics.fmean(b) else 0.0), float("inf")
+    gl = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return (statistics.fmean(b) - statistics.fmean(a)) / (va + vb) ** 0.5, gl
+
+
+def oltre_il_rumore(a: List[float], b: List[float]) -> str:
+    """Whether B differs from A beyond the noise of their repeats, said with the test's figures."""
+    if len(a) < 2 or len(b) < 2:
+        return "indicativa: una prova sola (con --ripeti 3 in ogni file si misura il rumore)"
+    t, gl = welch(a, b)
+    critico = T_CRITICO[max([g for g in T_CRITICO if g <= gl], default=1)] if gl < 120 else 1.96
+    gradi = "inf" if gl == float("inf") else f"{gl:.1f}"
+    return (("oltre il rumore" if abs(t) > critico else "entro il rumore")
+            + f" (Welch 95%: t {t:.2f}, gl {gradi}, soglia {critico:.2f})")
+
+
+def chiave_punto(prova: dict) -> tuple:
+    """What a saved run's load was, np left out (the servers are what is compared)."""
+    piano = prova.get("piano") or {}
+    return piano.get("parallele"), piano.get("max_token"), piano.get("ritmo"), piano.get("turni")
+
+
+def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> List[str]:
+    """--confronta A.json B.json: for each load both files measured (all their runs, when each holds one
+    load), figure by figure: A's mean, B's, B/A, and whether the difference is beyond the noise."""
+    (nome_a, prove_a), (nome_b, prove_b) = a, b
+    if len({chiave_punto(p) for p in prove_a}) == 1 and len({chiave_punto(p) for p in prove_b}) == 1:
+        coppie = [(prove_a, prove_b)]
+    else:
+        coppie = [([p for p in prove_a if chiave_punto(p) == k], [p for p in prove_b if chiave_punto(p) == k])
+                  for k in dict.fromkeys(map(chiave_punto, prove_a)) if k in set(map(chiave_punto, prove_b))]
+    if not coppie:
+        return [f"confronto: {nome_a} e {nome_b} non hanno un carico in comune (parallele, token, ritmo)"]
+    righe = []
+    for gruppo_a, gruppo_b in coppie:
+        righe += [f"confronto: A = {nome_a} ({descrivi_prove(gruppo_a)}), B = {nome_b} ({descrivi_prove(gruppo_b)})",
+                  f"  {'cifra':<31}{'A':>10}{'B':>10}{'B/A':>8}  differenza"]
+        for nome, prendi in FIGURE_CONFRONTO:
+            va, vb = ([v for v in map(prendi, g) if v is not None] for g in (gruppo_a, gruppo_b))
+            if not va or not vb:
+                continue
+            ma, mb = media(va), media(vb)
+            rapporto = f"×{mb / ma:.2f}" if ma else ND
+            righe.append(f"  {nome:<31}{ma:>10.3f}{mb:>10.3f}{rapporto:>8}  {oltre_il_rumore(va, vb)}")
+        righe.append("")
+    return righe[:-1]
+
+
+def descrivi_prove(prove: List[dict]) -> str:
+    piano, np = prove[0].get("piano") or {}, prove[0].get("np") or (prove[0].get("server") or {}).get("n_slot")
+    return (f"np {np}, parallele {piano.get('parallele')}, token {piano.get('max_token')}: "
+            + quante(len(prove), "prova", "prove"))
+
 
 
 # The price of parallelism: each slot's context, conversations, what the server decided ##########

@@ -1,0 +1,122 @@
+"""Results others can read: --json under vLLM's `bench serve` names, and --confronta A.json B.json
+(figure by figure, the ratio, Welch's t on the repeats)."""
+
+import json
+import statistics
+
+import pytest
+
+import carico
+
+
+def test_json_con_i_nomi_di_vllm(fake, carica, tmp_path):
+    """One run: vLLM's names at the top of the file and in the run, computed from the requests the same
+    file keeps (so a script written for vLLM reads the same figures carico prints)."""
+    server = fake(n_slot=2, s_per_token=0.002)
+    rc, _, err = carica(server.url, "--stream", "--token", "8", "--richieste", "6", "--json", str(tmp_path / "r.json"))
+    assert rc == 0, err
+    dati = json.loads((tmp_path / "r.json").read_text())
+    prova = dati["prove"][0]
+    richieste = prova["richieste"]
+    latenze_ms = [r["latenza_s"] * 1000 for r in richieste]
+    primi_ms = [r["primo_token_s"] * 1000 for r in richieste]
+    assert dati["completed"] == prova["vllm"]["completed"] == 6 and dati["failed"] == 0
+    assert dati["total_output_tokens"] == sum(r["token"] for r in richieste) == 48
+    assert dati["total_input_tokens"] == sum(r["token_prompt"] for r in richieste)
+    assert dati["duration"] == prova["riepilogo"]["tempo_totale"]
+    assert dati["output_throughput"] == pytest.approx(48 / dati["duration"])
+    assert dati["total_token_throughput"] == pytest.approx((48 + dati["total_input_tokens"]) / dati["duration"])
+    assert dati["mean_e2el_ms"] == pytest.approx(statistics.fmean(latenze_ms))
+    assert dati["median_e2el_ms"] == pytest.approx(statistics.median(latenze_ms))
+    assert dati["std_e2el_ms"] == pytest.approx(statistics.pstdev(latenze_ms))
+    assert dati["p99_e2el_ms"] == pytest.approx(statistics.quantiles(latenze_ms, n=100, method="inclusive")[98])
+    assert dati["median_ttft_ms"] == pytest.approx(statistics.median(primi_ms))
+    assert dati["mean_tpot_ms"] == pytest.approx(statistics.fmean(r["tpot_s"] * 1000 for r in richieste))
+    assert all(dati[f"{s}_itl_ms"] > 0 for s in ("mean", "median", "std", "p99"))
+
+
+def test_json_senza_stream_e_con_piu_prove(fake, carica, tmp_path):
+    """Without --stream TTFT, TPOT and ITL are None (never guessed); with more runs the names are in each."""
+    server = fake(n_slot=2, s_per_token=0.001)
+    rc, _, _ = carica(server.url, "--token", "4", "--ripeti", "2", "--json", str(tmp_path / "r.json"))
+    assert rc == 0
+    dati = json.loads((tmp_path / "r.json").read_text())
+    assert "completed" not in dati  # two runs: which one would the top be?
+    for prova in dati["prove"]:
+        assert prova["vllm"]["completed"] == 4 and prova["vllm"]["mean_ttft_ms"] is None
+        assert prova["vllm"]["p99_itl_ms"] is None and prova["vllm"]["mean_e2el_ms"] > 0
+
+
+def file_di_prove(percorso, throughput, latenze, np=1):
+    """A --json file made of known numbers: one run per value."""
+    prove = [{"np": str(np), "piano": {"parallele": 4, "max_token": 32, "ritmo": None, "turni": None},
+              "riepilogo": {"throughput": t, "latenza_media": l, "latenza_max": 2 * l},
+              "latenza_p90_s": 1.5 * l, "dettagli": {"figure_s": {}}, "interrotta": False}
+             for t, l in zip(throughput, latenze)]
+    percorso.write_text(json.dumps({"carico": "1.4.0", "prove": prove}))
+    return str(percorso)
+
+
+def test_confronta_una_differenza_netta_e_una_nel_rumore(tmp_path, capsys):
+    """Known numbers, known verdicts: throughput 10 against 20 (spread 0.2) is beyond the noise; latency
+    1.0 against 1.1 (spread 0.2) is within it. Welch: t = 0.1 / sqrt(0.04/3 * 2) = 0.61 on 4 degrees."""
+    a = file_di_prove(tmp_path / "a.json", [10.0, 10.2, 9.8], [1.0, 1.2, 0.8], np=1)
+    b = file_di_prove(tmp_path / "b.json", [20.0, 20.2, 19.8], [1.1, 0.9, 1.3], np=4)
+    assert carico.main(["--confronta", a, b]) == 0
+    righe = capsys.readouterr().out.splitlines()
+    assert righe[0] == f"confronto: A = {a} (np 1, parallele 4, token 32: 3 prove), B = {b} (np 4, parallele 4, token 32: 3 prove)"
+    tp = next(r for r in righe if r.startswith("  throughput aggregato"))
+    assert " ".join(tp.split()) == ("throughput aggregato (token/s) 10.000 20.000 ×2.00 oltre il rumore "
+                                    "(Welch 95%: t 61.24, gl 4.0, soglia 2.78)")
+    lat = next(r for r in righe if r.startswith("  latenza media"))
+    assert "×1.10  entro il rumore (Welch 95%: t 0.61, gl 4.0, soglia 2.78)" in lat
+    assert not any("primo token" in r for r in righe)  # no --stream in either file: not compared
+
+
+def test_confronta_con_una_prova_sola_e_indicativa(tmp_path, capsys):
+    a = file_di_prove(tmp_path / "a.json", [10.0], [1.0])
+    b = file_di_prove(tmp_path / "b.json", [20.0, 20.2, 19.8], [1.1, 0.9, 1.3], np=4)
+    assert carico.main(["--confronta", a, b]) == 0
+    righe = [r for r in capsys.readouterr().out.splitlines() if r.startswith("  ") and "cifra" not in r]
+    assert righe and all(r.endswith("indicativa: una prova sola (con --ripeti 3 in ogni file si misura il rumore)")
+                         for r in righe)
+
+
+def test_welch_su_numeri_noti():
+    """Against a hand computation: means 10 and 20, variances 0.04 and 0.04, three runs each."""
+    t, gl = carico.welch([10.0, 10.2, 9.8], [20.0, 20.2, 19.8])
+    assert t == pytest.approx(10 / (0.08 / 3) ** 0.5) and gl == pytest.approx(4.0)
+    assert carico.welch([1.0, 1.0], [1.0, 1.0]) == (0.0, float("inf"))  # no spread, no difference
+    assert carico.oltre_il_rumore([1.0, 1.0], [2.0, 2.0]).startswith("oltre il rumore")
+
+
+@pytest.mark.parametrize("contenuto,messaggio", [
+    (None, "non riesco a leggere"),
+    ("non json", "non riesco a leggere"),
+    ('{"prove": 3}', "non è un file di risultati di carico.py (--json)"),
+    ('{"prove": [{"riepilogo": {}, "dettagli": {}, "interrotta": true}]}', "non ha prove intere da confrontare"),
+])
+def test_confronta_file_sbagliati(tmp_path, capsys, contenuto, messaggio):
+    buono = file_di_prove(tmp_path / "a.json", [10.0], [1.0])
+    cattivo = tmp_path / "b.json"
+    if contenuto is not None:
+        cattivo.write_text(contenuto)
+    with pytest.raises(SystemExit) as uscita:
+        carico.main(["--confronta", buono, str(cattivo)])
+    assert uscita.value.code == 2
+    assert messaggio in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_confronta_senza_carichi_in_comune(tmp_path, capsys):
+    a = file_di_prove(tmp_path / "a.json", [10.0], [1.0])
+    b = tmp_path / "b.json"
+    dati = json.loads((tmp_path / "a.json").read_text())
+    dati["prove"] += [dict(dati["prove"][0], piano={"parallele": 8, "max_token": 32})]
+    dati["prove"][0]["piano"] = {"parallele": 2, "max_token": 32}
+    b.write_text(json.dumps(dati))
+    a2 = tmp_path / "a2.json"
+    dati_a = json.loads((tmp_path / "a.json").read_text())
+    dati_a["prove"] += [dict(dati_a["prove"][0], piano={"parallele": 1, "max_token": 32})]
+    a2.write_text(json.dumps(dati_a))
+    assert carico.main(["--confronta", str(a2), str(b)]) == 0
+    assert "non hanno un carico in comune" in capsys.readouterr().out
