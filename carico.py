@@ -1002,6 +1002,27 @@ def lista_di(converti):
     return controlla
 
 
+def lunghezze_prompt(testo: str) -> List[Tuple[int, int]]:
+    """`200`, `100-300` (uniform between the two) or a list of single lengths `128,512,1024` (a sweep):
+    each as (min, max) tokens."""
+    lunghezze = []
+    for voce in testo.split(","):
+        da, _, a = voce.strip().partition("-")
+        try:
+            minimo, massimo = int(da), int(a or da)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{voce}' non è una lunghezza in token (per esempio 200, 100-300, "
+                                             "128,512)") from None
+        if not 0 < minimo <= massimo:
+            raise argparse.ArgumentTypeError(f"'{voce}': le lunghezze sono token, almeno 1, e MIN non supera MAX")
+        lunghezze.append((minimo, massimo))
+    if len(lunghezze) > 1 and any(a != b for a, b in lunghezze):
+        raise argparse.ArgumentTypeError("una lista di lunghezze fa una prova per valore: valori singoli, senza MIN-MAX")
+    if len(set(lunghezze)) < len(lunghezze):
+        raise argparse.ArgumentTypeError(f"un valore è ripetuto nella lista '{testo}'")
+    return lunghezze
+
+
 def obiettivi_slo(testo: str) -> Dict[str, float]:
     """An argparse type: `latenza=5,ttft=1,tpot=0.1`, in seconds."""
     obiettivi = {}
@@ -1073,6 +1094,9 @@ OPZIONI_OLTRE = (
         (("--modello",), dict(metavar="NOME", help="il campo model delle richieste (l'alias -a del server)")),
         (("--prompt-file",), dict(metavar="FILE", help="il testo di FILE come prompt di ogni richiesta (il passo 4 "
                                   "del lab)")),
+        (("--prompt-token",), dict(type=lunghezze_prompt, metavar="N", help="prompt di esattamente N token, contati dal "
+                                   "tokenizzatore del server (/tokenize), diversi fin dal primo; MIN-MAX: a caso fra i "
+                                   "due (--seme); una lista (128,512,1024): una prova per valore")),
         (("--timeout",), dict(type=secondi_positivi, default=TIMEOUT_RICHIESTA, metavar="S",
                               help="secondi massimi per una risposta intera, coda compresa (default: %(default)g)")),
         (("--intervallo",), dict(type=secondi_positivi, default=0.5, metavar="S",
@@ -1107,6 +1131,9 @@ OPZIONI_OLTRE = (
                                     "prova, con prompt propri, escluse da ogni cifra")),
         (("--esatti",), dict(action="store_true", help="ignore_eos: ogni richiesta genera esattamente --token "
                              "token, così le prove si confrontano")),
+        (("--percentili",), dict(type=lista_di(positivo(int, "un percentile fra 1 e 99")), metavar="P",
+                                 help="quali percentili mostrare (per esempio 50,90,95,99; default: 50,90,99 in "
+                                      "--dettagli, 50,90 nella tabella di una griglia)")),
         (("--silenzioso",), dict(action="store_true", help="niente riga dal vivo su stderr durante la prova")),
     ]),
     ("vedere la prova", None, [
@@ -1167,6 +1194,8 @@ class PianoOltre(NamedTuple):
     turni: Optional[int] = None  # --turni: each of the `parallele` users holds a conversation of this many turns
     sistema: Optional[int] = None  # --sistema: the conversations' system prompt, in tokens
     testo_sistema: Optional[str] = None  # that system prompt, made on the server's tokenizer
+    prompt_token: Optional[Tuple[int, int]] = None  # --prompt-token: each prompt's length in tokens, min and max
+    pezzi: Optional[tuple] = None  # the text exact prompts are cut from, where each piece begins, where they may start
 
     @property
     def al_tempo(self) -> bool:
@@ -1175,8 +1204,9 @@ class PianoOltre(NamedTuple):
 
     @property
     def da_lanciare(self) -> bool:
-        """Sent by the extras rather than all at once: by the clock, or as conversations (--turni)."""
-        return self.al_tempo or self.turni is not None
+        """Sent by the extras rather than all at once: by the clock, as conversations (--turni), or with
+        prompts made one at a time as they leave (--prompt-token: never all of them alive at once)."""
+        return self.al_tempo or self.turni is not None or self.prompt_token is not None
 
 
 class RisultatoOltre(NamedTuple):
@@ -1186,6 +1216,7 @@ class RisultatoOltre(NamedTuple):
     finish_reason: Optional[str] = None  # stop (EOS: fewer tokens than asked) or length
     chunk_s: Optional[Tuple[float, ...]] = None  # --stream: seconds from send to each chunk with text
     previsto: Optional[float] = None  # --ritmo: when the schedule meant to send it
+    prompt_esatto: Optional[int] = None  # --prompt-token: the prompt's tokens by the server's tokenizer
     testo: Optional[str] = None  # the answer's text: a conversation (--turni) sends it back
     conversazione: Optional[int] = None  # --turni: whose conversation (0 to parallele - 1)
     turno: Optional[int] = None  # --turni: which of its turns (from 1)
@@ -1217,6 +1248,7 @@ class OpzioniOltre(NamedTuple):
     riscaldamento: int = 0  # warm-up requests before the first run on each server
     silenzioso: bool = False  # no live line
     confronta: Optional[tuple] = None  # --confronta: ((name, its runs as --json saved them), the same for B)
+    percentili: Optional[List[int]] = None  # --percentili: which ones --dettagli and a sweep's table show
 
 
 VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: EsecuzioneOltre()}
@@ -1256,8 +1288,12 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
         errore("--avvia avvia llama serve in http semplice: usa --url http://...")
     if a.durata is not None and a.richieste is not None:
         errore("--durata e --richieste si escludono: con --durata si inviano richieste finché dura il tempo")
-    if a.ritmo is None and (a.arrivi is not None or a.seme is not None):
-        errore("--arrivi e --seme vanno usati insieme a --ritmo")
+    a_caso = bool(a.prompt_token) and a.prompt_token[0][0] != a.prompt_token[0][1]  # lengths drawn by --seme
+    if a.ritmo is None and (a.arrivi is not None or a.seme is not None and not a_caso):
+        errore("--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token MIN-MAX)")
+    if a.prompt_token is not None and (a.prompt_file is not None or a.turni is not None):
+        errore(f"--prompt-token e {'--prompt-file' if a.prompt_file is not None else '--turni'} si escludono: "
+               "i prompt li fa l'una o l'altro")
     if a.seme is not None and a.arrivi == "costanti":
         errore("--seme vale per gli arrivi di Poisson: con --arrivi costanti gli orari sono fissi, e non c'è nulla "
                "da seminare")
@@ -1298,14 +1334,16 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     contate_all_invio = a.durata is not None or a.turni is not None  # as many requests as get sent
     base = piano._replace(richieste=None if contate_all_invio else piano.richieste, intervallo=a.intervallo,
                           timeout=a.timeout, oltre=piano_oltre)
-    piani = griglia(base, a.parallele, a.token, a.ritmo, a.seme)
+    piani = griglia(base, a.parallele, a.token, a.ritmo, a.seme, a.prompt_token)
     np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
     punti = len(piani) * len(np or [None])
     if punti > MAX_PUNTI and not a.forza:
         errore(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
     confronta = tuple((f, prove_salvate(f, errore)) for f in a.confronta) if a.confronta else None
+    if a.percentili and not all(0 < p < 100 for p in a.percentili):
+        errore(f"opzione --percentili: fra 1 e 99, non {', '.join(str(p) for p in a.percentili if not 0 < p < 100)}")
     extra_sessione = OpzioniOltre(a.ripeti, a.tabella, a.grafico, a.spiega, a.svg, a.json, a.csv, a.avvia, np,
-                                  a.dettagli, a.slo, a.riscaldamento, a.silenzioso, confronta)
+                                  a.dettagli, a.slo, a.riscaldamento, a.silenzioso, confronta, a.percentili)
     return piani, opzioni._replace(api_key=a.api_key or opzioni.api_key, attesa_pronto=a.attesa, oltre=extra_sessione)
 
 
@@ -1333,6 +1371,8 @@ class SessioneOltre:
                 client, info = sessione.collega(decisa)
                 if extra(sessione.piani[0]).sistema and not extra(sessione.piani[0]).testo_sistema:
                     sessione.piani = con_prompt_di_sistema(client, sessione.piani)  # on the server's tokenizer
+                if extra(sessione.piani[0]).prompt_token and not extra(sessione.piani[0]).pezzi:
+                    sessione.piani = con_pezzi(client, sessione.piani)  # exact prompts, on the server's tokenizer
                 if o.riscaldamento:
                     riscalda(client, sessione.piani[0], o.riscaldamento, sys.stderr)
                 inviate = 0
@@ -1389,11 +1429,11 @@ class SessioneOltre:
         """What the extras print after a run's lab lines: its pace, its conversations, every figure, the
         SLO, its picture, its explanation; then their notes on stderr."""
         o, piano = self.opzioni, extra(prova.piano)
-        righe = righe_ritmo(prova) if piano.al_tempo else []
+        righe = (righe_ritmo(prova) if piano.al_tempo else []) + righe_prompt_esatti(prova)
         if piano.turni:
             righe += [""] + righe_conversazioni(prova)
         if o.dettagli:
-            righe += [""] + righe_dettagli(prova) + righe_contesto(prova)
+            righe += [""] + righe_dettagli(prova, o.percentili) + righe_contesto(prova)
         if o.slo:
             righe += ([] if o.dettagli else [""]) + [riga_slo(prova, o.slo)]
         if o.grafico and prova.esecuzione.risultati:
@@ -1680,7 +1720,8 @@ class Programma:
     planned time (open loop: a slow answer does not delay the next send); with --durata alone a new
     request leaves as soon as one of the --parallele in flight ends (closed loop), until the time is
     up. The first request always leaves. --parallele stays the cap: a request that finds it full
-    waits for a place, and is counted."""
+    waits for a place, and is counted. With neither (--prompt-token), the same closed loop up to
+    --richieste: each prompt is made as its request leaves."""
 
     def __init__(self, piano: Piano, primo_prompt: int):
         self.piano, self.primo_prompt = piano, primo_prompt
@@ -1701,19 +1742,20 @@ class Programma:
             if not posti.acquire(blocking=False):  # --parallele already in flight: wait for a place
                 trattenute += previsto is not None
                 posti.acquire()
-            if i and previsto is None and timer() - t0 >= piano_oltre.durata:
+            if i and previsto is None and piano_oltre.durata is not None and timer() - t0 >= piano_oltre.durata:
                 break
-            domanda = domanda_chat(prompt_per(self.primo_prompt + i, piano), piano)
-            futuro = esecutore.submit(self.invia_al_tempo, client, i, domanda, previsto, t0, timer)
+            futuro = esecutore.submit(self.invia_al_tempo, client, i, previsto, t0, timer)
             futuro.add_done_callback(lambda _: posti.release())
             futuri.append(futuro)
             ultimo = timer() - t0
         return EsecuzioneOltre(trattenute, ultimo)
 
-    def invia_al_tempo(self, client: Client, indice: int, domanda: dict, previsto: Optional[float], t0: float,
-                       timer) -> Risultato:
-        r = invia(client, indice, domanda, self.piano.timeout, t0, timer)
-        return r._replace(oltre=extra(r)._replace(previsto=previsto))
+    def invia_al_tempo(self, client: Client, indice: int, previsto: Optional[float], t0: float, timer) -> Risultato:
+        """One request, its prompt made here, as it leaves: never all of them alive at once (and the
+        scheduler's thread only keeps the time)."""
+        prompt, lunghezza = prompt_di(self.primo_prompt + indice, self.piano)
+        r = invia(client, indice, domanda_chat(prompt, self.piano), self.piano.timeout, t0, timer)
+        return r._replace(oltre=extra(r)._replace(previsto=previsto, prompt_esatto=lunghezza))
 
 
 def ritardi_invio(e: Esecuzione) -> List[float]:
@@ -1818,11 +1860,13 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     return valori
 
 
-def riassunto(valori: List[float]) -> Dict[str, Optional[float]]:
-    """min, mean, p50, p90, p99, max of a figure (None when it has no values)."""
+PERCENTILI_DETTAGLI = (50, 90, 99)  # --dettagli's, unless --percentili; --json keeps these and the chosen
+
+
+def riassunto(valori: List[float], percentili: Sequence[int] = PERCENTILI_DETTAGLI) -> Dict[str, Optional[float]]:
+    """min, mean, the percentiles, max of a figure (None when it has no values)."""
     return {"min": min(valori, default=None), "media": sum(valori) / len(valori) if valori else None,
-            "p50": percentile(valori, 50), "p90": percentile(valori, 90), "p99": percentile(valori, 99),
-            "max": max(valori, default=None), "n": len(valori)}
+            **{f"p{p}": percentile(valori, p) for p in percentili}, "max": max(valori, default=None), "n": len(valori)}
 
 
 def tipo_errore(errore: str) -> str:
@@ -1840,13 +1884,14 @@ def cadenze(prova: Prova) -> Dict[str, Optional[float]]:
             "token_generati": s.throughput}
 
 
-def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None) -> dict:
+def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percentili: Sequence[int] = ()) -> dict:
     """What --dettagli prints, as data: always in --json."""
     from collections import Counter
 
     fallite = Counter(tipo_errore(r.errore) for r in prova.esecuzione.risultati if not r.riuscita)
     per_chunk = [t for t in map(token_per_chunk, prova.esecuzione.risultati) if t is not None]
-    dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v) for nome, v in valori_figure(prova).items()},
+    tutti = sorted(set(PERCENTILI_DETTAGLI) | set(percentili))
+    dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v, tutti) for nome, v in valori_figure(prova).items()},
             "al_secondo": cadenze(prova), "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
             "token_dalla_cache": sum(extra(r).token_cache or 0 for r in prova.esecuzione.risultati),
             "token_per_chunk": {"min": min(per_chunk), "media": sum(per_chunk) / len(per_chunk),
@@ -1885,11 +1930,12 @@ def riassunto_vllm(prova: Prova, percentili: Sequence[int] = (99,)) -> dict:
     return dati
 
 
-def righe_dettagli(prova: Prova) -> List[str]:
+def righe_dettagli(prova: Prova, percentili: Optional[Sequence[int]] = None) -> List[str]:
     """--dettagli: a table of min, mean, p50, p90, p99 and max per figure, then the rates, the failures
     by kind, and what changes what throughput means."""
-    d = dati_dettagli(prova)
-    colonne = ("min", "media", "p50", "p90", "p99", "max")
+    percentili = percentili or PERCENTILI_DETTAGLI
+    d = dati_dettagli(prova, percentili=percentili)
+    colonne = ("min", "media", *(f"p{p}" for p in percentili), "max")
     righe = [f"dettagli (percentili: {METODO})", f"  {'':<24}" + "".join(f"{c:>9}" for c in colonne)]
     for nome, cifre in d["figure_s"].items():
         per_token = nome in ("TPOT", "ITL")  # in milliseconds
@@ -2088,14 +2134,14 @@ def tabella_consegnato(prove: List[Prova]) -> List[str]:
 # the capacity curve: aggregate throughput against latency, one point per value.
 
 MAX_PUNTI = 100  # a grid larger than this needs --forza
-VARIABILI = ("parallele", "token", "ritmo")  # the flags that take a list, in the order they nest
-ASSI = ("ritmo", "parallele", "token", "np")  # which of the varied values is the curve's, first found
+VARIABILI = ("parallele", "token", "ritmo", "prompt")  # the flags that take a list, in the order they nest
+ASSI = ("ritmo", "parallele", "token", "prompt", "np")  # which of the varied values is the curve's, first found
 ASSI_DI_CARICO = ("ritmo", "parallele")  # the load: only along these can the server saturate
 PASSO_MINIMO = 1.1  # a load that grew by less than 10% is the same load, not a step
 
 
 def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo: Optional[List[float]],
-            seme: Optional[int]) -> List[Piano]:
+            seme: Optional[int], prompt: Optional[List[Tuple[int, int]]] = None) -> List[Piano]:
     """One plan per combination of the listed values, the last flag varying fastest. --parallele is 4
     by default; with --ritmo it is only a cap, TETTO_RITMO unless given. A Poisson schedule without
     --seme gets a seed drawn here, which is printed and saved so that the run can be repeated."""
@@ -2105,8 +2151,8 @@ def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo
         seme = random.SystemRandom().randrange(10 ** 6)
     if parallele is None:
         parallele = [4] if ritmo is None else [min(TETTO_RITMO, base.richieste or TETTO_RITMO)]
-    return [base._replace(parallele=p, max_token=t, oltre=base.oltre._replace(ritmo=r, seme=seme))
-            for p, t, r in itertools.product(parallele, token, ritmo or [None])]
+    return [base._replace(parallele=p, max_token=t, oltre=base.oltre._replace(ritmo=r, seme=seme, prompt_token=n))
+            for p, t, r, n in itertools.product(parallele, token, ritmo or [None], prompt or [None])]
 
 
 def valore_di(chiave: str, piano: Piano, configurazione: Optional[Configurazione] = None) -> str:
@@ -2116,6 +2162,8 @@ def valore_di(chiave: str, piano: Piano, configurazione: Optional[Configurazione
 
 def valore_numerico(chiave: str, piano: Piano):
     """A plan's value of a flag that takes a list: parallele, token or ritmo."""
+    if chiave == "prompt":  # --prompt-token: a list is of single lengths
+        return extra(piano).prompt_token and extra(piano).prompt_token[0]
     return {"parallele": piano.parallele, "token": piano.max_token, "ritmo": extra(piano).ritmo}[chiave]
 
 
@@ -2182,6 +2230,16 @@ class Punto(NamedTuple):
         return media([r.tps for p in self.intere for r in p.esecuzione.riuscite if r.tps is not None])
 
     @property
+    def velocita_prompt(self) -> Optional[float]:
+        """The mean speed of the server on a request's prompt (t/s): the tokens it computed (prompt_tokens
+        less cache_n) over prompt_ms, the server's own prompt_per_second."""
+        return media([v for q in self.intere for v in map(velocita_prompt, q.esecuzione.riuscite) if v is not None])
+
+    def percentile(self, figura: str, p: int) -> Optional[float]:
+        """A --dettagli figure's percentile over every request of the point's runs, in seconds."""
+        return percentile([v for q in self.intere for v in valori_figure(q).get(figura, [])], p)
+
+    @property
     def attesa_media(self) -> Optional[float]:
         """The mean wait before a slot took a request, from the server's times."""
         return media([a for p in self.intere for a in map(attesa_dello_slot, p.esecuzione.risultati) if a is not None])
@@ -2215,6 +2273,14 @@ def punti_di(prove: List[Prova]) -> List[Punto]:
     return [Punto(g) for g in gruppi.values()]
 
 
+def velocita_prompt(r: Risultato) -> Optional[float]:
+    """Tokens per second of the server on a request's prompt, from its answer (prompt_n / prompt_ms)."""
+    letto = extra(r)
+    if letto.token_prompt is None or not r.prompt_ms:
+        return None
+    return (letto.token_prompt - (letto.token_cache or 0)) / (r.prompt_ms / 1000)
+
+
 def latenza_p90(prova: Prova) -> Optional[float]:
     return percentile([r.latenza for r in prova.esecuzione.riuscite], 90)
 
@@ -2223,12 +2289,23 @@ def valore_punto(punto: Punto, chiave: str) -> str:
     return valore_di(chiave, punto.prove[0].piano, punto.prove[0].configurazione)
 
 
-def tabella_griglia(punti: List[Punto], chiavi: List[str]) -> List[str]:
+PERCENTILI_GRIGLIA = (50, 90)  # a sweep's table, per streamed figure, unless --percentili
+
+
+def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[Sequence[int]] = None) -> List[str]:
     """The sweep's table: a column per value that varied, then each point's figures (with --ripeti,
-    the mean of its runs and the spread of its throughput)."""
+    the mean of its runs and the spread of its throughput). Along --prompt-token, the server's prompt
+    speed beside the speed in the slot (prefill against decode); with --stream, the percentiles of the
+    first token, TPOT and ITL over all the point's requests."""
     testa = chiavi + (["n_ctx_slot"] if "np" in chiavi else []) + [
         "throughput", "latenza media", "latenza p90", "latenza max", "t/s nel proprio slot", "picco slot occupati",
         "picco coda"]
+    prefill = "prompt" in chiavi
+    if prefill:
+        testa.insert(testa.index("t/s nel proprio slot"), "prompt t/s (server)")
+    flussi = [(f, p) for f in ("primo token", "TPOT", "ITL") for p in percentili or PERCENTILI_GRIGLIA] if any(
+        extra(r).chunk_s is not None for punto in punti for q in punto.intere for r in q.esecuzione.riuscite) else []
+    testa += [f"{'TTFT' if f == 'primo token' else f} p{p}" for f, p in flussi]
     con_ritmo = any(extra(p.prove[0].piano).ritmo for p in punti)
     if con_ritmo:
         testa.append("inviate davvero")
@@ -2240,8 +2317,10 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str]) -> List[str]:
             f" ±{dispersione(punto.valori(lambda q: q.riepilogo.throughput)):.2f}" if ripetute else "")
         celle = [valore_punto(punto, c) for c in chiavi] + ([fmt(p.info.n_ctx_slot, "d")] if "np" in chiavi else []) + [
             throughput, fmt(punto.latenza, ".2f s"), fmt(punto.latenza_p90, ".2f s"), fmt(punto.latenza_max, ".2f s"),
-            fmt(punto.velocita_slot, ".1f"),
+            *([fmt(punto.velocita_prompt, ".1f")] if prefill else []), fmt(punto.velocita_slot, ".1f"),
             f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}", fmt(punto.picco_coda, "d")]
+        celle += [fmt(punto.percentile(f, pc), ".3f s") if f == "primo token" else fmt(ms(punto.percentile(f, pc)), ".1f ms")
+                  for f, pc in flussi]
         if con_ritmo:
             inviate = fmt(media(punto.valori(lambda q: invii_al_secondo(q.esecuzione))), ".2f req/s")
             celle.append(inviate if all(ritmo_tenuto(q) for q in punto.intere) else f"{inviate} (non tenuto)")
@@ -2789,14 +2868,14 @@ def tabella_e_file(sessione: Sessione) -> None:
     punti = punti_di(prove)
     if chiavi and (variate(sessione.piani) or not (o.tabella or o.avvia)):
         curve = serie(punti, chiavi)
-        righe = tabella_griglia(punti, chiavi) + rapporti_np(punti, chiavi)
+        righe = tabella_griglia(punti, chiavi, o.percentili) + rapporti_np(punti, chiavi)
         if o.grafico:
             righe += [""] + curva(*curve, marche_per(sys.stdout), frasi=not o.spiega)
         if o.spiega:
             righe += [""] + spiegazione_griglia(*curve)
     elif o.tabella or o.avvia:
         righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove) + rapporti_np(punti, chiavi)
-    file = [(o.file_json, lambda: testo_json(prove, sessione.piani, sessione.opzioni.url, o.slo)),
+    file = [(o.file_json, lambda: testo_json(prove, sessione.piani, sessione.opzioni.url, o.slo, o.percentili or ())),
             (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve, chiavi))]
     for percorso, testo in file:
         if percorso:
@@ -2833,7 +2912,7 @@ def riga_dati(r: Risultato) -> dict:
 
 def dati_piano(piano: Piano) -> dict:
     """A plan as the files keep it: every field, the prompt file's and the system prompt's texts left out."""
-    testi = dict(testo=None, testo_sistema=None)  # the texts stay out: their flags say how they were made
+    testi = dict(testo=None, testo_sistema=None, pezzi=None)  # the texts stay out: their flags say how they were made
     return {**piano._replace(oltre=None)._asdict(), **extra(piano)._replace(**testi)._asdict(), "oltre": None}
 
 
@@ -2853,7 +2932,8 @@ def testo_csv(prove: List[Prova]) -> str:
     return uscita.getvalue()
 
 
-def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[Dict[str, float]] = None) -> str:
+def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[Dict[str, float]] = None,
+               percentili: Sequence[int] = ()) -> str:
     """Every request, the /slots samples with their times, the server's props and the flags
     (never the API key), for plotting; in a sweep, every point with the values it was run at."""
     dati = {
@@ -2866,8 +2946,8 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "piano": {k: v for k, v in dati_piano(p.piano).items() if k != "oltre"},
             "punto": {v: valore_numerico(v, p.piano) for v in variate(piani)},
             "latenza_p90_s": latenza_p90(p),
-            "dettagli": dati_dettagli(p, slo),
-            "vllm": riassunto_vllm(p),
+            "dettagli": dati_dettagli(p, slo, percentili),
+            "vllm": riassunto_vllm(p, sorted({99, *percentili})),
             "invii": {"al_secondo": invii_al_secondo(p.esecuzione),
                       "ritardo_p99_s": percentile(ritardi_invio(p.esecuzione), 99),
                       "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
@@ -2883,7 +2963,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
         } for p in prove],
     }
     if len(prove) == 1:  # one run: vLLM's names at the top too, where a script written for vLLM looks
-        dati.update(riassunto_vllm(prove[0]))
+        dati.update(riassunto_vllm(prove[0], sorted({99, *percentili})))
     return json.dumps(dati, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -3305,11 +3385,15 @@ def righe_contesto(prova: Prova) -> List[str]:
     letture = letture_contesto(prova)
     if not letture:
         return ["  contesto per slot: n/d (/slots non dice quanti token tiene ogni slot)"]
-    righe = [f"  contesto per slot (token del compito di ogni slot, prompt e generati: il picco fra le letture di "
-             f"/slots, ogni {prova.piano.intervallo:g} s):"]
-    for i, (picco, n_ctx) in enumerate(contesto_fra(letture, -1.0, float("inf"))):
-        righe.append(f"    slot {i}: {picco} di {n_ctx} token ({picco / n_ctx:.0%})")
-    if prova.info.kv_unificata:
+    if not any(c.occupati for c in letture):  # every reading fell before or after the work: a 0 would be false
+        righe = [f"  contesto per slot: nessuna lettura di /slots (ogni {prova.piano.intervallo:g} s) ha visto uno slot "
+                 "al lavoro"]
+    else:
+        righe = [f"  contesto per slot (token del compito di ogni slot, prompt e generati: il picco fra le letture di "
+                 f"/slots, ogni {prova.piano.intervallo:g} s):"]
+        for i, (picco, n_ctx) in enumerate(contesto_fra(letture, -1.0, float("inf"))):
+            righe.append(f"    slot {i}: {picco} di {n_ctx} token ({picco / n_ctx:.0%})")
+    if prova.info.kv_unificata and any(c.occupati for c in letture):
         chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
         righe.append(f"    somma sugli slot: {chiesti} token chiesti al buffer che condividono (--kv-unified), "
                      f"di {n_ctx} ({chiesti / n_ctx:.0%})")
@@ -3443,7 +3527,7 @@ def tokenizza(client: Client, testo: str) -> List[bytes]:
         return [t["piece"].encode("utf-8") if isinstance(t["piece"], str) else bytes(t["piece"]) for t in token]
     except (TypeError, KeyError, ValueError):  # no list, no pieces, not llama.cpp's /tokenize
         raise ErroreOpzione(f"il server su {client.base} non conta i token con /tokenize ({descrivi_errore_http(risposta)}"
-                            "): --sistema ha bisogno del suo tokenizzatore") from None
+                            "): --sistema e --prompt-token hanno bisogno del suo tokenizzatore") from None
 
 
 def testo_di_token(client: Client, n: int) -> str:
@@ -3465,6 +3549,70 @@ def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
     """The plans with --sistema's text, made once on the first server's tokenizer."""
     testo = testo_di_token(client, extra(piani[0]).sistema)
     return [p._replace(oltre=p.oltre._replace(testo_sistema=testo)) for p in piani]
+
+
+# --prompt-token: prompts of exact lengths, counted by the server's own tokenizer ##################
+# The peers count with a tokenizer downloaded at run time; the server can count itself (/tokenize),
+# for any model, offline. One long text is cut into the server's pieces once per server; a prompt of L
+# tokens is L pieces of it, from one of the pieces that start a word, a different one for each request
+# in turn: prompts differ from their first token, and share no prefix. A few /tokenize calls per
+# server, none per request; each prompt is made when its request leaves.
+
+def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
+    """The plans with the pieces to cut exact prompts from, made once on the first server's tokenizer;
+    each distinct single length checked by counting its first prompt again (ErroreOpzione if it fails)."""
+    lunghezze = [extra(p).prompt_token for p in piani]
+    piu_lungo = max(b for _, b in lunghezze)
+    fonte = " ".join(PROMPTS)
+    pezzi = tokenizza(client, fonte)
+    aperture = [i for i, p in enumerate(pezzi) if p.startswith(b" ")]  # where a word starts
+    while len(pezzi) < piu_lungo + max(aperture, default=0) + 1:
+        fonte = " ".join([fonte] * (piu_lungo // max(1, len(pezzi)) + 2))
+        pezzi = tokenizza(client, fonte)
+    prime = {}  # one start per distinct first piece: no two requests in a row open alike
+    for i in aperture:
+        prime.setdefault(pezzi[i], i)
+    fatti = b"".join(pezzi), tuple(itertools.accumulate(map(len, pezzi), initial=0)), tuple(prime.values())
+    for minimo, massimo in dict.fromkeys(lunghezze):
+        if minimo == massimo and len(tokenizza(client, taglia(fatti, 0, minimo))) != minimo:
+            raise ErroreOpzione(f"--prompt-token {minimo}: il tokenizzatore del server non ricompone un testo di "
+                                f"esattamente {minimo} token")
+    return [p._replace(oltre=p.oltre._replace(pezzi=fatti)) for p in piani]
+
+
+def taglia(pezzi: tuple, indice: int, lunghezza: int) -> str:
+    """Request `indice`'s exact prompt: `lunghezza` pieces from its start among the word starts (the
+    pieces are kept as one text and where each one begins)."""
+    testo, inizi, aperture = pezzi
+    primo = aperture[indice % len(aperture)]
+    return testo[inizi[primo]:inizi[primo + lunghezza]].decode("utf-8", "replace")
+
+
+def prompt_di(indice: int, piano: Piano) -> Tuple[str, Optional[int]]:
+    """Request `indice`'s prompt and, with --prompt-token, its length in tokens: a fixed one, or drawn
+    between MIN and MAX by --seme and the request's index (the same run gives the same lengths)."""
+    extra_piano = extra(piano)
+    if extra_piano.pezzi is None:
+        return prompt_per(indice, piano), None
+    minimo, massimo = extra_piano.prompt_token
+    import random
+
+    lunghezza = minimo if minimo == massimo else random.Random(f"{extra_piano.seme or 0}:{indice}").randint(minimo, massimo)
+    return taglia(extra_piano.pezzi, indice, lunghezza), lunghezza
+
+
+def righe_prompt_esatti(prova: Prova) -> List[str]:
+    """After a run with --prompt-token: the prompts' lengths asked, and what the chat template added,
+    measured as the server's prompt_tokens less the prompt's own tokens."""
+    misurati = [r for r in prova.esecuzione.riuscite if extra(r).prompt_esatto and extra(r).token_prompt]
+    if not misurati:
+        return []
+    chiesti = [extra(r).prompt_esatto for r in misurati]
+    sopra = [extra(r).token_prompt - extra(r).prompt_esatto for r in misurati]
+    a_caso = extra(prova.piano).prompt_token[0] != extra(prova.piano).prompt_token[1]
+    return [f"prompt: {da_a(chiesti)} token" + (f" (a caso, seme {extra(prova.piano).seme or 0})" if a_caso else "")
+            + f", contati dal tokenizzatore del server; il template della chat ne aggiunge {da_a(sopra)} "
+            f"(prompt_tokens {da_a([extra(r).token_prompt for r in misurati])})"]
 
 
 # The two ways this llama.cpp says a request did not fit: the slot's context (400, when a slot takes it),

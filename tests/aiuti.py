@@ -83,3 +83,12 @@ def griglia_np_token(out, np, token):
     assert [int(t) for t, _ in rapporti] == list(token), out
     (esito,) = [r for r in out.splitlines() if r.startswith("con risposte più lunghe")]
     return [float(x) for _, x in rapporti], esito
+
+
+def rifiutata(server, capsys, argomenti):
+    """carico.py run with flags it must refuse: exit 2 before any request reaches `server`; the error line."""
+    with pytest.raises(SystemExit) as uscita:
+        carico.main(["--url", server.url, *argomenti])
+    assert uscita.value.code == 2
+    assert server.richieste_ricevute == []
+    return capsys.readouterr().err.splitlines()[-1]

@@ -59,6 +59,8 @@ class Config:
     rispetta_ignore_eos: bool = True  # False: a server that ignores the request's ignore_eos
     rispetta_cache_prompt: bool = True  # False: a server that reuses its prompt cache even when asked not to
     ritardo_ingresso: float = 0.0  # seconds a chat request spends read but not yet queued (in neither count)
+    tiene_le_richieste: bool = True  # False: no prompts and bodies kept (a run of 10,000 long prompts)
+    lunghezze: Optional[List[int]] = None  # with tiene_le_richieste False: each chat prompt's token count
 
     @property
     def n_ctx_slot(self) -> int:
@@ -165,11 +167,14 @@ class FakeLlama:
         the streaming handler sends its headers and chunks from there. When `chiusa()` says the
         client went away, generation stops and the slot is freed: (None, None)."""
         contenuto = " ".join(m.get("content", "") for m in body.get("messages", []))
-        self.prompts.append(contenuto)
+        if self.config.tiene_le_richieste:
+            self.prompts.append(contenuto)
         if self.registro:  # run as a process: what it was asked, for the test to read
             with open(self.registro, "a", encoding="utf-8") as f:
                 f.write(json.dumps(contenuto) + "\n")
         n_prompt = conta_token(contenuto) + TEMPLATE_TOKENS
+        if self.config.lunghezze is not None:
+            self.config.lunghezze.append(n_prompt - TEMPLATE_TOKENS)
         max_tokens = body.get("max_tokens", body.get("n_predict", 16))
         finish = "length"
         if self.config.eos_dopo is not None and self.config.eos_dopo < max_tokens and not (
@@ -389,7 +394,8 @@ class FakeLlama:
                         body = json.loads(corpo)
                     except ValueError:
                         return self.errore(400, "invalid_request_error", "invalid JSON")
-                    fake.bodies.append(body)
+                    if cfg.tiene_le_richieste:
+                        fake.bodies.append(body)
                     time.sleep(cfg.ritardo_ingresso)
                     if body.get("stream"):
                         return self.stream(body)

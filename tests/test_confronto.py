@@ -1,12 +1,17 @@
-"""Results others can read: --json under vLLM's `bench serve` names, and --confronta A.json B.json
-(figure by figure, the ratio, Welch's t on the repeats)."""
+"""Traffic like the real thing, and results that compare: prompts of exact lengths (--prompt-token, on
+the server's own tokenizer), the prefill-against-decode sweep, --percentili, --json under vLLM's `bench
+serve` names, and --confronta A.json B.json (figure by figure, the ratio, Welch's t on the repeats)."""
 
 import json
 import statistics
+import subprocess
+import sys
 
 import pytest
 
 import carico
+from aiuti import CARICO, rifiutata
+from fakeserver import TEMPLATE_TOKENS, conta_token
 
 
 def test_json_con_i_nomi_di_vllm(fake, carica, tmp_path):
@@ -120,3 +125,102 @@ def test_confronta_senza_carichi_in_comune(tmp_path, capsys):
     a2.write_text(json.dumps(dati_a))
     assert carico.main(["--confronta", str(a2), str(b)]) == 0
     assert "non hanno un carico in comune" in capsys.readouterr().out
+
+
+# --prompt-token: exact lengths by the server's tokenizer ######################################
+
+def test_prompt_di_esattamente_n_token(fake, carica):
+    """Every prompt has exactly N tokens for the server's tokenizer (the fake's rule), each opens with a
+    different first token, and the chat template's overhead is measured from the server's prompt_tokens."""
+    server = fake(n_slot=2, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--prompt-token", "200", "--richieste", "6", "--token", "4")
+    assert rc == 0, err
+    assert [conta_token(p) for p in server.prompts] == [200] * 6
+    assert len({p.split()[0] for p in server.prompts}) == 6  # no shared prefix, from the first token
+    assert ("prompt: 200 token, contati dal tokenizzatore del server; il template della chat ne aggiunge "
+            f"{TEMPLATE_TOKENS} (prompt_tokens {200 + TEMPLATE_TOKENS})") in out
+    assert all(b.get("cache_prompt") is False for b in server.bodies)
+
+
+def test_prompt_a_caso_fra_min_e_max_col_seme(fake, carica):
+    """MIN-MAX draws each length uniformly, by --seme: the same seed the same lengths, another seed others."""
+    server = fake(n_slot=2, s_per_token=0.001)
+    for seme in ("3", "3", "4"):
+        rc, out, _ = carica(server.url, "--prompt-token", "50-150", "--seme", seme, "--richieste", "8", "--token", "2")
+        assert rc == 0
+        assert f"(a caso, seme {seme})" in out
+    lunghezze = [conta_token(p) for p in server.prompts]
+    primi, secondi, terzi = lunghezze[:8], lunghezze[8:16], lunghezze[16:]
+    assert all(50 <= n <= 150 for n in lunghezze) and len(set(primi)) > 3
+    assert sorted(primi) == sorted(secondi) and sorted(primi) != sorted(terzi)  # (they arrive in any order)
+
+
+def test_griglia_di_lunghezze_prefill_contro_decode(fake, carica):
+    """A sweep over --prompt-token: per point the server's prompt speed beside the speed in the slot, and
+    with --stream the first token's percentiles, which grow with the prompt (the fake computes a prompt
+    at 0.2 ms a token: 1024 tokens take 0.2 s, 32 take 0.01 s)."""
+    server = fake(n_slot=2, n_ctx=4096, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--prompt-token", "32,1024", "--richieste", "2", "--token", "4", "--stream",
+                          "--percentili", "50,95")
+    assert rc == 0, err
+    testa = next(r for r in out.splitlines() if r.startswith("| prompt |")).strip("| ").split(" | ")
+    assert testa[5:7] == ["prompt t/s (server)", "t/s nel proprio slot"]
+    assert testa[-6:] == ["TTFT p50", "TTFT p95", "TPOT p50", "TPOT p95", "ITL p50", "ITL p95"]
+    righe = [r.strip("| ").split(" | ") for r in out.splitlines() if r.startswith(("| 32 ", "| 1024 "))]
+    ttft = [float(r[testa.index("TTFT p50")].split()[0]) for r in righe]
+    assert ttft[1] > 5 * ttft[0], ttft
+    assert all(float(r[testa.index("prompt t/s (server)")]) > 0 for r in righe)
+
+
+def test_percentili_scelti_in_dettagli_e_nel_json(fake, carica, tmp_path):
+    server = fake(n_slot=2, s_per_token=0.001)
+    rc, out, _ = carica(server.url, "--stream", "--dettagli", "--percentili", "50,95", "--token", "4",
+                        "--json", str(tmp_path / "r.json"))
+    assert rc == 0
+    testa = next(r for r in out.splitlines() if r.strip().startswith("min"))
+    assert testa.split() == ["min", "media", "p50", "p95", "max"]
+    dati = json.loads((tmp_path / "r.json").read_text())
+    assert {"p50", "p90", "p95", "p99"} <= set(dati["prove"][0]["dettagli"]["figure_s"]["latenza"])
+    assert "p95_ttft_ms" in dati and "p99_ttft_ms" in dati
+
+
+@pytest.mark.parametrize("argomenti,messaggio", [
+    (["--prompt-token", "0"], "'0': le lunghezze sono token, almeno 1, e MIN non supera MAX"),
+    (["--prompt-token", "50-10"], "'50-10': le lunghezze sono token, almeno 1, e MIN non supera MAX"),
+    (["--prompt-token", "10-20,30"], "una lista di lunghezze fa una prova per valore: valori singoli, senza MIN-MAX"),
+    (["--prompt-token", "64,64"], "un valore è ripetuto nella lista '64,64'"),
+    (["--prompt-token", "molti"], "'molti' non è una lunghezza in token (per esempio 200, 100-300, 128,512)"),
+    (["--prompt-token", "64", "--turni", "2"], "--prompt-token e --turni si escludono"),
+    (["--prompt-token", "64", "--seme", "2"], "--arrivi e --seme vanno usati insieme a --ritmo (o --seme con "
+                                              "--prompt-token MIN-MAX)"),
+    (["--percentili", "50,100"], "opzione --percentili: fra 1 e 99, non 100"),
+])
+def test_opzioni_sbagliate_delle_lunghezze(fake, capsys, argomenti, messaggio):
+    assert messaggio in rifiutata(fake(), capsys, argomenti)
+
+
+def test_prompt_token_senza_tokenize_esce_2(fake, capsys):
+    server = fake(override={"/tokenize": lambda h, _: h.errore(404, "not_found_error", "File Not Found")})
+    rc = carico.main(["--url", server.url, "--prompt-token", "64"])
+    assert rc == 2
+    assert "--sistema e --prompt-token hanno bisogno del suo tokenizzatore" in capsys.readouterr().err
+    assert server.bodies == []
+
+
+def test_diecimila_prompt_da_1024_token_sotto_i_100_mb(fake):
+    """10,000 requests with --prompt-token 1024: each prompt is made as its request leaves, in the
+    worker's thread, so carico.py's memory stays under 100 MB (its own peak RSS, measured in its process)."""
+    lunghezze = []
+    server = fake(n_slot=8, n_ctx=8 * 4096, s_per_token=0.0, s_per_prompt_token=0.0, tiene_le_richieste=False,
+                  lunghezze=lunghezze)
+    misura = ("import resource, runpy, sys\nsys.argv = sys.argv[1:]\ntry:\n    runpy.run_path(sys.argv[0], "
+              "run_name='__main__')\nfinally:\n    print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+              "file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", misura, CARICO, "--url", server.url, "--prompt-token", "1024",
+                           "--richieste", "10000", "--parallele", "8", "--token", "1", "--silenzioso"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert "richieste=10000 parallele=8" in proc.stdout
+    assert len(lunghezze) == 10000 and set(lunghezze) == {1024}
+    rss_mb = int(proc.stderr.split("RSS ")[-1].split()[0]) / 1024  # ru_maxrss is in KiB on Linux
+    assert rss_mb < 100, rss_mb

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import carico
-from aiuti import FAKE, VELOCE, porta_libera
+from aiuti import FAKE, VELOCE, porta_libera, rifiutata
 from fakeserver import TEMPLATE_TOKENS, conta_token
 
 ERRORE_400 = ("HTTP 400 exceed_context_size_error: request ({} tokens) exceeds the available context size (512 tokens), "
@@ -269,7 +269,7 @@ def test_senza_tokenize_sistema_esce_2_prima_del_carico(fake, capsys, status, co
     err = capsys.readouterr().err
     assert rc == 2
     assert err.splitlines()[-1] == (f"carico.py: errore: il server su {server.url} non conta i token con /tokenize "
-                                    f"({detto}): --sistema ha bisogno del suo tokenizzatore")
+                                    f"({detto}): --sistema e --prompt-token hanno bisogno del suo tokenizzatore")
     assert server.bodies == []
 
 
@@ -285,12 +285,7 @@ def test_senza_tokenize_sistema_esce_2_prima_del_carico(fake, capsys, status, co
     (["--avvia", "llama serve", "--np=-1kv"], "-np -1kv non ha senso: usa 1, 2, 4, 4kv... o auto (decide il server)"),
 ])
 def test_opzioni_sbagliate_delle_conversazioni(fake, capsys, argomenti, messaggio):
-    server = fake()
-    with pytest.raises(SystemExit) as uscita:
-        carico.main(["--url", server.url, *argomenti])
-    assert uscita.value.code == 2
-    assert messaggio in capsys.readouterr().err.splitlines()[-1]
-    assert server.richieste_ricevute == []
+    assert messaggio in rifiutata(fake(), capsys, argomenti)
 
 
 def test_turni_con_prompt_file_si_escludono(fake, capsys, tmp_path):

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import carico
-from aiuti import CARICO, RIGA_REQ, VELOCE
+from aiuti import CARICO, RIGA_REQ, VELOCE, rifiutata
 from fakeserver import flusso_scritto
 
 
@@ -181,12 +181,7 @@ def test_slo_in_streaming_con_tre_obiettivi(fake, carica):
     (["--riscaldamento", "-2"], "opzione --riscaldamento: deve essere maggiore di 0, non -2"),
 ])
 def test_opzioni_sbagliate_dei_dettagli(fake, capsys, argomenti, messaggio):
-    server = fake()
-    with pytest.raises(SystemExit) as uscita:
-        carico.main(["--url", server.url, *argomenti])
-    assert uscita.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == f"carico.py: errore: {messaggio}"
-    assert server.richieste_ricevute == []
+    assert rifiutata(fake(), capsys, argomenti) == f"carico.py: errore: {messaggio}"
 
 
 # --riscaldamento ##############################################################################

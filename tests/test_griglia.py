@@ -16,7 +16,7 @@ import time
 import pytest
 
 import carico
-from aiuti import CARICO, FAKE, RIGA_REQ, VELOCE, porta_libera, risponde
+from aiuti import CARICO, FAKE, RIGA_REQ, VELOCE, porta_libera, rifiutata, risponde
 
 
 def intervalli(tempi):
@@ -299,7 +299,7 @@ def test_curve_di_piu_server_sugli_stessi_assi():
     (["--durata", "5", "--richieste", "4"], "--durata e --richieste si escludono: con --durata si inviano richieste "
                                             "finché dura il tempo"),
     (["--durata", "0"], "opzione --durata: deve essere maggiore di 0, non 0"),
-    (["--seme", "3"], "--arrivi e --seme vanno usati insieme a --ritmo"),
+    (["--seme", "3"], "--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token MIN-MAX)"),
     (["--ritmo", "2", "--arrivi", "costanti", "--seme", "3"], "--seme vale per gli arrivi di Poisson: con --arrivi "
      "costanti gli orari sono fissi, e non c'è nulla da seminare"),
     (["--parallele", "2,2"], "opzione --parallele: il valore 2 è ripetuto nella lista '2,2': ogni valore è un punto "
@@ -316,13 +316,7 @@ def test_curve_di_piu_server_sugli_stessi_assi():
      "la griglia ha 110 punti, oltre 100: accorcia le liste, o aggiungi --forza"),
 ])
 def test_opzioni_sbagliate_della_griglia(fake, capsys, argomenti, messaggio):
-    server = fake()
-    with pytest.raises(SystemExit) as uscita:
-        carico.main(["--url", server.url, *argomenti])
-    assert uscita.value.code == 2
-    err = capsys.readouterr().err
-    assert err.splitlines()[-1] == f"carico.py: errore: {messaggio}"
-    assert server.richieste_ricevute == []
+    assert rifiutata(fake(), capsys, argomenti) == f"carico.py: errore: {messaggio}"
 
 
 def test_forza_accetta_una_griglia_grande():

@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -380,3 +381,25 @@ def test_np_auto_e_la_domanda_della_ram_reale():
     assert "con -c 2048 (-np auto) il server ha allocato 36.00 MiB; avviato di nuovo con -c 16384, " in riga, out
     assert "  Non cresce come il contesto: la cache SWA (15 strati) si ferma a " in out, out
     CIFRE.append(("KV at -c 16384, -np auto", riga.split("avviato di nuovo con ")[1]))
+
+
+def test_prompt_di_esattamente_200_token_reale(llama):
+    """--prompt-token 200: prompt_tokens is 200 plus the chat template's overhead, and the overhead is
+    measured apart, from the server's own template and tokenizer (/apply-template, /tokenize)."""
+    server = llama(2)
+
+    def chiedi(percorso, corpo):
+        richiesta = urllib.request.Request(server.url + percorso, json.dumps(corpo).encode(),
+                                           {"Content-Type": "application/json"})
+        with urllib.request.urlopen(richiesta, timeout=10) as r:
+            return json.loads(r.read())
+    con_template = chiedi("/apply-template", {"messages": [{"role": "user", "content": "ciao"}],
+                                              "chat_template_kwargs": {"enable_thinking": False}})["prompt"]
+    # The templated prompt as the server tokenizes a chat (special tokens included), less the message alone.
+    sopra = (len(chiedi("/tokenize", {"content": con_template, "add_special": True})["tokens"])
+             - len(chiedi("/tokenize", {"content": "ciao"})["tokens"]))
+    rc, out, err = carico_cli(server.url, "--prompt-token", "200", "--richieste", "2", "--token", "4")
+    assert rc == 0, out + err
+    assert (f"prompt: 200 token, contati dal tokenizzatore del server; il template della chat ne aggiunge {sopra} "
+            f"(prompt_tokens {200 + sopra})") in out, out
+    CIFRE.append(("--prompt-token 200: the chat template adds", f"{sopra} tokens"))
