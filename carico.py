@@ -1007,9 +1007,9 @@ def lunghezze_prompt(testo: str) -> List[Tuple[int, int]]:
     each as (min, max) tokens."""
     lunghezze = []
     for voce in testo.split(","):
-        da, _, a = voce.strip().partition("-")
+        da, trattino, a = voce.strip().partition("-")
         try:
-            minimo, massimo = int(da), int(a or da)
+            minimo, massimo = int(da), int(a if trattino else da)
         except ValueError:
             raise argparse.ArgumentTypeError(f"'{voce}' non è una lunghezza in token (per esempio 200, 100-300, "
                                              "128,512)") from None
@@ -1021,6 +1021,17 @@ def lunghezze_prompt(testo: str) -> List[Tuple[int, int]]:
     if len(set(lunghezze)) < len(lunghezze):
         raise argparse.ArgumentTypeError(f"un valore è ripetuto nella lista '{testo}'")
     return lunghezze
+
+
+def lista_percentili(testo: str) -> List[int]:
+    """`50,90,95,99`: distinct whole percentiles between 1 and 99."""
+    try:
+        percentili = [int(v) for v in testo.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{testo}' non è una lista di percentili (per esempio 50,90,99)") from None
+    if not all(0 < p < 100 for p in percentili) or len(set(percentili)) < len(percentili):
+        raise argparse.ArgumentTypeError(f"'{testo}': percentili interi fra 1 e 99, ognuno una volta")
+    return percentili
 
 
 def obiettivi_slo(testo: str) -> Dict[str, float]:
@@ -1131,7 +1142,7 @@ OPZIONI_OLTRE = (
                                     "prova, con prompt propri, escluse da ogni cifra")),
         (("--esatti",), dict(action="store_true", help="ignore_eos: ogni richiesta genera esattamente --token "
                              "token, così le prove si confrontano")),
-        (("--percentili",), dict(type=lista_di(positivo(int, "un percentile fra 1 e 99")), metavar="P",
+        (("--percentili",), dict(type=lista_percentili, metavar="P",
                                  help="quali percentili mostrare (per esempio 50,90,95,99; default: 50,90,99 in "
                                       "--dettagli, 50,90 nella tabella di una griglia)")),
         (("--silenzioso",), dict(action="store_true", help="niente riga dal vivo su stderr durante la prova")),
@@ -1294,7 +1305,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     if a.prompt_token is not None and (a.prompt_file is not None or a.turni is not None):
         errore(f"--prompt-token e {'--prompt-file' if a.prompt_file is not None else '--turni'} si escludono: "
                "i prompt li fa l'una o l'altro")
-    if a.seme is not None and a.arrivi == "costanti":
+    if a.seme is not None and a.arrivi == "costanti" and not a_caso:
         errore("--seme vale per gli arrivi di Poisson: con --arrivi costanti gli orari sono fissi, e non c'è nulla "
                "da seminare")
     if a.intervallo < 0.05:
@@ -1307,7 +1318,8 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
         errore("--slo: ttft e tpot si misurano solo in streaming: aggiungi --stream")
     if a.confronta is not None:
         inutili = [f for f, v in (("--avvia", a.avvia), ("--turni", a.turni), ("--ritmo", a.ritmo), ("--durata", a.durata),
-                                  ("--json", a.json), ("--csv", a.csv), ("--svg", a.svg)) if v is not None]
+                                  ("--json", a.json), ("--csv", a.csv), ("--svg", a.svg),
+                                  ("--prompt-token", a.prompt_token)) if v is not None]
         if inutili:
             errore(f"--confronta legge due file di risultati e non manda richieste: {inutili[0]} non serve")
     if a.sistema is not None and a.turni is None:
@@ -1334,14 +1346,13 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     contate_all_invio = a.durata is not None or a.turni is not None  # as many requests as get sent
     base = piano._replace(richieste=None if contate_all_invio else piano.richieste, intervallo=a.intervallo,
                           timeout=a.timeout, oltre=piano_oltre)
-    piani = griglia(base, a.parallele, a.token, a.ritmo, a.seme, a.prompt_token)
+    piani = griglia(base, a.parallele, a.token, a.ritmo, 0 if a_caso and a.seme is None and a.ritmo is None else a.seme,
+                    a.prompt_token)
     np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
     punti = len(piani) * len(np or [None])
     if punti > MAX_PUNTI and not a.forza:
         errore(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
     confronta = tuple((f, prove_salvate(f, errore)) for f in a.confronta) if a.confronta else None
-    if a.percentili and not all(0 < p < 100 for p in a.percentili):
-        errore(f"opzione --percentili: fra 1 e 99, non {', '.join(str(p) for p in a.percentili if not 0 < p < 100)}")
     extra_sessione = OpzioniOltre(a.ripeti, a.tabella, a.grafico, a.spiega, a.svg, a.json, a.csv, a.avvia, np,
                                   a.dettagli, a.slo, a.riscaldamento, a.silenzioso, confronta, a.percentili)
     return piani, opzioni._replace(api_key=a.api_key or opzioni.api_key, attesa_pronto=a.attesa, oltre=extra_sessione)
@@ -1753,7 +1764,7 @@ class Programma:
     def invia_al_tempo(self, client: Client, indice: int, previsto: Optional[float], t0: float, timer) -> Risultato:
         """One request, its prompt made here, as it leaves: never all of them alive at once (and the
         scheduler's thread only keeps the time)."""
-        prompt, lunghezza = prompt_di(self.primo_prompt + indice, self.piano)
+        prompt, lunghezza = prompt_di(indice, self.piano, self.primo_prompt)
         r = invia(client, indice, domanda_chat(prompt, self.piano), self.piano.timeout, t0, timer)
         return r._replace(oltre=extra(r)._replace(previsto=previsto, prompt_esatto=lunghezza))
 
@@ -1904,7 +1915,10 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
 
 # vLLM's `bench serve` result names each figure `<mean|median|std|pNN>_<ttft|tpot|itl|e2el>_ms`: the
 # same statistics here (population std, percentiles by linear interpolation, as numpy's default), so
-# that a script written for vLLM's results reads carico's. TTFT, TPOT and ITL need --stream (else None).
+# that a script written for vLLM's results reads carico's. Where carico differs, on purpose: TTFT is the
+# first chunk with text and ITL the gaps between chunks with text (see --stream); total_input_tokens is
+# what the server counted (usage.prompt_tokens, the chat template included; vLLM sums its dataset's
+# prompt lengths); a figure nobody measured is None, not vLLM's 0 (TTFT, TPOT and ITL need --stream).
 FIGURE_VLLM = {"ttft": "primo token", "tpot": "TPOT", "itl": "ITL", "e2el": "latenza"}
 
 
@@ -1913,13 +1927,13 @@ def riassunto_vllm(prova: Prova, percentili: Sequence[int] = (99,)) -> dict:
     import statistics
 
     ok, durata = prova.esecuzione.riuscite, prova.riepilogo.tempo_totale
-    ingresso = sum(extra(r).token_prompt or 0 for r in ok)
-    uscita = sum(r.token or 0 for r in ok)
-    al_secondo = (lambda n: n / durata) if durata else (lambda n: None)  # noqa: E731
+    ingresso = None if any(extra(r).token_prompt is None for r in ok) else sum(extra(r).token_prompt for r in ok)
+    uscita = prova.riepilogo.token  # None when an answer did not say, as in the summary
+    al_secondo = (lambda n: n / durata if durata and n is not None else None)  # noqa: E731
     dati = {"duration": durata, "completed": len(ok), "failed": len(prova.esecuzione.risultati) - len(ok),
             "total_input_tokens": ingresso, "total_output_tokens": uscita,
             "request_throughput": al_secondo(len(ok)), "output_throughput": al_secondo(uscita),
-            "total_token_throughput": al_secondo(ingresso + uscita)}
+            "total_token_throughput": al_secondo(None if None in (ingresso, uscita) else ingresso + uscita)}
     valori = valori_figure(prova)
     for nome, figura in FIGURE_VLLM.items():
         ms = [v * 1000 for v in valori.get(figura, [])]
@@ -2896,7 +2910,7 @@ def tabella_e_file(sessione: Sessione) -> None:
 CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token_cache", "token",
              "latenza_s", "attesa_slot_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "tpot_s",
              "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "conversazione", "turno",
-             "interrotta")
+             "prompt_esatto", "interrotta")
 
 
 def riga_dati(r: Risultato) -> dict:
@@ -2907,7 +2921,7 @@ def riga_dati(r: Risultato) -> dict:
             "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": letto.previsto,
             "ritardo_invio_s": None if letto.previsto is None else r.inizio - letto.previsto,
             "token_cache": letto.token_cache, "tpot_s": tpot(r), "chunk_s": letto.chunk_s,
-            "conversazione": letto.conversazione, "turno": letto.turno}
+            "conversazione": letto.conversazione, "turno": letto.turno, "prompt_esatto": letto.prompt_esatto}
 
 
 def dati_piano(piano: Piano) -> dict:
@@ -3212,20 +3226,24 @@ def muori_con_il_padre():
 # --ripeti runs in each file, Welch's t-test (two means, unequal variances: fits few runs) says whether
 # a difference is beyond the noise, at 95%; with one run a file, the difference is only indicative.
 
-# Two-sided 95% critical values of Student's t by degrees of freedom (a fractional df takes the next
-# lower one: the verdict errs toward "within the noise"); beyond 120, the normal's 1.96.
+# Two-sided 95% critical values of Student's t by degrees of freedom (a fractional df, or one beyond
+# 120, takes the next lower row: the verdict errs toward "within the noise"). Six figures at 95% each:
+# between two identical servers one false "beyond" in four comparisons is to be expected.
 T_CRITICO = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
              10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
 
-# The figures compared: (name and unit, how to read it from a run of --json). With --stream, TTFT and TPOT.
+# The figures compared: (name and unit, where a run of --json keeps it, scale). With --stream, TTFT and TPOT.
 FIGURE_CONFRONTO = (
-    ("throughput aggregato (token/s)", lambda p: p["riepilogo"]["throughput"]),
-    ("latenza media (s)", lambda p: p["riepilogo"]["latenza_media"]),
-    ("latenza p90 (s)", lambda p: p.get("latenza_p90_s")),
-    ("latenza max (s)", lambda p: p["riepilogo"]["latenza_max"]),
-    ("primo token p50 (s)", lambda p: (p["dettagli"]["figure_s"].get("primo token") or {}).get("p50")),
-    ("TPOT p50 (ms)", lambda p: ms((p["dettagli"]["figure_s"].get("TPOT") or {}).get("p50"))),
+    ("throughput aggregato (token/s)", ("riepilogo", "throughput"), 1),
+    ("latenza media (s)", ("riepilogo", "latenza_media"), 1),
+    ("latenza p90 (s)", ("latenza_p90_s",), 1),
+    ("latenza max (s)", ("riepilogo", "latenza_max"), 1),
+    ("primo token p50 (s)", ("dettagli", "figure_s", "primo token", "p50"), 1),
+    ("TPOT p50 (ms)", ("dettagli", "figure_s", "TPOT", "p50"), 1000),
 )
+# What makes two runs the same load (np apart: the servers are what is compared).
+CARICO_DI_UNA_PROVA = ("parallele", "max_token", "richieste", "ritmo", "arrivi", "durata", "stream", "esatti",
+                       "turni", "sistema", "prompt_token")
 
 
 def prove_salvate(percorso: str, errore) -> List[dict]:
@@ -3238,12 +3256,26 @@ def prove_salvate(percorso: str, errore) -> List[dict]:
         errore(f"--confronta: non riesco a leggere '{percorso}': {getattr(exc, 'strerror', None) or exc}")
     prove = dati.get("prove") if isinstance(dati, dict) else None
     if not isinstance(prove, list) or not all(isinstance(p, dict) and isinstance(p.get("riepilogo"), dict)
-                                              and isinstance(p.get("dettagli"), dict) for p in prove):
+                                              for p in prove):
         errore(f"--confronta: '{percorso}' non è un file di risultati di carico.py (--json)")
     intere = [p for p in prove if not p.get("interrotta")]
     if not intere:
         errore(f"--confronta: '{percorso}' non ha prove intere da confrontare")
     return intere
+
+
+def cifra_salvata(prova: dict, chiavi: Sequence[str]) -> Optional[float]:
+    """A figure of a saved run, by its keys; None where the file does not have it as a number."""
+    valore = prova
+    for chiave in chiavi:
+        valore = valore.get(chiave) if isinstance(valore, dict) else None
+    return numero(valore)
+
+
+def carico_salvato(prova: dict) -> tuple:
+    """The load of a saved run, np left out."""
+    piano = prova.get("piano") if isinstance(prova.get("piano"), dict) else {}
+    return tuple(json.dumps(piano.get(k)) for k in CARICO_DI_UNA_PROVA)
 
 
 def welch(a: List[float], b: List[float]) -> Tuple[float, float]:
@@ -3260,48 +3292,53 @@ def welch(a: List[float], b: List[float]) -> Tuple[float, float]:
 def oltre_il_rumore(a: List[float], b: List[float]) -> str:
     """Whether B differs from A beyond the noise of their repeats, said with the test's figures."""
     if len(a) < 2 or len(b) < 2:
-        return "indicativa: una prova sola (con --ripeti 3 in ogni file si misura il rumore)"
+        return "indicativa: meno di due prove con questa cifra in un file (con --ripeti 3 si misura il rumore)"
     t, gl = welch(a, b)
-    critico = T_CRITICO[max([g for g in T_CRITICO if g <= gl], default=1)] if gl < 120 else 1.96
-    gradi = "inf" if gl == float("inf") else f"{gl:.1f}"
-    return (("oltre il rumore" if abs(t) > critico else "entro il rumore")
-            + f" (Welch 95%: t {t:.2f}, gl {gradi}, soglia {critico:.2f})")
-
-
-def chiave_punto(prova: dict) -> tuple:
-    """What a saved run's load was, np left out (the servers are what is compared)."""
-    piano = prova.get("piano") or {}
-    return piano.get("parallele"), piano.get("max_token"), piano.get("ritmo"), piano.get("turni")
+    tabellato = max([g for g in T_CRITICO if g <= gl], default=1)  # the next lower degrees of freedom
+    gradi = "inf" if gl == float("inf") else f"{gl:.2f}"
+    return (("oltre il rumore" if abs(t) > T_CRITICO[tabellato] else "entro il rumore")
+            + f" (Welch 95%: t {t:.2f}, gl {gradi}, soglia {T_CRITICO[tabellato]:.2f})")
 
 
 def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> List[str]:
-    """--confronta A.json B.json: for each load both files measured (all their runs, when each holds one
-    load), figure by figure: A's mean, B's, B/A, and whether the difference is beyond the noise."""
+    """--confronta A.json B.json: for each load both files measured (the same flags but np), each server
+    of A against each of B, figure by figure: A's mean, B's, B/A, and whether the difference is beyond
+    the noise. Runs of different loads are never pooled, nor compared."""
     (nome_a, prove_a), (nome_b, prove_b) = a, b
-    if len({chiave_punto(p) for p in prove_a}) == 1 and len({chiave_punto(p) for p in prove_b}) == 1:
-        coppie = [(prove_a, prove_b)]
-    else:
-        coppie = [([p for p in prove_a if chiave_punto(p) == k], [p for p in prove_b if chiave_punto(p) == k])
-                  for k in dict.fromkeys(map(chiave_punto, prove_a)) if k in set(map(chiave_punto, prove_b))]
+
+    def gruppi(prove):  # (load, np) -> its runs, in file order
+        uscita: Dict[tuple, List[dict]] = {}
+        for p in prove:
+            uscita.setdefault((carico_salvato(p), str(p.get("np"))), []).append(p)
+        return uscita
+    gruppi_a, gruppi_b = gruppi(prove_a), gruppi(prove_b)
+    coppie = [(ga, gb) for (carico_a, _), ga in gruppi_a.items() for (carico_b, _), gb in gruppi_b.items()
+              if carico_a == carico_b]
     if not coppie:
-        return [f"confronto: {nome_a} e {nome_b} non hanno un carico in comune (parallele, token, ritmo)"]
+        return [f"confronto: {nome_a} e {nome_b} non hanno un carico in comune (stesse opzioni, --np a parte): "
+                f"A ha {'; '.join(map(descrivi_prove, gruppi_a.values()))}, B {'; '.join(map(descrivi_prove, gruppi_b.values()))}"]
     righe = []
     for gruppo_a, gruppo_b in coppie:
         righe += [f"confronto: A = {nome_a} ({descrivi_prove(gruppo_a)}), B = {nome_b} ({descrivi_prove(gruppo_b)})",
                   f"  {'cifra':<31}{'A':>10}{'B':>10}{'B/A':>8}  differenza"]
-        for nome, prendi in FIGURE_CONFRONTO:
-            va, vb = ([v for v in map(prendi, g) if v is not None] for g in (gruppo_a, gruppo_b))
-            if not va or not vb:
-                continue
-            ma, mb = media(va), media(vb)
-            rapporto = f"×{mb / ma:.2f}" if ma else ND
-            righe.append(f"  {nome:<31}{ma:>10.3f}{mb:>10.3f}{rapporto:>8}  {oltre_il_rumore(va, vb)}")
+        confrontate = 0
+        for nome, chiavi, scala in FIGURE_CONFRONTO:
+            va, vb = ([v * scala for v in (cifra_salvata(p, chiavi) for p in g) if v is not None]
+                      for g in (gruppo_a, gruppo_b))
+            if va and vb:
+                confrontate += 1
+                ma, mb = media(va), media(vb)
+                rapporto = f"×{mb / ma:.2f}" if ma else ND
+                righe.append(f"  {nome:<31}{ma:>10.3f}{mb:>10.3f}{rapporto:>8}  {oltre_il_rumore(va, vb)}")
+        if not confrontate:
+            righe.append("  nessuna cifra che abbiano tutti e due (nessuna richiesta riuscita?)")
         righe.append("")
     return righe[:-1]
 
 
 def descrivi_prove(prove: List[dict]) -> str:
-    piano, np = prove[0].get("piano") or {}, prove[0].get("np") or (prove[0].get("server") or {}).get("n_slot")
+    piano = prove[0].get("piano") if isinstance(prove[0].get("piano"), dict) else {}
+    np = prove[0].get("np") or (prove[0].get("server") if isinstance(prove[0].get("server"), dict) else {}).get("n_slot")
     return (f"np {np}, parallele {piano.get('parallele')}, token {piano.get('max_token')}: "
             + quante(len(prove), "prova", "prove"))
 
@@ -3553,10 +3590,11 @@ def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
 
 # --prompt-token: prompts of exact lengths, counted by the server's own tokenizer ##################
 # The peers count with a tokenizer downloaded at run time; the server can count itself (/tokenize),
-# for any model, offline. One long text is cut into the server's pieces once per server; a prompt of L
-# tokens is L pieces of it, from one of the pieces that start a word, a different one for each request
-# in turn: prompts differ from their first token, and share no prefix. A few /tokenize calls per
-# server, none per request; each prompt is made when its request leaves.
+# for any model, offline. One long text is cut into the server's pieces once a session (on the first
+# server: every --np serves the same model); a prompt of L tokens is L pieces of it, from one of the
+# pieces that start a word, a different one for each request in turn (79 on gemma-3, then they repeat):
+# consecutive prompts differ from their first token. A few /tokenize calls, none per request; each
+# prompt is made when its request leaves.
 
 def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
     """The plans with the pieces to cut exact prompts from, made once on the first server's tokenizer;
@@ -3572,6 +3610,9 @@ def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
     prime = {}  # one start per distinct first piece: no two requests in a row open alike
     for i in aperture:
         prime.setdefault(pezzi[i], i)
+    if len(prime) < 2:  # a tokenizer that keeps the blank apart, or at a word's end
+        raise ErroreOpzione("--prompt-token: il tokenizzatore del server non dà pezzi che aprano parole diverse: "
+                            "non so fare prompt che non condividano l'inizio")
     fatti = b"".join(pezzi), tuple(itertools.accumulate(map(len, pezzi), initial=0)), tuple(prime.values())
     for minimo, massimo in dict.fromkeys(lunghezze):
         if minimo == massimo and len(tokenizza(client, taglia(fatti, 0, minimo))) != minimo:
@@ -3588,17 +3629,18 @@ def taglia(pezzi: tuple, indice: int, lunghezza: int) -> str:
     return testo[inizi[primo]:inizi[primo + lunghezza]].decode("utf-8", "replace")
 
 
-def prompt_di(indice: int, piano: Piano) -> Tuple[str, Optional[int]]:
-    """Request `indice`'s prompt and, with --prompt-token, its length in tokens: a fixed one, or drawn
-    between MIN and MAX by --seme and the request's index (the same run gives the same lengths)."""
+def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Optional[int]]:
+    """The prompt of a run's request `indice` and, with --prompt-token, its length in tokens: a fixed one,
+    or drawn between MIN and MAX by --seme and `indice` (each repeat of a run: the same lengths). Its
+    text starts further on in the session (`primo_prompt`): a repeat does not send the same prompts."""
     extra_piano = extra(piano)
     if extra_piano.pezzi is None:
-        return prompt_per(indice, piano), None
+        return prompt_per(primo_prompt + indice, piano), None
     minimo, massimo = extra_piano.prompt_token
     import random
 
     lunghezza = minimo if minimo == massimo else random.Random(f"{extra_piano.seme or 0}:{indice}").randint(minimo, massimo)
-    return taglia(extra_piano.pezzi, indice, lunghezza), lunghezza
+    return taglia(extra_piano.pezzi, primo_prompt + indice, lunghezza), lunghezza
 
 
 def righe_prompt_esatti(prova: Prova) -> List[str]:
@@ -3856,6 +3898,7 @@ class ParserItaliano(argparse.ArgumentParser):
     ERRORI = (("expected one argument", "richiede un valore"),
               ("ignored explicit argument (.*)", r"non accetta valori (\1)"),
               ("expected at most one argument", "accetta al più un valore"),
+              ("expected (\\d+) arguments", r"richiede \1 valori"),
               ("invalid choice: (.*)", r"scelta non valida: \1"),
               ("unrecognized arguments: (.*)", r"opzioni non riconosciute: \1"),
               ("ambiguous option: (\\S+) could match (.*)", r"opzione ambigua: \1 potrebbe essere \2"),

@@ -52,9 +52,9 @@ def test_json_senza_stream_e_con_piu_prove(fake, carica, tmp_path):
         assert prova["vllm"]["p99_itl_ms"] is None and prova["vllm"]["mean_e2el_ms"] > 0
 
 
-def file_di_prove(percorso, throughput, latenze, np=1):
+def file_di_prove(percorso, throughput, latenze, np=1, parallele=4):
     """A --json file made of known numbers: one run per value."""
-    prove = [{"np": str(np), "piano": {"parallele": 4, "max_token": 32, "ritmo": None, "turni": None},
+    prove = [{"np": str(np), "piano": {"parallele": parallele, "max_token": 32, "ritmo": None, "turni": None},
               "riepilogo": {"throughput": t, "latenza_media": l, "latenza_max": 2 * l},
               "latenza_p90_s": 1.5 * l, "dettagli": {"figure_s": {}}, "interrotta": False}
              for t, l in zip(throughput, latenze)]
@@ -72,9 +72,9 @@ def test_confronta_una_differenza_netta_e_una_nel_rumore(tmp_path, capsys):
     assert righe[0] == f"confronto: A = {a} (np 1, parallele 4, token 32: 3 prove), B = {b} (np 4, parallele 4, token 32: 3 prove)"
     tp = next(r for r in righe if r.startswith("  throughput aggregato"))
     assert " ".join(tp.split()) == ("throughput aggregato (token/s) 10.000 20.000 ×2.00 oltre il rumore "
-                                    "(Welch 95%: t 61.24, gl 4.0, soglia 2.78)")
+                                    "(Welch 95%: t 61.24, gl 4.00, soglia 2.78)")
     lat = next(r for r in righe if r.startswith("  latenza media"))
-    assert "×1.10  entro il rumore (Welch 95%: t 0.61, gl 4.0, soglia 2.78)" in lat
+    assert "×1.10  entro il rumore (Welch 95%: t 0.61, gl 4.00, soglia 2.78)" in lat
     assert not any("primo token" in r for r in righe)  # no --stream in either file: not compared
 
 
@@ -82,9 +82,9 @@ def test_confronta_con_una_prova_sola_e_indicativa(tmp_path, capsys):
     a = file_di_prove(tmp_path / "a.json", [10.0], [1.0])
     b = file_di_prove(tmp_path / "b.json", [20.0, 20.2, 19.8], [1.1, 0.9, 1.3], np=4)
     assert carico.main(["--confronta", a, b]) == 0
-    righe = [r for r in capsys.readouterr().out.splitlines() if r.startswith("  ") and "cifra" not in r]
-    assert righe and all(r.endswith("indicativa: una prova sola (con --ripeti 3 in ogni file si misura il rumore)")
-                         for r in righe)
+    righe = [r for r in capsys.readouterr().out.splitlines() if r.startswith("  ") and not r.strip().startswith("cifra")]
+    assert righe and all(r.endswith("indicativa: meno di due prove con questa cifra in un file (con --ripeti 3 si "
+                                    "misura il rumore)") for r in righe)
 
 
 def test_welch_su_numeri_noti():
@@ -112,19 +112,36 @@ def test_confronta_file_sbagliati(tmp_path, capsys, contenuto, messaggio):
     assert messaggio in capsys.readouterr().err.splitlines()[-1]
 
 
-def test_confronta_senza_carichi_in_comune(tmp_path, capsys):
+def test_confronta_mai_carichi_diversi(tmp_path, capsys):
+    """Two files of different loads get no verdict; a file of two servers (--avvia --np 1,4) is compared
+    server by server against the other's, never pooled."""
+    a = file_di_prove(tmp_path / "a.json", [10.0, 10.2], [1.0, 1.1], parallele=2)
+    b = file_di_prove(tmp_path / "b.json", [20.0, 20.2], [1.0, 1.1], np=4, parallele=4)
+    assert carico.main(["--confronta", a, b]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"confronto: {a} e {b} non hanno un carico in comune (stesse opzioni, --np a parte)")
+    assert "rumore" not in out
+    due = json.loads((tmp_path / "b.json").read_text())
+    uno = json.loads(open(file_di_prove(tmp_path / "c.json", [10.0, 10.4], [1.0, 1.1], np=1)).read())
+    due["prove"] = uno["prove"] + due["prove"]  # np 1 and np 4 in one file
+    (tmp_path / "d.json").write_text(json.dumps(due))
+    assert carico.main(["--confronta", str(tmp_path / "c.json"), str(tmp_path / "d.json")]) == 0
+    teste = [r for r in capsys.readouterr().out.splitlines() if r.startswith("confronto:")]
+    assert [t.split("B = ")[1] for t in teste] == [f"{tmp_path / 'd.json'} (np 1, parallele 4, token 32: 2 prove)",
+                                                    f"{tmp_path / 'd.json'} (np 4, parallele 4, token 32: 2 prove)"]
+
+
+def test_confronta_file_con_cifre_strane_senza_traceback(tmp_path, capsys):
+    """Figures that are missing, text, or null are left out, never a traceback; nothing left: said so."""
     a = file_di_prove(tmp_path / "a.json", [10.0], [1.0])
-    b = tmp_path / "b.json"
-    dati = json.loads((tmp_path / "a.json").read_text())
-    dati["prove"] += [dict(dati["prove"][0], piano={"parallele": 8, "max_token": 32})]
-    dati["prove"][0]["piano"] = {"parallele": 2, "max_token": 32}
-    b.write_text(json.dumps(dati))
-    a2 = tmp_path / "a2.json"
-    dati_a = json.loads((tmp_path / "a.json").read_text())
-    dati_a["prove"] += [dict(dati_a["prove"][0], piano={"parallele": 1, "max_token": 32})]
-    a2.write_text(json.dumps(dati_a))
-    assert carico.main(["--confronta", str(a2), str(b)]) == 0
-    assert "non hanno un carico in comune" in capsys.readouterr().out
+    dati = json.loads(open(a).read())
+    dati["prove"][0]["riepilogo"] = {"throughput": "10", "latenza_media": None}
+    dati["prove"][0]["dettagli"] = "niente"
+    dati["prove"][0].pop("latenza_p90_s")
+    (tmp_path / "b.json").write_text(json.dumps(dati))
+    assert carico.main(["--confronta", a, str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "  latenza max (s)" not in out and "nessuna cifra che abbiano tutti e due" in out
 
 
 # --prompt-token: exact lengths by the server's tokenizer ######################################
@@ -193,7 +210,10 @@ def test_percentili_scelti_in_dettagli_e_nel_json(fake, carica, tmp_path):
     (["--prompt-token", "64", "--turni", "2"], "--prompt-token e --turni si escludono"),
     (["--prompt-token", "64", "--seme", "2"], "--arrivi e --seme vanno usati insieme a --ritmo (o --seme con "
                                               "--prompt-token MIN-MAX)"),
-    (["--percentili", "50,100"], "opzione --percentili: fra 1 e 99, non 100"),
+    (["--percentili", "50,100"], "opzione --percentili: '50,100': percentili interi fra 1 e 99, ognuno una volta"),
+    (["--percentili", "50,50"], "opzione --percentili: '50,50': percentili interi fra 1 e 99, ognuno una volta"),
+    (["--prompt-token", "100-"], "'100-' non è una lunghezza in token"),
+    (["--confronta", "a.json"], "opzione --confronta: richiede 2 valori"),
 ])
 def test_opzioni_sbagliate_delle_lunghezze(fake, capsys, argomenti, messaggio):
     assert messaggio in rifiutata(fake(), capsys, argomenti)
@@ -224,3 +244,43 @@ def test_diecimila_prompt_da_1024_token_sotto_i_100_mb(fake):
     assert len(lunghezze) == 10000 and set(lunghezze) == {1024}
     rss_mb = int(proc.stderr.split("RSS ")[-1].split()[0]) / 1024  # ru_maxrss is in KiB on Linux
     assert rss_mb < 100, rss_mb
+
+
+def test_prompt_token_con_un_tokenizzatore_senza_inizi_di_parola(fake, capsys):
+    pezzi = {"tokens": [{"id": i, "piece": p} for i, p in enumerate(["ab", "cd", "ef"] * 400)]}
+    server = fake(override={"/tokenize": lambda h, _: h.send_json(200, pezzi)})
+    assert carico.main(["--url", server.url, "--prompt-token", "64"]) == 2
+    assert "non dà pezzi che aprano parole diverse" in capsys.readouterr().err
+    assert server.bodies == []
+
+
+def test_ripetere_min_max_ridà_le_stesse_lunghezze_con_altri_testi(fake, carica):
+    """--ripeti with MIN-MAX: each repeat is the same load (the same lengths, drawn by the run's index),
+    with texts that start further on (never the same prompts twice)."""
+    server = fake(n_slot=2, s_per_token=0.001)
+    rc, _, _ = carica(server.url, "--prompt-token", "20-90", "--richieste", "5", "--ripeti", "2", "--token", "2")
+    assert rc == 0
+    corpi = [b["messages"][0]["content"] for b in server.bodies]
+    assert sorted(map(conta_token, corpi[:5])) == sorted(map(conta_token, corpi[5:]))
+    assert not set(corpi[:5]) & set(corpi[5:])
+
+
+def test_nessuna_lettura_al_lavoro_non_fa_uno_zero(fake, carica):
+    """Every reading fell while the slots were idle: no peak of 0 is printed, only that none saw them work."""
+    idle = [{"id": 0, "n_ctx": 1024, "is_processing": False}, {"id": 1, "n_ctx": 1024, "is_processing": False}]
+    server = fake(n_slot=2, s_per_token=0.002, override={"/slots": lambda h, _: h.send_json(200, idle)})
+    rc, out, _ = carica(server.url, "--dettagli", "--token", "8", "--intervallo", "0.05")
+    assert rc == 0
+    assert "  contesto per slot: nessuna lettura di /slots (ogni 0.05 s) ha visto uno slot al lavoro" in out
+    assert "di 1024 token (0%)" not in out
+    assert "la richiesta più lunga, dalle risposte: req " in out
+
+
+def test_vllm_senza_conteggi_dice_none():
+    """An answer that did not say its tokens: the totals and the token rates are None, as in the summary."""
+    r = carico.Risultato(0, 0.0, 1.0, None, None, 10.0, 900.0, oltre=carico.RisultatoOltre(20))
+    prova = carico.Prova(carico.InfoServer(1, 2048, True), carico.Esecuzione([r], [], 1))
+    dati = carico.riassunto_vllm(prova)
+    assert dati["completed"] == 1 and dati["total_output_tokens"] is None
+    assert dati["output_throughput"] is None and dati["total_token_throughput"] is None
+    assert dati["request_throughput"] == 1.0 and dati["total_input_tokens"] == 20
