@@ -1002,6 +1002,13 @@ def lista_di(converti):
     return controlla
 
 
+def token_o_zero(testo: str) -> int:
+    """A number of tokens, 0 included (--prefisso 0: no shared prefix, the run to compare with)."""
+    if not testo.isdigit():
+        raise argparse.ArgumentTypeError(f"'{testo}' non è un numero di token (0 o più)")
+    return int(testo)
+
+
 def lunghezze_prompt(testo: str) -> List[Tuple[int, int]]:
     """`200`, `100-300` (uniform between the two) or a list of single lengths `128,512,1024` (a sweep):
     each as (min, max) tokens."""
@@ -1105,6 +1112,9 @@ OPZIONI_OLTRE = (
         (("--modello",), dict(metavar="NOME", help="il campo model delle richieste (l'alias -a del server)")),
         (("--prompt-file",), dict(metavar="FILE", help="il testo di FILE come prompt di ogni richiesta (il passo 4 "
                                   "del lab)")),
+        (("--prefisso",), dict(type=lista_di(token_o_zero), metavar="N",
+                               help="ogni richiesta comincia con gli stessi N token (esatti, /tokenize), poi il suo testo: "
+                                    "la cache dei prompt fa il suo lavoro; una lista (0,512): una prova per valore")),
         (("--prompt-token",), dict(type=lunghezze_prompt, metavar="N", help="prompt di esattamente N token, contati dal "
                                    "tokenizzatore del server (/tokenize), diversi fin dal primo; MIN-MAX: a caso fra i "
                                    "due (--seme); una lista (128,512,1024): una prova per valore")),
@@ -1206,6 +1216,7 @@ class PianoOltre(NamedTuple):
     sistema: Optional[int] = None  # --sistema: the conversations' system prompt, in tokens
     testo_sistema: Optional[str] = None  # that system prompt, made on the server's tokenizer
     prompt_token: Optional[Tuple[int, int]] = None  # --prompt-token: each prompt's length in tokens, min and max
+    prefisso: Optional[int] = None  # --prefisso: tokens every prompt opens with, the same for all (cache on)
     pezzi: Optional[tuple] = None  # the text exact prompts are cut from, where each piece begins, where they may start
 
     @property
@@ -1217,7 +1228,7 @@ class PianoOltre(NamedTuple):
     def da_lanciare(self) -> bool:
         """Sent by the extras rather than all at once: by the clock, as conversations (--turni), or with
         prompts made one at a time as they leave (--prompt-token: never all of them alive at once)."""
-        return self.al_tempo or self.turni is not None or self.prompt_token is not None
+        return self.al_tempo or self.turni is not None or self.prompt_token is not None or self.prefisso is not None
 
 
 class RisultatoOltre(NamedTuple):
@@ -1280,6 +1291,8 @@ def campi_oltre(piano: PianoOltre) -> dict:
         campi["ignore_eos"] = True
     if piano.stream:
         campi.update(stream=True, stream_options={"include_usage": True})  # usage in the last chunk
+    if piano.prefisso is not None:  # 0 too: the run to compare with, under the same cache
+        campi["cache_prompt"] = True  # a shared prefix is there to be reused: the cache is the experiment
     return campi
 
 
@@ -1302,6 +1315,13 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     a_caso = bool(a.prompt_token) and a.prompt_token[0][0] != a.prompt_token[0][1]  # lengths drawn by --seme
     if a.ritmo is None and (a.arrivi is not None or a.seme is not None and not a_caso):
         errore("--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token MIN-MAX)")
+    prefisso_max = max(a.prefisso or [0])
+    if prefisso_max and (a.prompt_file is not None or a.turni is not None):
+        errore(f"--prefisso e {'--prompt-file' if a.prompt_file is not None else '--turni'} si escludono: "
+               "il prefisso apre i prompt che fa carico.py")
+    if prefisso_max and a.prompt_token and prefisso_max >= min(m for m, _ in a.prompt_token):
+        errore(f"--prefisso {prefisso_max} non lascia posto al testo di ogni richiesta in --prompt-token "
+               f"{min(m for m, _ in a.prompt_token)}: il prefisso deve essere più corto del prompt")
     if a.prompt_token is not None and (a.prompt_file is not None or a.turni is not None):
         errore(f"--prompt-token e {'--prompt-file' if a.prompt_file is not None else '--turni'} si escludono: "
                "i prompt li fa l'una o l'altro")
@@ -1347,7 +1367,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     base = piano._replace(richieste=None if contate_all_invio else piano.richieste, intervallo=a.intervallo,
                           timeout=a.timeout, oltre=piano_oltre)
     piani = griglia(base, a.parallele, a.token, a.ritmo, 0 if a_caso and a.seme is None and a.ritmo is None else a.seme,
-                    a.prompt_token)
+                    a.prompt_token, a.prefisso)
     np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
     punti = len(piani) * len(np or [None])
     if punti > MAX_PUNTI and not a.forza:
@@ -1382,7 +1402,7 @@ class SessioneOltre:
                 client, info = sessione.collega(decisa)
                 if extra(sessione.piani[0]).sistema and not extra(sessione.piani[0]).testo_sistema:
                     sessione.piani = con_prompt_di_sistema(client, sessione.piani)  # on the server's tokenizer
-                if extra(sessione.piani[0]).prompt_token and not extra(sessione.piani[0]).pezzi:
+                if any(extra(p).prompt_token or extra(p).prefisso for p in sessione.piani) and not extra(sessione.piani[0]).pezzi:
                     sessione.piani = con_pezzi(client, sessione.piani)  # exact prompts, on the server's tokenizer
                 if o.riscaldamento:
                     riscalda(client, sessione.piani[0], o.riscaldamento, sys.stderr)
@@ -1486,7 +1506,7 @@ def note(prova: Prova) -> List[str]:
     if fermate_prima(prova):
         testi.append(frase_fermate(prova))
     dalla_cache = [r for r in e.risultati if r.oltre is not None and r.oltre.token_cache]
-    if dalla_cache and not extra(prova.piano).turni:  # with --turni the cache is the experiment: see its table
+    if dalla_cache and not (extra(prova.piano).turni or extra(prova.piano).prefisso is not None):  # the cache as the experiment
         testi.append(f"il server ha preso dalla cache {sum(r.oltre.token_cache for r in dalla_cache)} token di prompt "
                     f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
                     "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
@@ -2148,14 +2168,15 @@ def tabella_consegnato(prove: List[Prova]) -> List[str]:
 # the capacity curve: aggregate throughput against latency, one point per value.
 
 MAX_PUNTI = 100  # a grid larger than this needs --forza
-VARIABILI = ("parallele", "token", "ritmo", "prompt")  # the flags that take a list, in the order they nest
-ASSI = ("ritmo", "parallele", "token", "prompt", "np")  # which of the varied values is the curve's, first found
+VARIABILI = ("parallele", "token", "ritmo", "prompt", "prefisso")  # the flags that take a list, in the order they nest
+ASSI = ("ritmo", "parallele", "token", "prompt", "prefisso", "np")  # which of the varied values is the curve's, first found
 ASSI_DI_CARICO = ("ritmo", "parallele")  # the load: only along these can the server saturate
 PASSO_MINIMO = 1.1  # a load that grew by less than 10% is the same load, not a step
 
 
 def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo: Optional[List[float]],
-            seme: Optional[int], prompt: Optional[List[Tuple[int, int]]] = None) -> List[Piano]:
+            seme: Optional[int], prompt: Optional[List[Tuple[int, int]]] = None,
+            prefisso: Optional[List[int]] = None) -> List[Piano]:
     """One plan per combination of the listed values, the last flag varying fastest. --parallele is 4
     by default; with --ritmo it is only a cap, TETTO_RITMO unless given. A Poisson schedule without
     --seme gets a seed drawn here, which is printed and saved so that the run can be repeated."""
@@ -2165,8 +2186,9 @@ def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo
         seme = random.SystemRandom().randrange(10 ** 6)
     if parallele is None:
         parallele = [4] if ritmo is None else [min(TETTO_RITMO, base.richieste or TETTO_RITMO)]
-    return [base._replace(parallele=p, max_token=t, oltre=base.oltre._replace(ritmo=r, seme=seme, prompt_token=n))
-            for p, t, r, n in itertools.product(parallele, token, ritmo or [None], prompt or [None])]
+    return [base._replace(parallele=p, max_token=t, oltre=base.oltre._replace(ritmo=r, seme=seme, prompt_token=n,
+                                                                              prefisso=c))
+            for p, t, r, n, c in itertools.product(parallele, token, ritmo or [None], prompt or [None], prefisso or [None])]
 
 
 def valore_di(chiave: str, piano: Piano, configurazione: Optional[Configurazione] = None) -> str:
@@ -2178,6 +2200,8 @@ def valore_numerico(chiave: str, piano: Piano):
     """A plan's value of a flag that takes a list: parallele, token or ritmo."""
     if chiave == "prompt":  # --prompt-token: a list is of single lengths
         return extra(piano).prompt_token and extra(piano).prompt_token[0]
+    if chiave == "prefisso":
+        return extra(piano).prefisso
     return {"parallele": piano.parallele, "token": piano.max_token, "ritmo": extra(piano).ritmo}[chiave]
 
 
@@ -2314,9 +2338,12 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     testa = chiavi + (["n_ctx_slot"] if "np" in chiavi else []) + [
         "throughput", "latenza media", "latenza p90", "latenza max", "t/s nel proprio slot", "picco slot occupati",
         "picco coda"]
-    prefill = "prompt" in chiavi
+    prefill = "prompt" in chiavi or "prefisso" in chiavi
     if prefill:
         testa.insert(testa.index("t/s nel proprio slot"), "prompt t/s (server)")
+    cache = "prefisso" in chiavi
+    if cache:
+        testa.insert(testa.index("prompt t/s (server)"), "dalla cache (media)")
     flussi = [(f, p) for f in ("primo token", "TPOT", "ITL") for p in percentili or PERCENTILI_GRIGLIA] if any(
         extra(r).chunk_s is not None for punto in punti for q in punto.intere for r in q.esecuzione.riuscite) else []
     testa += [f"{'TTFT' if f == 'primo token' else f} p{p}" for f, p in flussi]
@@ -2331,6 +2358,8 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
             f" ±{dispersione(punto.valori(lambda q: q.riepilogo.throughput)):.2f}" if ripetute else "")
         celle = [valore_punto(punto, c) for c in chiavi] + ([fmt(p.info.n_ctx_slot, "d")] if "np" in chiavi else []) + [
             throughput, fmt(punto.latenza, ".2f s"), fmt(punto.latenza_p90, ".2f s"), fmt(punto.latenza_max, ".2f s"),
+            *([fmt(media([extra(r).token_cache for q in punto.intere for r in q.esecuzione.riuscite
+                          if extra(r).token_cache is not None]), ".0f")] if cache else []),
             *([fmt(punto.velocita_prompt, ".1f")] if prefill else []), fmt(punto.velocita_slot, ".1f"),
             f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}", fmt(punto.picco_coda, "d")]
         celle += [fmt(punto.percentile(f, pc), ".3f s") if f == "primo token" else fmt(ms(punto.percentile(f, pc)), ".1f ms")
@@ -3599,8 +3628,8 @@ def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
 def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
     """The plans with the pieces to cut exact prompts from, made once on the first server's tokenizer;
     each distinct single length checked by counting its first prompt again (ErroreOpzione if it fails)."""
-    lunghezze = [extra(p).prompt_token for p in piani]
-    piu_lungo = max(b for _, b in lunghezze)
+    lunghezze = [extra(p).prompt_token for p in piani if extra(p).prompt_token]
+    piu_lungo = max([b for _, b in lunghezze] + [extra(p).prefisso or 0 for p in piani] + [1])
     fonte = " ".join(PROMPTS)
     pezzi = tokenizza(client, fonte)
     aperture = [i for i, p in enumerate(pezzi) if p.startswith(b" ")]  # where a word starts
@@ -3634,27 +3663,39 @@ def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Op
     or drawn between MIN and MAX by --seme and `indice` (each repeat of a run: the same lengths). Its
     text starts further on in the session (`primo_prompt`): a repeat does not send the same prompts."""
     extra_piano = extra(piano)
-    if extra_piano.pezzi is None:
-        return prompt_per(primo_prompt + indice, piano), None
+    prefisso = extra_piano.prefisso or 0  # --prefisso: the same opening, from the first start, then its own text
+    comune = taglia(extra_piano.pezzi, 0, prefisso) if prefisso else ""
+    if extra_piano.prompt_token is None:
+        return comune + (" " if prefisso else "") + prompt_per(primo_prompt + indice, piano), None
     minimo, massimo = extra_piano.prompt_token
     import random
 
     lunghezza = minimo if minimo == massimo else random.Random(f"{extra_piano.seme or 0}:{indice}").randint(minimo, massimo)
-    return taglia(extra_piano.pezzi, primo_prompt + indice, lunghezza), lunghezza
+    proprio = 1 + (primo_prompt + indice) % (len(extra_piano.pezzi[2]) - 1)  # never the prefix's own start
+    return comune + taglia(extra_piano.pezzi, proprio, lunghezza - prefisso), lunghezza
 
 
 def righe_prompt_esatti(prova: Prova) -> List[str]:
-    """After a run with --prompt-token: the prompts' lengths asked, and what the chat template added,
-    measured as the server's prompt_tokens less the prompt's own tokens."""
+    """After a run with --prefisso: how many prompt tokens the server took from its cache. With
+    --prompt-token: the prompts' lengths asked, and what the chat template added, measured as the
+    server's prompt_tokens less the prompt's own tokens."""
+    righe = []
+    if extra(prova.piano).prefisso is not None:
+        dalla_cache = [extra(r).token_cache for r in prova.esecuzione.riuscite if extra(r).token_cache is not None]
+        prefisso = extra(prova.piano).prefisso
+        righe.append((f"prefisso comune di {prefisso} token" if prefisso else "nessun prefisso comune, per confronto")
+                     + " (cache_prompt acceso): dalla cache "
+                     f"{fmt(media(dalla_cache), '.0f')} token di prompt per richiesta in media ({da_a(dalla_cache)}; "
+                     "la prima su ogni slot non trova nulla)")
     misurati = [r for r in prova.esecuzione.riuscite if extra(r).prompt_esatto and extra(r).token_prompt]
     if not misurati:
-        return []
+        return righe
     chiesti = [extra(r).prompt_esatto for r in misurati]
     sopra = [extra(r).token_prompt - extra(r).prompt_esatto for r in misurati]
     a_caso = extra(prova.piano).prompt_token[0] != extra(prova.piano).prompt_token[1]
-    return [f"prompt: {da_a(chiesti)} token" + (f" (a caso, seme {extra(prova.piano).seme or 0})" if a_caso else "")
-            + f", contati dal tokenizzatore del server; il template della chat ne aggiunge {da_a(sopra)} "
-            f"(prompt_tokens {da_a([extra(r).token_prompt for r in misurati])})"]
+    return righe + [f"prompt: {da_a(chiesti)} token" + (f" (a caso, seme {extra(prova.piano).seme or 0})" if a_caso else "")
+                    + f", contati dal tokenizzatore del server; il template della chat ne aggiunge {da_a(sopra)} "
+                    f"(prompt_tokens {da_a([extra(r).token_prompt for r in misurati])})"]
 
 
 # The two ways this llama.cpp says a request did not fit: the slot's context (400, when a slot takes it),

@@ -206,7 +206,7 @@ class FakeLlama:
                 max_tokens, finish = self.config.n_ctx_slot - n_prompt, "length"
             slot.n_prompt, slot.n_cache, slot.n_remain = n_prompt, cache_n, max_tokens
             t0 = time.perf_counter()
-            time.sleep(n_prompt * self.config.s_per_prompt_token)
+            time.sleep((n_prompt - cache_n) * self.config.s_per_prompt_token)  # what the cache holds is not computed
             t1 = time.perf_counter()
             for i in range(max_tokens + 1):
                 if self.kv_pieno():  # every request in flight fails, as this llama.cpp version does

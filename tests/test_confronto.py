@@ -11,7 +11,7 @@ import pytest
 
 import carico
 from aiuti import CARICO, rifiutata
-from fakeserver import TEMPLATE_TOKENS, conta_token
+from fakeserver import TEMPLATE_TOKENS, conta_token, pezzi_token
 
 
 def test_json_con_i_nomi_di_vllm(fake, carica, tmp_path):
@@ -284,3 +284,48 @@ def test_vllm_senza_conteggi_dice_none():
     assert dati["completed"] == 1 and dati["total_output_tokens"] is None
     assert dati["output_throughput"] is None and dati["total_token_throughput"] is None
     assert dati["request_throughput"] == 1.0 and dati["total_input_tokens"] == 20
+
+
+# --prefisso: a shared prefix, the prompt cache at work ########################################
+
+def test_prefisso_comune_e_la_cache_al_lavoro(fake, carica):
+    """Every prompt opens with the same N tokens, then its own text; the cache is asked for (and the note
+    that warns about cached prompts stays silent: here the cache is the experiment); the requests after
+    the first on a slot take the prefix from it."""
+    server = fake(n_slot=2, n_ctx=4096, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--prefisso", "100", "--prompt-token", "180", "--richieste", "6",
+                          "--parallele", "2", "--token", "2")
+    assert rc == 0, err
+    pezzi = [pezzi_token(p) for p in server.prompts]  # as the fake's tokenizer cuts them
+    assert all(len(p) == 180 for p in pezzi)
+    assert len({"".join(p[:100]) for p in pezzi}) == 1 and len({p[100] for p in pezzi}) > 1
+    assert all(b["cache_prompt"] is True for b in server.bodies)
+    riga = next(r for r in out.splitlines() if r.startswith("prefisso comune di 100 token"))
+    assert "(cache_prompt acceso): dalla cache " in riga
+    assert "cache_prompt: false" not in err
+
+
+def test_prefisso_zero_contro_prefisso_lungo(fake, carica):
+    """The same load with and without a shared prefix (a sweep --prefisso 0,400): the first token comes
+    sooner with it (the fake computes only what its cache lacks, 0.5 ms a token: 500 against about 100)."""
+    server = fake(n_slot=2, n_ctx=4096, s_per_token=0.001, s_per_prompt_token=0.0005)
+    rc, out, err = carica(server.url, "--prefisso", "0,400", "--prompt-token", "500", "--richieste", "6",
+                          "--parallele", "2", "--token", "4", "--stream")
+    assert rc == 0, err
+    assert "nessun prefisso comune, per confronto (cache_prompt acceso)" in out
+    testa = next(r for r in out.splitlines() if r.startswith("| prefisso |")).strip("| ").split(" | ")
+    righe = {r.strip("| ").split(" | ")[0]: r.strip("| ").split(" | ") for r in out.splitlines()
+             if r.startswith(("| 0 ", "| 400 "))}
+    ttft = {k: float(v[testa.index("TTFT p50")].split()[0]) for k, v in righe.items()}
+    cache = {k: float(v[testa.index("dalla cache (media)")]) for k, v in righe.items()}
+    assert ttft["400"] < ttft["0"] / 2, ttft
+    assert cache["400"] > 100 > cache["0"], cache
+
+
+@pytest.mark.parametrize("argomenti,messaggio", [
+    (["--prefisso", "100", "--prompt-token", "100"], "--prefisso 100 non lascia posto al testo di ogni richiesta"),
+    (["--prefisso", "10", "--turni", "2"], "--prefisso e --turni si escludono"),
+    (["--prefisso", "dieci"], "'dieci' non è un numero di token (0 o più)"),
+])
+def test_opzioni_sbagliate_del_prefisso(fake, capsys, argomenti, messaggio):
+    assert messaggio in rifiutata(fake(), capsys, argomenti)
