@@ -1112,6 +1112,9 @@ OPZIONI_OLTRE = (
         (("--modello",), dict(metavar="NOME", help="il campo model delle richieste (l'alias -a del server)")),
         (("--prompt-file",), dict(metavar="FILE", help="il testo di FILE come prompt di ogni richiesta (il passo 4 "
                                   "del lab)")),
+        (("--dataset",), dict(metavar="FILE", help="le richieste da un file: JSONL (una per riga, con prompt o messages, "
+                              "e max_tokens e timestamp facoltativi: con i timestamp è una traccia, rimandata con i "
+                              "suoi orari) o il JSON di ShareGPT (la prima domanda di ogni conversazione)")),
         (("--prefisso",), dict(type=lista_di(token_o_zero), metavar="N",
                                help="ogni richiesta comincia con gli stessi N token (esatti, /tokenize), poi il suo testo: "
                                     "la cache dei prompt fa il suo lavoro; una lista (0,512): una prova per valore")),
@@ -1217,18 +1220,26 @@ class PianoOltre(NamedTuple):
     testo_sistema: Optional[str] = None  # that system prompt, made on the server's tokenizer
     prompt_token: Optional[Tuple[int, int]] = None  # --prompt-token: each prompt's length in tokens, min and max
     prefisso: Optional[int] = None  # --prefisso: tokens every prompt opens with, the same for all (cache on)
+    dataset: Optional[tuple] = None  # --dataset: each request's (prompt or messages, max_tokens, timestamp)
+    nome_dataset: Optional[str] = None  # --dataset: its file and layout, for the report and the files
     pezzi: Optional[tuple] = None  # the text exact prompts are cut from, where each piece begins, where they may start
 
     @property
+    def traccia(self) -> bool:
+        """--dataset with timestamps: each request sent at its own time, as the file recorded it."""
+        return bool(self.dataset) and self.dataset[0][2] is not None
+
+    @property
     def al_tempo(self) -> bool:
-        """Sent by the clock (--ritmo, --durata) rather than all at once."""
-        return self.ritmo is not None or self.durata is not None
+        """Sent by the clock (--ritmo, --durata, a trace) rather than all at once."""
+        return self.ritmo is not None or self.durata is not None or self.traccia
 
     @property
     def da_lanciare(self) -> bool:
         """Sent by the extras rather than all at once: by the clock, as conversations (--turni), or with
         prompts made one at a time as they leave (--prompt-token: never all of them alive at once)."""
-        return self.al_tempo or self.turni is not None or self.prompt_token is not None or self.prefisso is not None
+        return (self.al_tempo or self.turni is not None or self.prompt_token is not None or self.prefisso is not None
+                or self.dataset is not None)
 
 
 class RisultatoOltre(NamedTuple):
@@ -1315,6 +1326,17 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     a_caso = bool(a.prompt_token) and a.prompt_token[0][0] != a.prompt_token[0][1]  # lengths drawn by --seme
     if a.ritmo is None and (a.arrivi is not None or a.seme is not None and not a_caso):
         errore("--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token MIN-MAX)")
+    dataset = leggi_dataset(a.dataset, errore) if a.dataset is not None else None
+    if dataset is not None:
+        diverse = [f for f, v in (("--prompt-file", a.prompt_file), ("--prompt-token", a.prompt_token),
+                                  ("--prefisso", a.prefisso), ("--turni", a.turni)) if v is not None]
+        if diverse:
+            errore(f"--dataset e {diverse[0]} si escludono: i prompt vengono dal file")
+        if dataset[0][0][2] is not None and (a.ritmo is not None or a.durata is not None):
+            errore(f"--dataset '{a.dataset}' ha i timestamp: è una traccia, con i suoi orari; "
+                   f"{'--ritmo' if a.ritmo is not None else '--durata'} non serve")
+        if dataset[0][0][2] is not None and (a.richieste or 0) > len(dataset[0]):
+            errore(f"--richieste {a.richieste}: la traccia '{a.dataset}' ne ha {len(dataset[0])}, con i loro orari")
     prefisso_max = max(a.prefisso or [0])
     if prefisso_max and (a.prompt_file is not None or a.turni is not None):
         errore(f"--prefisso e {'--prompt-file' if a.prompt_file is not None else '--turni'} si escludono: "
@@ -1363,6 +1385,9 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
             errore(f"--prompt-file: '{a.prompt_file}' è vuoto")
     piano_oltre = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
                        tetto_predefinito=a.ritmo is not None and a.parallele is None, turni=a.turni, sistema=a.sistema)
+    if dataset is not None:  # every request of the file, unless --richieste says how many (from the top, again)
+        piano_oltre = piano_oltre._replace(dataset=dataset[0], nome_dataset=f"{a.dataset} ({dataset[1]})")
+        piano = piano._replace(richieste=a.richieste or len(dataset[0]))
     contate_all_invio = a.durata is not None or a.turni is not None  # as many requests as get sent
     base = piano._replace(richieste=None if contate_all_invio else piano.richieste, intervallo=a.intervallo,
                           timeout=a.timeout, oltre=piano_oltre)
@@ -1475,7 +1500,7 @@ class SessioneOltre:
             righe.append("")
         if righe:
             print("\n".join(righe), flush=True)
-        for testo in note_ritmo(prova) if piano.ritmo else []:
+        for testo in note_ritmo(prova) if piano.ritmo or piano.traccia else []:
             nota(testo)
         letti = [c for c in prova.esecuzione.campioni if c.occupati is not None]
         if (o.dettagli or o.grafico or o.file_svg or piano.turni) and letti and not letture_contesto(prova):
@@ -1763,7 +1788,8 @@ class Programma:
         push back the ones after it: the schedule is kept on the clock."""
         piano, piano_oltre = self.piano, self.piano.oltre
         posti = threading.Semaphore(piano.parallele)
-        tempi = orari(piano_oltre) if piano_oltre.ritmo else itertools.repeat(None)
+        tempi = (orari(piano_oltre) if piano_oltre.ritmo else
+                 (t for _, _, t in itertools.cycle(piano_oltre.dataset)) if piano_oltre.traccia else itertools.repeat(None))
         trattenute, ultimo = 0, None
         for i, previsto in enumerate(tempi):
             if i == piano.richieste or (previsto is not None and piano_oltre.durata is not None and previsto >= piano_oltre.durata):
@@ -1784,8 +1810,8 @@ class Programma:
     def invia_al_tempo(self, client: Client, indice: int, previsto: Optional[float], t0: float, timer) -> Risultato:
         """One request, its prompt made here, as it leaves: never all of them alive at once (and the
         scheduler's thread only keeps the time)."""
-        prompt, lunghezza = prompt_di(indice, self.piano, self.primo_prompt)
-        r = invia(client, indice, domanda_chat(prompt, self.piano), self.piano.timeout, t0, timer)
+        domanda, lunghezza = domanda_di(indice, self.piano, self.primo_prompt)
+        r = invia(client, indice, domanda, self.piano.timeout, t0, timer)
         return r._replace(oltre=extra(r)._replace(previsto=previsto, prompt_esatto=lunghezza))
 
 
@@ -1821,6 +1847,13 @@ def righe_ritmo(prova: Prova) -> List[str]:
         righe.append(f"ritmo chiesto {piano.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}, "
                      f"inviate davvero {fmt(invii_al_secondo(e), '.2f req/s')}; ritardo degli invii sul programma: "
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
+    if piano.traccia:
+        ritardi = ritardi_invio(e)
+        previsti = [extra(r).previsto for r in e.risultati if extra(r).previsto is not None]
+        righe.append(f"traccia di {piano.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
+                     f"{fmt(max(previsti, default=None), '.2f s')} nel file ({fmt(ritmo_di(previsti), '.2f req/s')}), "
+                     f"inviate davvero {fmt(invii_al_secondo(e), '.2f req/s')}; ritardo degli invii sugli orari: "
+                     f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
     if piano.durata:
         risposte = sum(r.riuscita for r in e.risultati)
         righe.append(f"in {piano.durata:g} s (--durata): inviate {quante(e.n_richieste, 'richiesta', 'richieste')}, "
@@ -1834,7 +1867,9 @@ def ritmo_tenuto(prova: Prova) -> bool:
     """Whether the sends kept to the schedule: none held by the cap, and the p99 lateness within
     10 ms or a tenth of the mean gap, whichever is larger."""
     p99 = percentile(ritardi_invio(prova.esecuzione), 99)
-    return not extra(prova.esecuzione).trattenute and (p99 is None or p99 <= max(0.010, 0.1 / extra(prova.piano).ritmo))
+    ritmo = extra(prova.piano).ritmo or ritmo_di([extra(r).previsto for r in prova.esecuzione.risultati
+                                                  if extra(r).previsto is not None])  # a trace: its mean rate
+    return not extra(prova.esecuzione).trattenute and (p99 is None or not ritmo or p99 <= max(0.010, 0.1 / ritmo))
 
 
 def note_ritmo(prova: Prova) -> List[str]:
@@ -1842,7 +1877,8 @@ def note_ritmo(prova: Prova) -> List[str]:
     e, piano = prova.esecuzione, prova.piano
     if ritmo_tenuto(prova):
         return []
-    inviate, chiesto = fmt(invii_al_secondo(e), ".2f req/s"), f"{piano.oltre.ritmo:g} req/s"
+    inviate, chiesto = fmt(invii_al_secondo(e), ".2f req/s"), (f"{piano.oltre.ritmo:g} req/s" if piano.oltre.ritmo
+                                                                 else "gli orari della traccia")
     trattenute = extra(e).trattenute
     if trattenute:
         return [f"{quante(trattenute, 'richiesta', 'richieste')} su {len(e.risultati)} "
@@ -1881,7 +1917,7 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     """The values of each figure of --dettagli over the successful requests, in seconds."""
     ok = prova.esecuzione.riuscite
     valori = {"latenza": [r.latenza for r in ok]}
-    if extra(prova.piano).ritmo:
+    if extra(prova.piano).ritmo or extra(prova.piano).traccia:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
     valori["attesa dello slot"] = [a for a in map(attesa_dello_slot, ok) if a is not None]
     if any(extra(r).chunk_s is not None for r in ok):  # --stream
@@ -2004,7 +2040,7 @@ def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], 
     requests and their tokens per second over the run's total time), as vLLM and aiperf define it.
     A request of one token has no time between tokens, and meets a TPOT objective. When --ritmo's
     schedule was not kept, latency and first token count from the planned send time (the last value)."""
-    dal_previsto = bool(extra(prova.piano).ritmo) and not ritmo_tenuto(prova)
+    dal_previsto = bool(extra(prova.piano).ritmo or extra(prova.piano).traccia) and not ritmo_tenuto(prova)
     ritardo = (lambda r: latenza_dal_previsto(r) - r.latenza) if dal_previsto else (lambda r: 0.0)  # noqa: E731
     misura = {"latenza": lambda r: r.latenza + ritardo(r),
               "ttft": lambda r: None if extra(r).primo_token is None else extra(r).primo_token + ritardo(r),
@@ -2955,7 +2991,7 @@ def riga_dati(r: Risultato) -> dict:
 
 def dati_piano(piano: Piano) -> dict:
     """A plan as the files keep it: every field, the prompt file's and the system prompt's texts left out."""
-    testi = dict(testo=None, testo_sistema=None, pezzi=None)  # the texts stay out: their flags say how they were made
+    testi = dict(testo=None, testo_sistema=None, pezzi=None, dataset=None)  # the texts stay out: the flags say how
     return {**piano._replace(oltre=None)._asdict(), **extra(piano)._replace(**testi)._asdict(), "oltre": None}
 
 
@@ -3675,11 +3711,90 @@ def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Op
     return comune + taglia(extra_piano.pezzi, proprio, lunghezza - prefisso), lunghezza
 
 
+def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, Optional[int]]:
+    """The JSON of a run's request `indice` when the extras send it: from --dataset (its prompt or
+    messages, its max_tokens), else with the prompt of `prompt_di`; and its exact length, if known."""
+    dataset = extra(piano).dataset
+    if dataset is None:
+        prompt, lunghezza = prompt_di(indice, piano, primo_prompt)
+        return domanda_chat(prompt, piano), lunghezza
+    # A trace is replayed as it is (a repeat too: the same requests at the same times); a dataset moves on.
+    testo, massimo, _ = dataset[(indice if extra(piano).traccia else primo_prompt + indice) % len(dataset)]
+    domanda = domanda_chat(testo if isinstance(testo, str) else "", piano)
+    if not isinstance(testo, str):
+        domanda["messages"] = [{"role": ruolo, "content": contenuto} for ruolo, contenuto in testo]
+    if massimo is not None:
+        domanda["max_tokens"] = massimo
+    return domanda, None
+
+
+def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
+    """--dataset FILE, read whole before any load: JSONL (one request a line: `prompt` or `messages`,
+    optional `max_tokens` and `timestamp` in seconds, all lines or none) or ShareGPT's JSON, vLLM's layout
+    (the first human turn of each conversation). Returns the requests, (prompt or messages, max_tokens,
+    seconds from the first timestamp), and the layout's name; a bad line: its number, exit 2."""
+    try:
+        with open(percorso, encoding="utf-8") as f:
+            testo = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        errore(f"--dataset: non riesco a leggere '{percorso}': {getattr(exc, 'strerror', None) or exc}")
+    try:
+        intero = json.loads(testo)
+    except ValueError:
+        intero = None
+    if isinstance(intero, list):  # ShareGPT: [{"conversations": [{"from": "human", "value": ...}, ...]}, ...]
+        richieste = [next((t["value"] for t in c.get("conversations") or [] if isinstance(t, dict)
+                           and t.get("from") in ("human", "user") and isinstance(t.get("value"), str) and t["value"]), None)
+                     for c in intero if isinstance(c, dict)]
+        richieste = tuple((r, None, None) for r in richieste if r)
+        if not richieste:
+            errore(f"--dataset: '{percorso}' non ha conversazioni con una domanda (il formato di ShareGPT)")
+        return richieste, "ShareGPT"
+    richieste = []
+    for n, riga in enumerate(testo.splitlines(), 1):
+        if not riga.strip():
+            continue
+        try:
+            voce = json.loads(riga)
+        except ValueError:
+            errore(f"--dataset: '{percorso}', riga {n}: non è JSON")
+        richieste.append(voce_dataset(voce, f"--dataset: '{percorso}', riga {n}", errore))
+    if not richieste:
+        errore(f"--dataset: '{percorso}' è vuoto: nessuna richiesta")
+    orari = [t for _, _, t in richieste]
+    if None in orari and any(t is not None for t in orari):
+        errore(f"--dataset: '{percorso}': il timestamp c'è su alcune righe e non su altre")
+    if orari[0] is not None and any(b < a for a, b in zip(orari, orari[1:])):
+        errore(f"--dataset: '{percorso}': i timestamp devono crescere riga dopo riga")
+    return tuple((p, m, None if t is None else t - orari[0]) for p, m, t in richieste), "JSONL"
+
+
+def voce_dataset(voce, dove: str, errore) -> tuple:
+    """One JSONL line as (prompt or messages, max_tokens, timestamp), checked."""
+    if not isinstance(voce, dict):
+        errore(f"{dove}: ogni riga è un oggetto JSON, con prompt o messages")
+    testo = voce.get("prompt", voce.get("messages"))
+    messaggi_validi = isinstance(testo, list) and testo and all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in testo)
+    if not (isinstance(testo, str) and testo.strip() or messaggi_validi):
+        errore(f"{dove}: serve prompt (un testo) o messages (una lista di {{role, content}})")
+    massimo, orario = voce.get("max_tokens"), voce.get("timestamp")
+    if massimo is not None and (numero(massimo, int) is None or massimo < 1):
+        errore(f"{dove}: max_tokens deve essere un intero positivo, non {json.dumps(massimo)}")
+    if orario is not None and (numero(orario) is None or orario < 0):
+        errore(f"{dove}: timestamp deve essere un numero di secondi, non {json.dumps(orario)}")
+    # messages kept as (role, content) pairs: a plan is a value (hashable), never a shared, mutable list
+    return (testo if isinstance(testo, str) else tuple((m["role"], m["content"]) for m in testo)), massimo, orario
+
+
 def righe_prompt_esatti(prova: Prova) -> List[str]:
     """After a run with --prefisso: how many prompt tokens the server took from its cache. With
     --prompt-token: the prompts' lengths asked, and what the chat template added, measured as the
     server's prompt_tokens less the prompt's own tokens."""
     righe = []
+    if extra(prova.piano).dataset is not None and not extra(prova.piano).traccia:
+        righe.append(f"richieste da {extra(prova.piano).nome_dataset}: {len(extra(prova.piano).dataset)} nel file, "
+                     f"{prova.esecuzione.n_richieste} inviate")
     if extra(prova.piano).prefisso is not None:
         dalla_cache = [extra(r).token_cache for r in prova.esecuzione.riuscite if extra(r).token_cache is not None]
         prefisso = extra(prova.piano).prefisso

@@ -329,3 +329,71 @@ def test_prefisso_zero_contro_prefisso_lungo(fake, carica):
 ])
 def test_opzioni_sbagliate_del_prefisso(fake, capsys, argomenti, messaggio):
     assert messaggio in rifiutata(fake(), capsys, argomenti)
+
+
+# --dataset: requests from a file, a trace on its own clock ####################################
+
+def scrivi(percorso, righe):
+    percorso.write_text("\n".join(righe) + "\n")
+    return str(percorso)
+
+
+def test_traccia_rimandata_con_i_suoi_orari(fake, carica, tmp_path):
+    """A JSONL trace with timestamps 10.0, 10.5, 11.0: sent at 0, 0.5 and 1.0 s (bounds a loaded machine
+    cannot break: a send late by a tenth of a second would be lateness the report shows), each with its
+    own prompt or messages and max_tokens; the files keep the dataset's name, not its prompts."""
+    traccia = scrivi(tmp_path / "t.jsonl", [
+        '{"prompt": "Ciao, come stai?", "max_tokens": 4, "timestamp": 10.0}',
+        '{"messages": [{"role": "system", "content": "Breve."}, {"role": "user", "content": "Che ore sono?"}], '
+        '"timestamp": 10.5}',
+        '{"prompt": "Spiega la banda passante.", "max_tokens": 6, "timestamp": 11.0}'])
+    server = fake(n_slot=2, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--dataset", traccia, "--json", str(tmp_path / "t.json"))
+    assert rc == 0, err
+    arrivi = [a - server.arrivi[0] for a in server.arrivi]
+    assert 0.4 < arrivi[1] < 0.6 and 0.9 < arrivi[2] < 1.1, arrivi
+    assert [b.get("max_tokens") for b in server.bodies] == [4, 32, 6]
+    assert server.bodies[1]["messages"] == [{"role": "system", "content": "Breve."},
+                                            {"role": "user", "content": "Che ore sono?"}]
+    assert f"traccia di {traccia} (JSONL): 3 invii in 1.00 s nel file (2.00 req/s), inviate davvero " in out
+    dati = json.loads((tmp_path / "t.json").read_text())
+    assert [r["previsto_s"] for r in dati["prove"][0]["richieste"]] == [0.0, 0.5, 1.0]
+    assert dati["opzioni"]["nome_dataset"] == f"{traccia} (JSONL)" and dati["opzioni"]["dataset"] is None
+
+
+def test_sharegpt_la_prima_domanda_e_richieste_che_ripartono(fake, carica, tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps([
+        {"conversations": [{"from": "human", "value": "Prima domanda"}, {"from": "gpt", "value": "x"}]},
+        {"conversations": [{"from": "gpt", "value": "solo una risposta"}]},
+        {"conversations": [{"from": "human", "value": "Seconda domanda"}]}]))
+    server = fake(n_slot=2, s_per_token=0.001)
+    rc, out, _ = carica(server.url, "--dataset", str(tmp_path / "s.json"), "--richieste", "4", "--token", "2")
+    assert rc == 0
+    assert sorted(server.prompts) == ["Prima domanda", "Prima domanda", "Seconda domanda", "Seconda domanda"]
+    assert f"richieste da {tmp_path / 's.json'} (ShareGPT): 2 nel file, 4 inviate" in out
+
+
+@pytest.mark.parametrize("righe,messaggio", [
+    (['{"prompt": "a"}', 'non json'], "riga 2: non è JSON"),
+    (['{"prompt": ""}'], "riga 1: serve prompt (un testo) o messages (una lista di {role, content})"),
+    (['{"messages": [{"role": "user"}]}'], "riga 1: serve prompt (un testo) o messages"),
+    (['{"prompt": "a", "max_tokens": 1.5}'], "riga 1: max_tokens deve essere un intero positivo, non 1.5"),
+    (['{"prompt": "a", "timestamp": -1}'], "riga 1: timestamp deve essere un numero di secondi, non -1"),
+    (['{"prompt": "a", "timestamp": 1}', '{"prompt": "b"}'], "il timestamp c'è su alcune righe e non su altre"),
+    (['{"prompt": "a", "timestamp": 2}', '{"prompt": "b", "timestamp": 1}'], "i timestamp devono crescere"),
+    ([''], "è vuoto: nessuna richiesta"),
+    (['[{"conversations": []}]'], "non ha conversazioni con una domanda (il formato di ShareGPT)"),
+])
+def test_dataset_sbagliati_prima_del_carico(fake, capsys, tmp_path, righe, messaggio):
+    assert messaggio in rifiutata(fake(), capsys, ["--dataset", scrivi(tmp_path / "d.jsonl", righe)])
+
+
+@pytest.mark.parametrize("altri,messaggio", [
+    (["--prompt-token", "64"], "--dataset e --prompt-token si escludono: i prompt vengono dal file"),
+    (["--turni", "2"], "--dataset e --turni si escludono"),
+    (["--ritmo", "2"], "ha i timestamp: è una traccia, con i suoi orari; --ritmo non serve"),
+    (["--richieste", "9"], "--richieste 9: la traccia"),
+])
+def test_dataset_con_opzioni_che_non_vanno(fake, capsys, tmp_path, altri, messaggio):
+    traccia = scrivi(tmp_path / "t.jsonl", ['{"prompt": "a", "timestamp": 0}', '{"prompt": "b", "timestamp": 1}'])
+    assert messaggio in rifiutata(fake(), capsys, ["--dataset", traccia, *altri])
