@@ -1145,6 +1145,9 @@ OPZIONI_OLTRE = (
         (("--durata",), dict(type=secondi_positivi, metavar="S", help="continua a inviare per S secondi (al posto di "
                              "--richieste), poi aspetta quelle in volo")),
         (("--forza",), dict(action="store_true", help="accetta una griglia di oltre 100 punti")),
+        (("--capacita",), dict(nargs="?", const=95.0, type=positivo(float, "una percentuale"), metavar="QUOTA",
+                               help="cerca il ritmo più alto che il server regge entro --slo per QUOTA%% delle "
+                                    "richieste (default 95), con --durata S per punto")),
     ]),
     ("ogni cifra, esatta", None, [
         (("--dettagli",), dict(action="store_true", help="dopo il riepilogo: min, media, p50, p90, p99, max di "
@@ -1282,6 +1285,7 @@ class OpzioniOltre(NamedTuple):
     silenzioso: bool = False  # no live line
     confronta: Optional[tuple] = None  # --confronta: ((name, its runs as --json saved them), the same for B)
     percentili: Optional[List[int]] = None  # --percentili: which ones --dettagli and a sweep's table show
+    capacita: Optional[float] = None  # --capacita: the share of requests (%) that must meet --slo
 
 
 VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: EsecuzioneOltre()}
@@ -1314,6 +1318,8 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     parser.allow_abbrev = True  # --rip for --ripeti; the lab's own parse took only whole names
     dichiara_opzioni_oltre(parser)
     a = parser.parse_args(argv)
+    if a.capacita is not None:  # every point a --ritmo run (its cap), from 1 req/s unless said; steady arrivals
+        a.ritmo, a.arrivi = a.ritmo or [1.0], a.arrivi or "costanti"  # unless asked: the rate sent is the rate asked
     piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
     opzioni = Opzioni(a.url, chiave_dall_ambiente(parser))
     errore = parser.error
@@ -1364,6 +1370,17 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
                                   ("--prompt-token", a.prompt_token)) if v is not None]
         if inutili:
             errore(f"--confronta legge due file di risultati e non manda richieste: {inutili[0]} non serve")
+    if a.capacita is not None:
+        if not a.slo or a.durata is None:
+            errore("--capacita cerca il ritmo più alto entro un obiettivo: servono --slo (per esempio latenza=5) e "
+                   "--durata S, il tempo di ogni punto")
+        if a.capacita > 100:
+            errore(f"--capacita {a.capacita:g}: è una percentuale di richieste, al più 100")
+        molti = [f for f, v in (("--ritmo", a.ritmo), ("--parallele", a.parallele), ("--token", a.token))
+                 if v is not None and len(v) > 1]
+        if molti or a.turni is not None or a.dataset is not None:
+            errore(f"--capacita sceglie da sé i ritmi da provare: {(molti or ['--turni' if a.turni else '--dataset'])[0]} "
+                   "non serve (--ritmo R, un valore solo, è il primo)")
     if a.sistema is not None and a.turni is None:
         errore("--sistema va usato insieme a --turni: è il prompt di sistema delle conversazioni")
     if a.turni is not None:
@@ -1399,7 +1416,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
         errore(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
     confronta = tuple((f, prove_salvate(f, errore)) for f in a.confronta) if a.confronta else None
     extra_sessione = OpzioniOltre(a.ripeti, a.tabella, a.grafico, a.spiega, a.svg, a.json, a.csv, a.avvia, np,
-                                  a.dettagli, a.slo, a.riscaldamento, a.silenzioso, confronta, a.percentili)
+                                  a.dettagli, a.slo, a.riscaldamento, a.silenzioso, confronta, a.percentili, a.capacita)
     return piani, opzioni._replace(api_key=a.api_key or opzioni.api_key, attesa_pronto=a.attesa, oltre=extra_sessione)
 
 
@@ -1431,6 +1448,9 @@ class SessioneOltre:
                     sessione.piani = con_pezzi(client, sessione.piani)  # exact prompts, on the server's tokenizer
                 if o.riscaldamento:
                     riscalda(client, sessione.piani[0], o.riscaldamento, sys.stderr)
+                if o.capacita is not None:  # the rates are chosen as it goes: see "--capacita"
+                    Capacita(self, client, info, decisa).cerca()
+                    continue
                 inviate = 0
                 for piano in sessione.piani:
                     for ripetizione in range(o.ripeti):
@@ -2755,6 +2775,117 @@ def riga_little(prova: Prova) -> Optional[str]:
     return riga + "il server ne contava di più: c'erano richieste di un altro client?"
 
 
+# --capacita: the highest rate the server holds within the objective ############################
+# The question an instructor asks: how many requests per second does this server hold, while latency
+# stays under 5 s for 95% of them? --ritmo is searched for it. First the rate doubles (from --ritmo, or
+# 1 req/s) until a point fails: fewer than QUOTA% of its requests met --slo, or the server was
+# overloaded (its queue grew along the run: a longer run would fail). Then the rate is bisected between
+# the last point that held and the first that failed, until they are within 20% of each other. Each
+# point runs --durata seconds (and --ripeti times, its requests pooled). The answer is uncertain, and
+# says so, when the last point that held had fewer than 20 requests, or met the objective by less than
+# twice the noise of a share measured on that many requests.
+
+PASSO_CAPACITA, MAX_PUNTI_CAPACITA, MIN_RICHIESTE_CAPACITA = 1.2, 12, 20
+
+
+class Capacita:
+    """One search of --capacita on one server: its points, measured with the lab's own run."""
+
+    def __init__(self, sessione_oltre: SessioneOltre, client: Client, info: InfoServer,
+                 configurazione: Optional[Configurazione]):
+        self.oltre, self.client, self.info, self.configurazione = sessione_oltre, client, info, configurazione
+        self.punti: List[Tuple[float, List[Prova], bool]] = []  # (rate, its runs, whether it held)
+
+    def prova_a(self, ritmo: float) -> bool:
+        """Run --ripeti runs at `ritmo`, and say whether the point held."""
+        sessione, o = self.oltre.sessione, self.oltre.opzioni
+        base = sessione.piani[0]
+        piano = base._replace(oltre=base.oltre._replace(ritmo=ritmo))
+        print(f"capacità, punto {len(self.punti) + 1}: ritmo={ritmo:.3g} req/s", flush=True)
+        prove = []
+        for ripetizione in range(o.ripeti):
+            if o.ripeti > 1:
+                print(f"prova {ripetizione + 1} di {o.ripeti}")
+            inviate = sum(p.esecuzione.n_richieste for p in sessione.prove)
+            prove.append(sessione.prova(self.client, self.info, piano, inviate, self.configurazione))
+        regge = quota_slo(prove, o.slo) >= o.capacita / 100 and not any(map(sovraccarico, prove))
+        self.punti.append((ritmo, prove, regge))
+        return regge
+
+    def cerca(self) -> None:
+        """Double, then bisect; then the answer, the points tried and (with --grafico) the curve."""
+        ritmo = extra(self.oltre.sessione.piani[0]).ritmo
+        tiene, cade = None, None
+        while len(self.punti) < MAX_PUNTI_CAPACITA:
+            if self.prova_a(ritmo):
+                tiene = ritmo
+            else:
+                cade = ritmo
+            if tiene is not None and cade is not None and cade / tiene <= PASSO_CAPACITA:
+                break
+            if cade is None:
+                ritmo *= 2
+            elif tiene is None:
+                ritmo /= 2
+            else:
+                ritmo = float(f"{(tiene * cade) ** 0.5:.3g}")  # the middle, on the scale the rates grow on
+        print("\n".join(self.righe(tiene, cade) + [""]), flush=True)
+
+    def righe(self, tiene: Optional[float], cade: Optional[float]) -> List[str]:
+        o = self.oltre.opzioni
+        obiettivi = ", ".join(f"{CHIAVI_SLO[k]} <= {v:g} s" for k, v in o.slo.items())
+        durata = sum(p.riepilogo.tempo_totale or 0 for _, prove, _ in self.punti for p in prove)
+        if tiene is None:
+            risposta = f"nessun ritmo provato lo rispetta (fino a {min(r for r, _, _ in self.punti):.3g} req/s)"
+        elif cade is None:
+            risposta = (f"almeno {tiene:.3g} req/s: nessun punto provato è caduto (fino a "
+                        f"{max(r for r, _, _ in self.punti):.3g} req/s, {MAX_PUNTI_CAPACITA} punti)")
+        else:
+            inviate = media([v for p in next(p for r, p, _ in self.punti if r == tiene)
+                             for v in [invii_al_secondo(p.esecuzione)] if v])
+            risposta = (f"{tiene:.3g} req/s (inviate davvero {fmt(inviate, '.2f')}; fra {tiene:.3g}, che lo rispetta, "
+                        f"e {cade:.3g}, che no)")
+        righe = [f"capacità sotto lo SLO ({obiettivi}, per il {o.capacita:g}% delle richieste): {risposta}; "
+                 f"{quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s",
+                 "| ritmo | inviate davvero | richieste | entro lo SLO | throughput | latenza p90 | sovraccarico | esito |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for ritmo, prove, regge in sorted(self.punti, key=lambda x: x[0]):
+            richieste = sum(len(p.esecuzione.risultati) for p in prove)
+            righe.append(f"| {ritmo:.3g} | {fmt(media([invii_al_secondo(p.esecuzione) for p in prove if invii_al_secondo(p.esecuzione)]), '.2f req/s')} "
+                         f"| {richieste} | {quota_slo(prove, o.slo):.0%} | {fmt(media([p.riepilogo.throughput for p in prove if p.riepilogo.throughput]), '.1f token/s')} "
+                         f"| {fmt(media([latenza_p90(p) for p in prove if latenza_p90(p) is not None]), '.2f s')} "
+                         f"| {'sì' if any(map(sovraccarico, prove)) else 'no'} | {'regge' if regge else 'no'} |")
+        righe += self.incertezza(tiene)
+        if o.grafico and len(self.punti) > 1:
+            punti = punti_di([p for _, prove, _ in sorted(self.punti, key=lambda x: x[0]) for p in prove])
+            righe += [""] + curva(*serie(punti, ["ritmo"]), marche_per(sys.stdout), frasi=False)
+        return righe
+
+    def incertezza(self, tiene: Optional[float]) -> List[str]:
+        """Why the answer may not hold: too few requests at the point that held, or a share within noise."""
+        if tiene is None:
+            return []
+        prove = next(p for r, p, _ in self.punti if r == tiene)
+        n = sum(len(p.esecuzione.risultati) for p in prove)
+        quota, obiettivo = quota_slo(prove, self.oltre.opzioni.slo), self.oltre.opzioni.capacita / 100
+        rumore = 2 * (obiettivo * (1 - obiettivo) / n) ** 0.5 if n else 1.0
+        if n < MIN_RICHIESTE_CAPACITA:
+            return [f"incerta: a {tiene:.3g} req/s solo {quante(n, 'richiesta', 'richieste')} (meno di "
+                    f"{MIN_RICHIESTE_CAPACITA}): allunga --durata"]
+        if quota - obiettivo < rumore:
+            return [f"incerta: a {tiene:.3g} req/s il {quota:.0%} entro lo SLO, contro il {obiettivo:.0%} chiesto: "
+                    f"una differenza dentro il rumore di {n} richieste (±{rumore:.0%}); con --ripeti o una --durata "
+                    "più lunga si misura meglio"]
+        return []
+
+
+def quota_slo(prove: List[Prova], slo: Dict[str, float]) -> float:
+    """The share of a point's requests (its runs pooled) that met every objective."""
+    rispettate = sum(goodput(p, slo)[0] for p in prove)
+    totale = sum(len(p.esecuzione.risultati) for p in prove)
+    return rispettate / totale if totale else 0.0
+
+
 # The picture: --grafico (terminal) and --svg ###################################################
 
 MARCHE_UNICODE = {"coda": "░", "prompt": "▒", "generazione": "█", "errore": "×", "ignoto": "▬",
@@ -2952,7 +3083,7 @@ def tabella_e_file(sessione: Sessione) -> None:
             righe += [""] + curva(*curve, marche_per(sys.stdout), frasi=not o.spiega)
         if o.spiega:
             righe += [""] + spiegazione_griglia(*curve)
-    elif o.tabella or o.avvia:
+    elif (o.tabella or o.avvia) and o.capacita is None:  # --capacita: its own table of the points tried
         righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove) + rapporti_np(punti, chiavi)
     file = [(o.file_json, lambda: testo_json(prove, sessione.piani, sessione.opzioni.url, o.slo, o.percentili or ())),
             (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve, chiavi))]

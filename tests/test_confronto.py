@@ -3,6 +3,7 @@ the server's own tokenizer), the prefill-against-decode sweep, --percentili, --j
 serve` names, and --confronta A.json B.json (figure by figure, the ratio, Welch's t on the repeats)."""
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -397,3 +398,54 @@ def test_dataset_sbagliati_prima_del_carico(fake, capsys, tmp_path, righe, messa
 def test_dataset_con_opzioni_che_non_vanno(fake, capsys, tmp_path, altri, messaggio):
     traccia = scrivi(tmp_path / "t.jsonl", ['{"prompt": "a", "timestamp": 0}', '{"prompt": "b", "timestamp": 1}'])
     assert messaggio in rifiutata(fake(), capsys, ["--dataset", traccia, *altri])
+
+
+# --capacita: the highest rate within the objective ############################################
+
+def test_capacita_trova_il_ritmo_che_il_fake_regge(fake, carica):
+    """The fake's capacity is known by construction: one slot, 10 tokens at 10 ms each and a short
+    prompt, about 0.106 s a request, 9.4 requests a second. With steady arrivals and a latency objective
+    of 0.5 s, the search lands within one step of it (the last rate that held and the first that did not
+    are within 20%)."""
+    server = fake(n_slot=1, s_per_token=0.01)
+    rc, out, err = carica(server.url, "--capacita", "--slo", "latenza=0.5", "--durata", "2",
+                          "--token", "10", "--silenzioso")
+    assert rc == 0, err
+    riga = next(r for r in out.splitlines() if r.startswith("capacità sotto lo SLO (latenza <= 0.5 s, per il 95%"))
+    tiene, cade = map(float, re.search(r"; fra ([\d.]+), che lo rispetta, e ([\d.]+), che no\)", riga).groups())
+    capacita = 1 / (10 * 0.01 + 0.006)
+    assert cade / tiene <= 1.2 + 1e-9
+    assert capacita / 1.45 <= tiene <= capacita * 1.2, (tiene, capacita)
+    esiti = [r.split(" | ")[-1] for r in out.splitlines() if r.startswith("| ") and r.endswith((" regge |", " no |"))]
+    assert "regge |" in esiti and "no |" in esiti
+
+
+def punto_finto(latenze, slo_ok_fino=None):
+    risultati = [carico.Risultato(i, 0.0, l, 8, 30.0, 10.0, 200.0) for i, l in enumerate(latenze)]
+    return [carico.Prova(carico.InfoServer(1, 2048, True), carico.Esecuzione(risultati, [], len(risultati)),
+                         carico.Piano(None, 4, 8))]
+
+
+@pytest.mark.parametrize("latenze,incerta", [
+    ([0.1] * 10, "solo 10 richieste (meno di 20): allunga --durata"),
+    ([0.1] * 96 + [9.0] * 4, "una differenza dentro il rumore di 100 richieste"),
+    ([0.1] * 100, None),
+])
+def test_capacita_dice_quando_la_risposta_e_incerta(latenze, incerta):
+    """Too few requests at the point that held, or a share within two standard errors of the objective:
+    said; a clear margin on enough requests: silent."""
+    cerca = carico.Capacita.__new__(carico.Capacita)
+    cerca.oltre = type("O", (), {"opzioni": carico.OpzioniOltre(slo={"latenza": 5.0}, capacita=95.0)})()
+    cerca.punti = [(2.0, punto_finto(latenze), True)]
+    righe = cerca.incertezza(2.0)
+    assert (righe == []) if incerta is None else (len(righe) == 1 and incerta in righe[0]), righe
+
+
+@pytest.mark.parametrize("argomenti,messaggio", [
+    (["--capacita", "--slo", "latenza=5"], "--capacita cerca il ritmo più alto entro un obiettivo: servono --slo"),
+    (["--capacita", "--durata", "5"], "servono --slo (per esempio latenza=5) e --durata S"),
+    (["--capacita", "150", "--slo", "latenza=5", "--durata", "5"], "--capacita 150: è una percentuale"),
+    (["--capacita", "--slo", "latenza=5", "--durata", "5", "--ritmo", "1,2"], "--capacita sceglie da sé i ritmi"),
+])
+def test_opzioni_sbagliate_della_capacita(fake, capsys, argomenti, messaggio):
+    assert messaggio in rifiutata(fake(), capsys, argomenti)
