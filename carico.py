@@ -508,10 +508,10 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
                      help="quante richieste inviare in tutto (default: 4)")
     lab.add_argument("--parallele", type=lista_di(intero_positivo), metavar="N",
                      help="quante richieste tenere in volo insieme (default: 4)")
-    lab.add_argument("--token", type=lista_di(intero_positivo), default=[32], metavar="N",
+    lab.add_argument("--token", type=lista_di(token_o_intervallo), default=[32], metavar="N",
                      help="token da generare per richiesta, max_tokens (default: 32)")
     a, altri = parser.parse_known_args(argv)
-    if altri or len(a.parallele or [4]) > 1 or len(a.token) > 1:
+    if altri or len(a.parallele or [4]) > 1 or len(a.token) > 1 or not isinstance(a.token[0], int):
         return leggi_opzioni_oltre(parser, argv)  # see "Oltre il lab"
     chiave = chiave_dall_ambiente(parser) if os.environ.get("LLAMA_API_KEY") else None  # see "Oltre il lab"
     return [Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])], Opzioni(a.url, chiave)
@@ -996,10 +996,23 @@ def lista_di(converti):
         valori = [converti(voce.strip()) for voce in testo.split(",")]
         doppio = next((v for v in valori if valori.count(v) > 1), None)
         if doppio is not None:
-            raise argparse.ArgumentTypeError(f"il valore {doppio:g} è ripetuto nella lista '{testo}': ogni valore "
+            raise argparse.ArgumentTypeError(f"il valore {format(doppio, 'g') if isinstance(doppio, float) else doppio} "
+                                             f"è ripetuto nella lista '{testo}': ogni valore "
                                              "è un punto della griglia (per ripetere una prova usa --ripeti)")
         return valori
     return controlla
+
+
+def token_o_intervallo(testo: str):
+    """--token: N, or MIN-MAX (each request's max_tokens drawn between the two, by --seme)."""
+    return intervallo_token(testo) if "-" in testo.lstrip("-") else intero_positivo(testo)
+
+
+def intervallo_token(testo: str) -> Tuple[int, int]:
+    da, _, a = testo.partition("-")
+    if not (da.isdigit() and a.isdigit()) or not 0 < int(da) <= int(a):
+        raise argparse.ArgumentTypeError(f"'{testo}' non è un intervallo di token (per esempio 16-64)")
+    return int(da), int(a)
 
 
 def token_o_zero(testo: str) -> int:
@@ -1224,6 +1237,7 @@ class PianoOltre(NamedTuple):
     prompt_token: Optional[Tuple[int, int]] = None  # --prompt-token: each prompt's length in tokens, min and max
     prefisso: Optional[int] = None  # --prefisso: tokens every prompt opens with, the same for all (cache on)
     dataset: Optional[tuple] = None  # --dataset: each request's (prompt or messages, max_tokens, timestamp)
+    token_minimo: Optional[int] = None  # --token MIN-MAX: each request's max_tokens drawn from MIN to max_token
     nome_dataset: Optional[str] = None  # --dataset: its file and layout, for the report and the files
     pezzi: Optional[tuple] = None  # the text exact prompts are cut from, where each piece begins, where they may start
 
@@ -1242,7 +1256,7 @@ class PianoOltre(NamedTuple):
         """Sent by the extras rather than all at once: by the clock, as conversations (--turni), or with
         prompts made one at a time as they leave (--prompt-token: never all of them alive at once)."""
         return (self.al_tempo or self.turni is not None or self.prompt_token is not None or self.prefisso is not None
-                or self.dataset is not None)
+                or self.dataset is not None or self.token_minimo is not None)
 
 
 class RisultatoOltre(NamedTuple):
@@ -1320,6 +1334,9 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     a = parser.parse_args(argv)
     if a.capacita is not None:  # every point a --ritmo run (its cap), from 1 req/s unless said; steady arrivals
         a.ritmo, a.arrivi = a.ritmo or [1.0], a.arrivi or "costanti"  # unless asked: the rate sent is the rate asked
+    if any(isinstance(t, tuple) for t in a.token) and (len(a.token) > 1 or a.turni is not None):
+        parser.error("--token MIN-MAX vale da solo: non in una lista, non con --turni")
+    minimo, a.token = (a.token[0][0], [a.token[0][1]]) if isinstance(a.token[0], tuple) else (None, a.token)
     piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
     opzioni = Opzioni(a.url, chiave_dall_ambiente(parser))
     errore = parser.error
@@ -1329,9 +1346,9 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
         errore("--avvia avvia llama serve in http semplice: usa --url http://...")
     if a.durata is not None and a.richieste is not None:
         errore("--durata e --richieste si escludono: con --durata si inviano richieste finché dura il tempo")
-    a_caso = bool(a.prompt_token) and a.prompt_token[0][0] != a.prompt_token[0][1]  # lengths drawn by --seme
+    a_caso = minimo is not None or bool(a.prompt_token) and a.prompt_token[0][0] != a.prompt_token[0][1]  # by --seme
     if a.ritmo is None and (a.arrivi is not None or a.seme is not None and not a_caso):
-        errore("--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token MIN-MAX)")
+        errore("--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token o --token MIN-MAX)")
     dataset = leggi_dataset(a.dataset, errore) if a.dataset is not None else None
     if dataset is not None:
         diverse = [f for f, v in (("--prompt-file", a.prompt_file), ("--prompt-token", a.prompt_token),
@@ -1401,7 +1418,8 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
         if not testo:
             errore(f"--prompt-file: '{a.prompt_file}' è vuoto")
     piano_oltre = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
-                       tetto_predefinito=a.ritmo is not None and a.parallele is None, turni=a.turni, sistema=a.sistema)
+                       tetto_predefinito=a.ritmo is not None and a.parallele is None, turni=a.turni, sistema=a.sistema,
+                       token_minimo=minimo)
     if dataset is not None:  # every request of the file, unless --richieste says how many (from the top, again)
         piano_oltre = piano_oltre._replace(dataset=dataset[0], nome_dataset=f"{a.dataset} ({dataset[1]})")
         piano = piano._replace(richieste=a.richieste or len(dataset[0]))
@@ -3845,10 +3863,15 @@ def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Op
 def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, Optional[int]]:
     """The JSON of a run's request `indice` when the extras send it: from --dataset (its prompt or
     messages, its max_tokens), else with the prompt of `prompt_di`; and its exact length, if known."""
-    dataset = extra(piano).dataset
+    dataset, minimo = extra(piano).dataset, extra(piano).token_minimo
     if dataset is None:
         prompt, lunghezza = prompt_di(indice, piano, primo_prompt)
-        return domanda_chat(prompt, piano), lunghezza
+        domanda = domanda_chat(prompt, piano)
+        if minimo is not None:  # --token MIN-MAX: by --seme and the request's place in its run, as the lengths
+            import random
+
+            domanda["max_tokens"] = random.Random(f"token {extra(piano).seme or 0}:{indice}").randint(minimo, piano.max_token)
+        return domanda, lunghezza
     # A trace is replayed as it is (a repeat too: the same requests at the same times); a dataset moves on.
     testo, massimo, _ = dataset[(indice if extra(piano).traccia else primo_prompt + indice) % len(dataset)]
     domanda = domanda_chat(testo if isinstance(testo, str) else "", piano)
@@ -3919,10 +3942,15 @@ def voce_dataset(voce, dove: str, errore) -> tuple:
 
 
 def righe_prompt_esatti(prova: Prova) -> List[str]:
-    """After a run with --prefisso: how many prompt tokens the server took from its cache. With
+    """After a run with --token MIN-MAX: the tokens asked and generated. With --dataset: how many of its
+    requests were sent. With --prefisso: how many prompt tokens the server took from its cache. With
     --prompt-token: the prompts' lengths asked, and what the chat template added, measured as the
     server's prompt_tokens less the prompt's own tokens."""
     righe = []
+    if extra(prova.piano).token_minimo is not None:
+        generati = [r.token for r in prova.esecuzione.riuscite if r.token is not None]
+        righe.append(f"token chiesti a caso fra {extra(prova.piano).token_minimo} e {prova.piano.max_token} (seme "
+                     f"{extra(prova.piano).seme or 0}): generati {da_a(generati)}")
     if extra(prova.piano).dataset is not None and not extra(prova.piano).traccia:
         righe.append(f"richieste da {extra(prova.piano).nome_dataset}: {len(extra(prova.piano).dataset)} nel file, "
                      f"{prova.esecuzione.n_richieste} inviate")

@@ -210,7 +210,7 @@ def test_percentili_scelti_in_dettagli_e_nel_json(fake, carica, tmp_path):
     (["--prompt-token", "molti"], "'molti' non è una lunghezza in token (per esempio 200, 100-300, 128,512)"),
     (["--prompt-token", "64", "--turni", "2"], "--prompt-token e --turni si escludono"),
     (["--prompt-token", "64", "--seme", "2"], "--arrivi e --seme vanno usati insieme a --ritmo (o --seme con "
-                                              "--prompt-token MIN-MAX)"),
+                                              "--prompt-token o --token MIN-MAX)"),
     (["--percentili", "50,100"], "opzione --percentili: '50,100': percentili interi fra 1 e 99, ognuno una volta"),
     (["--percentili", "50,50"], "opzione --percentili: '50,50': percentili interi fra 1 e 99, ognuno una volta"),
     (["--prompt-token", "100-"], "'100-' non è una lunghezza in token"),
@@ -448,4 +448,28 @@ def test_capacita_dice_quando_la_risposta_e_incerta(latenze, incerta):
     (["--capacita", "--slo", "latenza=5", "--durata", "5", "--ritmo", "1,2"], "--capacita sceglie da sé i ritmi"),
 ])
 def test_opzioni_sbagliate_della_capacita(fake, capsys, argomenti, messaggio):
+    assert messaggio in rifiutata(fake(), capsys, argomenti)
+
+
+def test_token_min_max_a_caso_col_seme(fake, carica):
+    """--token MIN-MAX: each request's max_tokens drawn between the two by --seme (the same seed, the same
+    counts); with --esatti each one generates exactly what it asked."""
+    server = fake(n_slot=2, s_per_token=0.001)
+    for seme in ("2", "2", "5"):
+        rc, out, _ = carica(server.url, "--token", "5-15", "--seme", seme, "--richieste", "8", "--esatti")
+        assert rc == 0
+        assert f"token chiesti a caso fra 5 e 15 (seme {seme}): generati " in out
+    chiesti = [b["max_tokens"] for b in server.bodies]
+    assert all(5 <= n <= 15 for n in chiesti) and len(set(chiesti[:8])) > 2
+    assert sorted(chiesti[:8]) == sorted(chiesti[8:16]) != sorted(chiesti[16:])
+    assert sum(map(int, re.findall(r"^  req +\d+: +[\d.]+ s +(\d+) token", out, re.M))) == sum(chiesti[16:])
+
+
+@pytest.mark.parametrize("argomenti,messaggio", [
+    (["--token", "15-5"], "'15-5' non è un intervallo di token (per esempio 16-64)"),
+    (["--token", "5-x"], "'5-x' non è un intervallo di token"),
+    (["--token", "5-8,10"], "--token MIN-MAX vale da solo: non in una lista, non con --turni"),
+    (["--token", "5-8,5-8"], "il valore (5, 8) è ripetuto nella lista '5-8,5-8'"),
+])
+def test_opzioni_sbagliate_dei_token(fake, capsys, argomenti, messaggio):
     assert messaggio in rifiutata(fake(), capsys, argomenti)

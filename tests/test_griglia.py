@@ -299,7 +299,7 @@ def test_curve_di_piu_server_sugli_stessi_assi():
     (["--durata", "5", "--richieste", "4"], "--durata e --richieste si escludono: con --durata si inviano richieste "
                                             "finché dura il tempo"),
     (["--durata", "0"], "opzione --durata: deve essere maggiore di 0, non 0"),
-    (["--seme", "3"], "--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token MIN-MAX)"),
+    (["--seme", "3"], "--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token o --token MIN-MAX)"),
     (["--ritmo", "2", "--arrivi", "costanti", "--seme", "3"], "--seme vale per gli arrivi di Poisson: con --arrivi "
      "costanti gli orari sono fissi, e non c'è nulla da seminare"),
     (["--parallele", "2,2"], "opzione --parallele: il valore 2 è ripetuto nella lista '2,2': ogni valore è un punto "
