@@ -2639,10 +2639,14 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
             tela[riga][col + k] = carattere
 
     lettere = "abcdefghijklmnopqrstuvwxyz" if len(gruppi) > 1 else ""
-    sature = []
+    sature, con_ttft = [], False
     for n, (titolo, punti) in enumerate(gruppi):
         satura = saturazione(punti, asse)
         for p in punti:
+            ttft = p.percentile("primo token", 50) if p.throughput is not None else None  # --stream
+            if ttft is not None:
+                metti(p.throughput, ttft, marche["ttft"])
+                con_ttft = True
             if p.throughput is not None and p.latenza_p90 is not None:
                 metti(p.throughput, p.latenza_p90, marche["p90"])
         for p in punti:
@@ -2661,7 +2665,8 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
     righe.append(f"{'':8}{sinistra}{f'{scala.x_a:.1f} token/s':>{colonne - len(sinistra)}}")
     voci = ("  ".join(f"{lettere[n % 26]}N: {titolo}" for n, (titolo, _) in enumerate(gruppi)) if lettere
             else f"{marche['media']}N latenza media al valore N")
-    righe.append(f"legenda: {voci}  {marche['p90']} latenza p90" + (f"  {marche['saturazione']} saturazione" if sature else ""))
+    righe.append(f"legenda: {voci}  {marche['p90']} latenza p90" + (f"  {marche['ttft']} primo token p50" if con_ttft else "")
+                 + (f"  {marche['saturazione']} saturazione" if sature else ""))
     if frasi:  # with --spiega the sentence is in the explanation, once
         righe += [(f"{titolo}: " if titolo else "") + frase_saturazione(asse, a, b) for titolo, a, b in sature]
     return righe
@@ -2702,6 +2707,12 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
         satura = saturazione(punti, asse)
         for a, b in p90:
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="white" stroke="{colore}"/>')
+        for p in punti:  # --stream: the first token's median, a small square under the point
+            ttft = p.percentile("primo token", 50)
+            if ttft is not None:
+                parti.append(f'<rect x="{px(p.throughput) - 3:.1f}" y="{py(ttft) - 3:.1f}" width="6" height="6" '
+                             f'fill="{colore}"><title>{asse}={valore_punto(p, asse)}: primo token p50 {ttft:.3f} s'
+                             '</title></rect>')
         for p, (a, b) in zip(punti, medie):
             cifre = (f"{asse}={valore_punto(p, asse)}: {p.throughput:.1f} token/s, latenza media {p.latenza:.2f} s, "
                      f"p90 {fmt(p.latenza_p90, '.2f s')}, prove {len(p.intere)}")
@@ -2715,8 +2726,8 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
             parti.append(f'<text x="{larghezza - destra}" y="{y + 40 + 16 * n}" text-anchor="end" fill="{colore}">'
                          f'{testo_xml(titolo)}</text>')
     y = base + 36
-    parti.append(f'<text x="{sinistra}" y="{y}">linea piena: latenza media; tratteggio: latenza p90; '
-                 f'a ogni punto il valore di {asse}</text>')
+    parti.append(f'<text x="{sinistra}" y="{y}">linea piena: latenza media; tratteggio: latenza p90; quadratini: '
+                 f'primo token p50 (con --stream); a ogni punto il valore di {asse}</text>')
     return parti, y + 20
 
 
@@ -2908,9 +2919,9 @@ def quota_slo(prove: List[Prova], slo: Dict[str, float]) -> float:
 
 MARCHE_UNICODE = {"coda": "░", "prompt": "▒", "generazione": "█", "errore": "×", "ignoto": "▬",
                   "media": "●", "p90": "+", "saturazione": "◆",  # these three: the capacity curve
-                  "livelli": " ▁▂▃▄▅▆▇█"}  # a slot's context, empty to full
+                  "livelli": " ▁▂▃▄▅▆▇█", "ttft": "▴"}  # a slot's context, empty to full; the curve's first token
 MARCHE_ASCII = {"coda": ".", "prompt": "-", "generazione": "#", "errore": "x", "ignoto": "=",
-                "media": "o", "p90": "+", "saturazione": "*", "livelli": " .:-=+*%@"}
+                "media": "o", "p90": "+", "saturazione": "*", "livelli": " .:-=+*%@", "ttft": "^"}
 LEGENDA = (("coda", "in coda"), ("prompt", "prompt"), ("generazione", "generazione"),
            ("errore", "fallita"), ("ignoto", "dettagli n/d"))
 

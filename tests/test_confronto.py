@@ -173,14 +173,18 @@ def test_prompt_a_caso_fra_min_e_max_col_seme(fake, carica):
     assert sorted(primi) == sorted(secondi) and sorted(primi) != sorted(terzi)  # (they arrive in any order)
 
 
-def test_griglia_di_lunghezze_prefill_contro_decode(fake, carica):
+def test_griglia_di_lunghezze_prefill_contro_decode(fake, carica, tmp_path):
     """A sweep over --prompt-token: per point the server's prompt speed beside the speed in the slot, and
     with --stream the first token's percentiles, which grow with the prompt (the fake computes a prompt
     at 0.2 ms a token: 1024 tokens take 0.2 s, 32 take 0.01 s)."""
     server = fake(n_slot=2, n_ctx=4096, s_per_token=0.001)
     rc, out, err = carica(server.url, "--prompt-token", "32,1024", "--richieste", "2", "--token", "4", "--stream",
-                          "--percentili", "50,95")
+                          "--percentili", "50,95", "--grafico", "--svg", str(tmp_path / "g.svg"))
     assert rc == 0, err
+    # The curve carries the first token's median too: a mark on the terminal's (where the mean does not
+    # sit on it), a square in the SVG for each point.
+    assert "▴ primo token p50" in out
+    assert len(re.findall(r": primo token p50 [\d.]+ s</title>", (tmp_path / "g.svg").read_text())) == 2  # a square a point
     testa = next(r for r in out.splitlines() if r.startswith("| prompt |")).strip("| ").split(" | ")
     assert testa[5:7] == ["prompt t/s (server)", "t/s nel proprio slot"]
     assert testa[-6:] == ["TTFT p50", "TTFT p95", "TPOT p50", "TPOT p95", "ITL p50", "ITL p95"]
