@@ -219,7 +219,7 @@ def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
 
 def numero(valore, tipo=float):  # a JSON number as `tipo` (int: whole numbers only); None for anything else
     ammessi = (int,) if tipo is int else (int, float)
-    return tipo(valore) if isinstance(valore, ammessi) and not isinstance(valore, bool) else None
+    return tipo(valore) if isinstance(valore, ammessi) and not isinstance(valore, bool) and abs(valore) < float("inf") else None
 
 
 ANNULLATA = "annullata (interruzione)"  # the error of a request closed by Ctrl+C: not a measurement
@@ -509,7 +509,7 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
     lab.add_argument("--parallele", type=lista_di(intero_positivo), metavar="N",
                      help="quante richieste tenere in volo insieme (default: 4)")
     lab.add_argument("--token", type=lista_di(token_o_intervallo), default=[32], metavar="N",
-                     help="token da generare per richiesta, max_tokens (default: 32)")
+                     help="token da generare per richiesta, max_tokens; MIN-MAX: a caso (default: 32)")
     a, altri = parser.parse_known_args(argv)
     if altri or len(a.parallele or [4]) > 1 or len(a.token) > 1 or not isinstance(a.token[0], int):
         return leggi_opzioni_oltre(parser, argv)  # see "Oltre il lab"
@@ -1005,7 +1005,7 @@ def lista_di(converti):
 
 def token_o_intervallo(testo: str):
     """--token: N, or MIN-MAX (each request's max_tokens drawn between the two, by --seme)."""
-    return intervallo_token(testo) if "-" in testo.lstrip("-") else intero_positivo(testo)
+    return intervallo_token(testo) if "-" in testo.lstrip("-") else intero_positivo(testo)  # 32-32: a range of one
 
 
 def intervallo_token(testo: str) -> Tuple[int, int]:
@@ -1333,7 +1333,8 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     dichiara_opzioni_oltre(parser)
     a = parser.parse_args(argv)
     if a.capacita is not None:  # every point a --ritmo run (its cap), from 1 req/s unless said; steady arrivals
-        a.ritmo, a.arrivi = a.ritmo or [1.0], a.arrivi or "costanti"  # unless asked: the rate sent is the rate asked
+        # unless asked (a seed means Poisson): then the rate sent is the rate asked
+        a.ritmo, a.arrivi = a.ritmo or [1.0], a.arrivi or ("poisson" if a.seme is not None else "costanti")
     if any(isinstance(t, tuple) for t in a.token) and (len(a.token) > 1 or a.turni is not None):
         parser.error("--token MIN-MAX vale da solo: non in una lista, non con --turni")
     minimo, a.token = (a.token[0][0], [a.token[0][1]]) if isinstance(a.token[0], tuple) else (None, a.token)
@@ -1353,15 +1354,17 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     if dataset is not None:
         diverse = [f for f, v in (("--prompt-file", a.prompt_file), ("--prompt-token", a.prompt_token),
                                   ("--prefisso", a.prefisso), ("--turni", a.turni)) if v is not None]
+        if minimo is not None:
+            diverse.insert(0, "--token MIN-MAX")
         if diverse:
-            errore(f"--dataset e {diverse[0]} si escludono: i prompt vengono dal file")
+            errore(f"--dataset e {diverse[0]} si escludono: le richieste vengono dal file")
         if dataset[0][0][2] is not None and (a.ritmo is not None or a.durata is not None):
             errore(f"--dataset '{a.dataset}' ha i timestamp: è una traccia, con i suoi orari; "
                    f"{'--ritmo' if a.ritmo is not None else '--durata'} non serve")
         if dataset[0][0][2] is not None and (a.richieste or 0) > len(dataset[0]):
             errore(f"--richieste {a.richieste}: la traccia '{a.dataset}' ne ha {len(dataset[0])}, con i loro orari")
     prefisso_max = max(a.prefisso or [0])
-    if prefisso_max and (a.prompt_file is not None or a.turni is not None):
+    if a.prefisso is not None and (a.prompt_file is not None or a.turni is not None):
         errore(f"--prefisso e {'--prompt-file' if a.prompt_file is not None else '--turni'} si escludono: "
                "il prefisso apre i prompt che fa carico.py")
     if prefisso_max and a.prompt_token and prefisso_max >= min(m for m, _ in a.prompt_token):
@@ -1423,11 +1426,16 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     if dataset is not None:  # every request of the file, unless --richieste says how many (from the top, again)
         piano_oltre = piano_oltre._replace(dataset=dataset[0], nome_dataset=f"{a.dataset} ({dataset[1]})")
         piano = piano._replace(richieste=a.richieste or len(dataset[0]))
+        if piano_oltre.traccia and a.parallele is None:  # an open loop, as --ritmo: the cap only against a runaway
+            piano_oltre = piano_oltre._replace(tetto_predefinito=True)
+            a.parallele = [min(TETTO_RITMO, piano.richieste)]
     contate_all_invio = a.durata is not None or a.turni is not None  # as many requests as get sent
     base = piano._replace(richieste=None if contate_all_invio else piano.richieste, intervallo=a.intervallo,
                           timeout=a.timeout, oltre=piano_oltre)
     piani = griglia(base, a.parallele, a.token, a.ritmo, 0 if a_caso and a.seme is None and a.ritmo is None else a.seme,
                     a.prompt_token, a.prefisso)
+    if a.capacita is not None and len(piani) > 1:
+        errore("--capacita cerca un ritmo per un carico solo: togli le liste (--prompt-token, --prefisso...)")
     np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
     punti = len(piani) * len(np or [None])
     if punti > MAX_PUNTI and not a.forza:
@@ -1447,6 +1455,7 @@ class SessioneOltre:
 
     def __init__(self, sessione: Sessione):
         self.sessione, self.opzioni = sessione, sessione.opzioni.oltre
+        self.capacita: List[dict] = []  # --capacita: each server's answer and its points, for --json
 
     def esegui(self) -> None:
         """For each server (the one at --url; with --avvia, one started per --np value): warm it up,
@@ -2845,6 +2854,7 @@ class Capacita:
         """Double, then bisect; then the answer, the points tried and (with --grafico) the curve."""
         ritmo = extra(self.oltre.sessione.piani[0]).ritmo
         tiene, cade = None, None
+        durata = extra(self.oltre.sessione.piani[0]).durata
         while len(self.punti) < MAX_PUNTI_CAPACITA:
             if self.prova_a(ritmo):
                 tiene = ritmo
@@ -2855,16 +2865,28 @@ class Capacita:
             if cade is None:
                 ritmo *= 2
             elif tiene is None:
+                if ritmo / 2 * durata < 2:  # fewer than two requests a point: nothing left to measure
+                    break
                 ritmo /= 2
             else:
                 ritmo = float(f"{(tiene * cade) ** 0.5:.3g}")  # the middle, on the scale the rates grow on
-        print("\n".join(self.righe(tiene, cade) + [""]), flush=True)
+        righe = self.righe(tiene, cade)
+        print("\n".join(righe + [""]), flush=True)
+        self.oltre.capacita.append({
+            "np": self.configurazione.etichetta if self.configurazione else None, "risposta": righe[0],
+            "regge_req_s": tiene, "cade_req_s": cade, "quota_chiesta": self.oltre.opzioni.capacita / 100,
+            "slo": self.oltre.opzioni.slo, "incerta": next((r for r in righe if r.startswith("incerta")), None),
+            "punti": [{"ritmo": r, "quota_slo": quota_slo(prove, self.oltre.opzioni.slo),
+                       "sovraccarico": any(map(sovraccarico, prove)), "regge": regge} for r, prove, regge in self.punti]})
 
     def righe(self, tiene: Optional[float], cade: Optional[float]) -> List[str]:
         o = self.oltre.opzioni
         obiettivi = ", ".join(f"{CHIAVI_SLO[k]} <= {v:g} s" for k, v in o.slo.items())
         durata = sum(p.riepilogo.tempo_totale or 0 for _, prove, _ in self.punti for p in prove)
-        if tiene is None:
+        tutte = [r for _, prove, _ in self.punti for p in prove for r in p.esecuzione.risultati]
+        if tutte and not any(r.riuscita for r in tutte):
+            risposta = "n/d: tutte le richieste sono fallite (vedi le righe req)"
+        elif tiene is None:
             risposta = f"nessun ritmo provato lo rispetta (fino a {min(r for r, _, _ in self.punti):.3g} req/s)"
         elif cade is None:
             risposta = (f"almeno {tiene:.3g} req/s: nessun punto provato è caduto (fino a "
@@ -2873,8 +2895,11 @@ class Capacita:
             inviate = media([v for p in next(p for r, p, _ in self.punti if r == tiene)
                              for v in [invii_al_secondo(p.esecuzione)] if v])
             risposta = (f"{tiene:.3g} req/s (inviate davvero {fmt(inviate, '.2f')}; fra {tiene:.3g}, che lo rispetta, "
-                        f"e {cade:.3g}, che no)")
-        righe = [f"capacità sotto lo SLO ({obiettivi}, per il {o.capacita:g}% delle richieste): {risposta}; "
+                        f"e {cade:.3g}, che no" + ("" if cade / tiene <= PASSO_CAPACITA else
+                                                   f": la precisione del 20% non è raggiunta in {MAX_PUNTI_CAPACITA} punti")
+                        + ")")
+        server = f" (-np {self.configurazione.etichetta})" if self.configurazione else ""
+        righe = [f"capacità{server} sotto lo SLO ({obiettivi}, per il {o.capacita:g}% delle richieste): {risposta}; "
                  f"{quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s",
                  "| ritmo | inviate davvero | richieste | entro lo SLO | throughput | latenza p90 | sovraccarico | esito |",
                  "|---|---|---|---|---|---|---|---|"]
@@ -3114,7 +3139,8 @@ def tabella_e_file(sessione: Sessione) -> None:
             righe += [""] + spiegazione_griglia(*curve)
     elif (o.tabella or o.avvia) and o.capacita is None:  # --capacita: its own table of the points tried
         righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove) + rapporti_np(punti, chiavi)
-    file = [(o.file_json, lambda: testo_json(prove, sessione.piani, sessione.opzioni.url, o.slo, o.percentili or ())),
+    file = [(o.file_json, lambda: testo_json(prove, sessione.piani, sessione.opzioni.url, o.slo, o.percentili or (),
+                                             sessione.oltre.capacita)),
             (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve, chiavi))]
     for percorso, testo in file:
         if percorso:
@@ -3172,7 +3198,7 @@ def testo_csv(prove: List[Prova]) -> str:
 
 
 def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[Dict[str, float]] = None,
-               percentili: Sequence[int] = ()) -> str:
+               percentili: Sequence[int] = (), capacita: Sequence[dict] = ()) -> str:
     """Every request, the /slots samples with their times, the server's props and the flags
     (never the API key), for plotting; in a sweep, every point with the values it was run at."""
     dati = {
@@ -3201,6 +3227,8 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "interrotta": p.esecuzione.interruzione is not None,
         } for p in prove],
     }
+    if capacita:  # --capacita: each server's answer and the points tried
+        dati["capacita"] = list(capacita)
     if len(prove) == 1:  # one run: vLLM's names at the top too, where a script written for vLLM looks
         dati.update(riassunto_vllm(prove[0], sorted({99, *percentili})))
     return json.dumps(dati, indent=2, ensure_ascii=False) + "\n"
@@ -3467,8 +3495,8 @@ FIGURE_CONFRONTO = (
     ("TPOT p50 (ms)", ("dettagli", "figure_s", "TPOT", "p50"), 1000),
 )
 # What makes two runs the same load (np apart: the servers are what is compared).
-CARICO_DI_UNA_PROVA = ("parallele", "max_token", "richieste", "ritmo", "arrivi", "durata", "stream", "esatti",
-                       "turni", "sistema", "prompt_token")
+CARICO_DI_UNA_PROVA = ("parallele", "max_token", "token_minimo", "richieste", "ritmo", "arrivi", "durata", "stream",
+                       "esatti", "turni", "sistema", "prompt_token", "prefisso", "nome_dataset")
 
 
 def prove_salvate(percorso: str, errore) -> List[dict]:
@@ -3564,8 +3592,8 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
 def descrivi_prove(prove: List[dict]) -> str:
     piano = prove[0].get("piano") if isinstance(prove[0].get("piano"), dict) else {}
     np = prove[0].get("np") or (prove[0].get("server") if isinstance(prove[0].get("server"), dict) else {}).get("n_slot")
-    return (f"np {np}, parallele {piano.get('parallele')}, token {piano.get('max_token')}: "
-            + quante(len(prove), "prova", "prove"))
+    token = piano.get("max_token") if piano.get("token_minimo") is None else f"{piano['token_minimo']}-{piano.get('max_token')}"
+    return f"np {np}, parallele {piano.get('parallele')}, token {token}: " + quante(len(prove), "prova", "prove")
 
 
 
@@ -3843,6 +3871,10 @@ def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
         if minimo == massimo and len(tokenizza(client, taglia(fatti, 0, minimo))) != minimo:
             raise ErroreOpzione(f"--prompt-token {minimo}: il tokenizzatore del server non ricompone un testo di "
                                 f"esattamente {minimo} token")
+    for prefisso in dict.fromkeys(extra(p).prefisso for p in piani if extra(p).prefisso):
+        if len(tokenizza(client, taglia(fatti, 0, prefisso))) != prefisso:
+            raise ErroreOpzione(f"--prefisso {prefisso}: il tokenizzatore del server non ricompone un testo di "
+                                f"esattamente {prefisso} token")
     return [p._replace(oltre=p.oltre._replace(pezzi=fatti)) for p in piani]
 
 
@@ -3908,7 +3940,8 @@ def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
     except ValueError:
         intero = None
     if isinstance(intero, list):  # ShareGPT: [{"conversations": [{"from": "human", "value": ...}, ...]}, ...]
-        richieste = [next((t["value"] for t in c.get("conversations") or [] if isinstance(t, dict)
+        richieste = [next((t["value"] for t in (c.get("conversations") if isinstance(c.get("conversations"), list) else [])
+                           if isinstance(t, dict)
                            and t.get("from") in ("human", "user") and isinstance(t.get("value"), str) and t["value"]), None)
                      for c in intero if isinstance(c, dict)]
         richieste = tuple((r, None, None) for r in richieste if r)
@@ -3931,6 +3964,8 @@ def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
         errore(f"--dataset: '{percorso}': il timestamp c'è su alcune righe e non su altre")
     if orari[0] is not None and any(b < a for a, b in zip(orari, orari[1:])):
         errore(f"--dataset: '{percorso}': i timestamp devono crescere riga dopo riga")
+    if orari[0] is not None and orari[-1] - orari[0] > 86400:
+        errore(f"--dataset: '{percorso}': la traccia dura più di un giorno ({orari[-1] - orari[0]:.0f} s)")
     return tuple((p, m, None if t is None else t - orari[0]) for p, m, t in richieste), "JSONL"
 
 
@@ -3968,10 +4003,12 @@ def righe_prompt_esatti(prova: Prova) -> List[str]:
     if extra(prova.piano).prefisso is not None:
         dalla_cache = [extra(r).token_cache for r in prova.esecuzione.riuscite if extra(r).token_cache is not None]
         prefisso = extra(prova.piano).prefisso
-        righe.append((f"prefisso comune di {prefisso} token" if prefisso else "nessun prefisso comune, per confronto")
-                     + " (cache_prompt acceso): dalla cache "
-                     f"{fmt(media(dalla_cache), '.0f')} token di prompt per richiesta in media ({da_a(dalla_cache)}; "
-                     "la prima su ogni slot non trova nulla)")
+        if dalla_cache:
+            righe.append((f"prefisso comune di {prefisso} token" if prefisso else "nessun prefisso comune, per confronto")
+                         + f" (cache_prompt acceso): dalla cache {media(dalla_cache):.0f} token di prompt per richiesta "
+                         f"in media ({da_a(dalla_cache)}"
+                         + ("; la prima su uno slot libero non trova il prefisso)" if prefisso and min(dalla_cache) < prefisso / 2
+                            else ")"))
     misurati = [r for r in prova.esecuzione.riuscite if extra(r).prompt_esatto and extra(r).token_prompt]
     if not misurati:
         return righe

@@ -328,6 +328,7 @@ def test_prefisso_zero_contro_prefisso_lungo(fake, carica):
 
 
 @pytest.mark.parametrize("argomenti,messaggio", [
+    (["--prefisso", "0", "--turni", "2"], "--prefisso e --turni si escludono"),
     (["--prefisso", "100", "--prompt-token", "100"], "--prefisso 100 non lascia posto al testo di ogni richiesta"),
     (["--prefisso", "10", "--turni", "2"], "--prefisso e --turni si escludono"),
     (["--prefisso", "dieci"], "'dieci' non è un numero di token (0 o più)"),
@@ -388,13 +389,18 @@ def test_sharegpt_la_prima_domanda_e_richieste_che_ripartono(fake, carica, tmp_p
     (['{"prompt": "a", "timestamp": 2}', '{"prompt": "b", "timestamp": 1}'], "i timestamp devono crescere"),
     ([''], "è vuoto: nessuna richiesta"),
     (['[{"conversations": []}]'], "non ha conversazioni con una domanda (il formato di ShareGPT)"),
+    (['[{"conversations": 5}]'], "non ha conversazioni con una domanda (il formato di ShareGPT)"),
+    (['{"prompt": "a", "timestamp": Infinity}'], "riga 1: timestamp deve essere un numero di secondi, non Infinity"),
+    (['{"prompt": "a", "timestamp": NaN}'], "riga 1: timestamp deve essere un numero di secondi, non NaN"),
+    (['{"prompt": "a", "timestamp": 0}', '{"prompt": "b", "timestamp": 1e12}'], "la traccia dura più di un giorno"),
 ])
 def test_dataset_sbagliati_prima_del_carico(fake, capsys, tmp_path, righe, messaggio):
     assert messaggio in rifiutata(fake(), capsys, ["--dataset", scrivi(tmp_path / "d.jsonl", righe)])
 
 
 @pytest.mark.parametrize("altri,messaggio", [
-    (["--prompt-token", "64"], "--dataset e --prompt-token si escludono: i prompt vengono dal file"),
+    (["--prompt-token", "64"], "--dataset e --prompt-token si escludono: le richieste vengono dal file"),
+    (["--token", "8-32"], "--dataset e --token MIN-MAX si escludono"),
     (["--turni", "2"], "--dataset e --turni si escludono"),
     (["--ritmo", "2"], "ha i timestamp: è una traccia, con i suoi orari; --ritmo non serve"),
     (["--richieste", "9"], "--richieste 9: la traccia"),
@@ -450,6 +456,8 @@ def test_capacita_dice_quando_la_risposta_e_incerta(latenze, incerta):
     (["--capacita", "--durata", "5"], "servono --slo (per esempio latenza=5) e --durata S"),
     (["--capacita", "150", "--slo", "latenza=5", "--durata", "5"], "--capacita 150: è una percentuale"),
     (["--capacita", "--slo", "latenza=5", "--durata", "5", "--ritmo", "1,2"], "--capacita sceglie da sé i ritmi"),
+    (["--capacita", "--slo", "latenza=5", "--durata", "5", "--prefisso", "0,64"], "--capacita cerca un ritmo per un "
+                                                                                  "carico solo"),
 ])
 def test_opzioni_sbagliate_della_capacita(fake, capsys, argomenti, messaggio):
     assert messaggio in rifiutata(fake(), capsys, argomenti)
@@ -477,3 +485,40 @@ def test_token_min_max_a_caso_col_seme(fake, carica):
 ])
 def test_opzioni_sbagliate_dei_token(fake, capsys, argomenti, messaggio):
     assert messaggio in rifiutata(fake(), capsys, argomenti)
+
+
+def test_una_traccia_non_ha_il_tetto_di_quattro(fake, carica, tmp_path):
+    """A trace is an open loop, like --ritmo: a burst of ten at the same instant is sent at once, not four at
+    a time (the cap is only there against a runaway)."""
+    traccia = scrivi(tmp_path / "t.jsonl", ['{"prompt": "Ciao numero %d", "timestamp": 0}' % i for i in range(10)])
+    server = fake(n_slot=10, n_ctx=20480, s_per_token=0.01)
+    rc, out, err = carica(server.url, "--dataset", traccia, "--token", "10")
+    assert rc == 0, err
+    assert "richieste=10 parallele=10 (tetto predefinito)" in out
+    assert "trovato già" not in err
+    assert server.picco_in_volo == 10
+
+
+def test_capacita_con_tutte_le_richieste_fallite_si_ferma_e_lo_dice(fake, carica, tmp_path):
+    """A server that fails every request: the search halves until a point would hold fewer than two
+    requests, says why there is no answer, and saves its points in --json."""
+    server = fake(n_slot=1, override={"/v1/chat/completions": lambda h, _: h.errore(500, "server_error", "guasto")})
+    rc, out, _ = carica(server.url, "--capacita", "--slo", "latenza=1", "--durata", "1", "--silenzioso",
+                        "--json", str(tmp_path / "c.json"))
+    assert rc == 1
+    riga = next(r for r in out.splitlines() if r.startswith("capacità sotto lo SLO"))
+    assert "n/d: tutte le richieste sono fallite" in riga
+    punti = json.loads((tmp_path / "c.json").read_text())["capacita"][0]["punti"]
+    assert [p["ritmo"] for p in punti] == [1.0, 0.5, 0.25][:len(punti)] and len(punti) <= 3
+    assert not any(p["regge"] for p in punti)
+
+
+def test_prefisso_su_uno_slot_gia_caldo_non_dice_che_la_prima_non_trova_nulla(fake, carica):
+    server = fake(n_slot=1, n_ctx=4096, s_per_token=0.001)
+    righe = []
+    for _ in range(2):  # the first run's first request finds an empty slot; the second run finds the prefix
+        rc, out, _ = carica(server.url, "--prefisso", "100", "--prompt-token", "150", "--richieste", "3", "--token", "2")
+        assert rc == 0
+        righe.append(next(r for r in out.splitlines() if r.startswith("prefisso comune di 100 token")))
+    assert "la prima su uno slot libero non trova il prefisso" in righe[0]
+    assert "non trova il prefisso" not in righe[1]
