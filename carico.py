@@ -2356,9 +2356,14 @@ class Punto(NamedTuple):
         less cache_n) over prompt_ms, the server's own prompt_per_second."""
         return media([v for q in self.intere for v in map(velocita_prompt, q.esecuzione.riuscite) if v is not None])
 
-    def percentile(self, figura: str, p: int) -> Optional[float]:
-        """A --dettagli figure's percentile over every request of the point's runs, in seconds."""
-        return percentile([v for q in self.intere for v in valori_figure(q).get(figura, [])], p)
+    @property
+    def figure(self) -> Dict[str, List[float]]:
+        """The --dettagli figures over every request of the point's runs, in seconds."""
+        insieme: Dict[str, List[float]] = {}
+        for q in self.intere:
+            for nome, valori in valori_figure(q).items():
+                insieme.setdefault(nome, []).extend(valori)
+        return insieme
 
     @property
     def attesa_media(self) -> Optional[float]:
@@ -2445,10 +2450,11 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
                           if extra(r).token_cache is not None]), ".0f")] if cache else []),
             *([fmt(punto.velocita_prompt, ".1f")] if prefill else []), fmt(punto.velocita_slot, ".1f"),
             f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}", fmt(punto.picco_coda, "d")]
-        celle += [fmt(punto.percentile(f, pc), ".3f s") if f == "primo token" else fmt(ms(punto.percentile(f, pc)), ".1f ms")
-                  for f, pc in flussi]
+        figure = punto.figure if flussi else {}  # pooled once for all the point's percentiles
+        celle += [fmt(percentile(figure.get(f, []), pc), ".3f s") if f == "primo token"
+                  else fmt(ms(percentile(figure.get(f, []), pc)), ".1f ms") for f, pc in flussi]
         if con_ritmo:
-            inviate = fmt(media(punto.valori(lambda q: invii_al_secondo(q.esecuzione))), ".2f req/s")
+            inviate = fmt(inviate_davvero(punto), ".2f req/s")
             celle.append(inviate if all(ritmo_tenuto(q) for q in punto.intere) else f"{inviate} (non tenuto)")
         if any(q.esecuzione.interruzione for q in punto.prove):
             celle[0] += INTERROTTA
@@ -2652,7 +2658,7 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
     for n, (titolo, punti) in enumerate(gruppi):
         satura = saturazione(punti, asse)
         for p in punti:
-            ttft = p.percentile("primo token", 50) if p.throughput is not None else None  # --stream
+            ttft = percentile(p.figure.get("primo token", []), 50) if p.throughput is not None else None  # --stream
             if ttft is not None:
                 metti(p.throughput, ttft, marche["ttft"])
                 con_ttft = True
@@ -2717,7 +2723,7 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
         for a, b in p90:
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="white" stroke="{colore}"/>')
         for p in punti:  # --stream: the first token's median, a small square under the point
-            ttft = p.percentile("primo token", 50)
+            ttft = percentile(p.figure.get("primo token", []), 50)
             if ttft is not None:
                 parti.append(f'<rect x="{px(p.throughput) - 3:.1f}" y="{py(ttft) - 3:.1f}" width="6" height="6" '
                              f'fill="{colore}"><title>{asse}={valore_punto(p, asse)}: primo token p50 {ttft:.3f} s'
@@ -2892,8 +2898,7 @@ class Capacita:
             risposta = (f"almeno {tiene:.3g} req/s: nessun punto provato è caduto (fino a "
                         f"{max(r for r, _, _ in self.punti):.3g} req/s, {MAX_PUNTI_CAPACITA} punti)")
         else:
-            inviate = media([v for p in next(p for r, p, _ in self.punti if r == tiene)
-                             for v in [invii_al_secondo(p.esecuzione)] if v])
+            inviate = inviate_davvero(Punto(next(p for r, p, _ in self.punti if r == tiene)))
             risposta = (f"{tiene:.3g} req/s (inviate davvero {fmt(inviate, '.2f')}; fra {tiene:.3g}, che lo rispetta, "
                         f"e {cade:.3g}, che no" + ("" if cade / tiene <= PASSO_CAPACITA else
                                                    f": la precisione del 20% non è raggiunta in {MAX_PUNTI_CAPACITA} punti")
@@ -2904,11 +2909,11 @@ class Capacita:
                  "| ritmo | inviate davvero | richieste | entro lo SLO | throughput | latenza p90 | sovraccarico | esito |",
                  "|---|---|---|---|---|---|---|---|"]
         for ritmo, prove, regge in sorted(self.punti, key=lambda x: x[0]):
-            richieste = sum(len(p.esecuzione.risultati) for p in prove)
-            righe.append(f"| {ritmo:.3g} | {fmt(media([invii_al_secondo(p.esecuzione) for p in prove if invii_al_secondo(p.esecuzione)]), '.2f req/s')} "
-                         f"| {richieste} | {quota_slo(prove, o.slo):.0%} | {fmt(media([p.riepilogo.throughput for p in prove if p.riepilogo.throughput]), '.1f token/s')} "
-                         f"| {fmt(media([latenza_p90(p) for p in prove if latenza_p90(p) is not None]), '.2f s')} "
-                         f"| {'sì' if any(map(sovraccarico, prove)) else 'no'} | {'regge' if regge else 'no'} |")
+            punto, richieste = Punto(prove), sum(len(p.esecuzione.risultati) for p in prove)
+            righe.append(f"| {ritmo:.3g} | {fmt(inviate_davvero(punto), '.2f req/s')} | {richieste} "
+                         f"| {quota_slo(prove, o.slo):.0%} | {fmt(punto.throughput, '.1f token/s')} "
+                         f"| {fmt(punto.latenza_p90, '.2f s')} | {'sì' if any(map(sovraccarico, prove)) else 'no'} "
+                         f"| {'regge' if regge else 'no'} |")
         righe += self.incertezza(tiene)
         if o.grafico and len(self.punti) > 1:
             punti = punti_di([p for _, prove, _ in sorted(self.punti, key=lambda x: x[0]) for p in prove])
@@ -2931,6 +2936,11 @@ class Capacita:
                     f"una differenza dentro il rumore di {n} richieste (±{rumore:.0%}); con --ripeti o una --durata "
                     "più lunga si misura meglio"]
         return []
+
+
+def inviate_davvero(punto: Punto) -> Optional[float]:
+    """The requests a point really sent per second (the mean over its runs)."""
+    return media(punto.valori(lambda q: invii_al_secondo(q.esecuzione)))
 
 
 def quota_slo(prove: List[Prova], slo: Dict[str, float]) -> float:
@@ -3820,14 +3830,21 @@ def tokenizza(client: Client, testo: str) -> List[bytes]:
                             "): --sistema e --prompt-token hanno bisogno del suo tokenizzatore") from None
 
 
+def pezzi_del_server(client: Client, quanti: int) -> List[bytes]:
+    """The lab's prompts, one after the other and again, as the server's tokenizer cuts them: at least
+    `quanti` pieces (none from a tokenizer that gives none)."""
+    fonte = " ".join(PROMPTS)
+    pezzi = tokenizza(client, fonte)
+    while 0 < len(pezzi) < quanti:
+        fonte = " ".join([fonte] * (quanti // len(pezzi) + 2))
+        pezzi = tokenizza(client, fonte)
+    return pezzi
+
+
 def testo_di_token(client: Client, n: int) -> str:
     """A text of exactly n tokens for the server's tokenizer: the lab's prompts one after the other, cut
     after the n-th piece, then counted again (a cut may merge two pieces: then one piece more or less)."""
-    fonte = " ".join(PROMPTS)
-    pezzi = tokenizza(client, fonte)
-    while 0 < len(pezzi) < n + 3:
-        fonte = " ".join([fonte] * (n // len(pezzi) + 2))
-        pezzi = tokenizza(client, fonte)
+    pezzi = pezzi_del_server(client, n + 3)
     for k in [k for k in (n, n - 1, n + 1, n - 2, n + 2) if 0 < k <= len(pezzi)]:
         testo = b"".join(pezzi[:k]).decode("utf-8", "replace")
         if len(tokenizza(client, testo)) == n:
@@ -3845,7 +3862,7 @@ def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
 # The peers count with a tokenizer downloaded at run time; the server can count itself (/tokenize),
 # for any model, offline. One long text is cut into the server's pieces once a session (on the first
 # server: every --np serves the same model); a prompt of L tokens is L pieces of it, from one of the
-# pieces that start a word, a different one for each request in turn (79 on gemma-3, then they repeat):
+# pieces that start a word, a different one for each request in turn (about 80 on gemma-3, then they repeat):
 # consecutive prompts differ from their first token. A few /tokenize calls, none per request; each
 # prompt is made when its request leaves.
 
@@ -3854,15 +3871,13 @@ def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
     each distinct single length checked by counting its first prompt again (ErroreOpzione if it fails)."""
     lunghezze = [extra(p).prompt_token for p in piani if extra(p).prompt_token]
     piu_lungo = max([b for _, b in lunghezze] + [extra(p).prefisso or 0 for p in piani] + [1])
-    fonte = " ".join(PROMPTS)
-    pezzi = tokenizza(client, fonte)
-    aperture = [i for i, p in enumerate(pezzi) if p.startswith(b" ")]  # where a word starts
-    while len(pezzi) < piu_lungo + max(aperture, default=0) + 1:
-        fonte = " ".join([fonte] * (piu_lungo // max(1, len(pezzi)) + 2))
-        pezzi = tokenizza(client, fonte)
-    prime = {}  # one start per distinct first piece: no two requests in a row open alike
-    for i in aperture:
-        prime.setdefault(pezzi[i], i)
+    pezzi = pezzi_del_server(client, piu_lungo + 1)
+    prime = {}  # one start per distinct first piece (where a word starts): no two requests in a row open alike
+    for i, pezzo in enumerate(pezzi):
+        if pezzo.startswith(b" "):
+            prime.setdefault(pezzo, i)
+    if prime and max(prime.values()) + piu_lungo >= len(pezzi):  # room after the last start
+        pezzi = pezzi_del_server(client, max(prime.values()) + piu_lungo + 1)
     if len(prime) < 2:  # a tokenizer that keeps the blank apart, or at a word's end
         raise ErroreOpzione("--prompt-token: il tokenizzatore del server non dà pezzi che aprano parole diverse: "
                             "non so fare prompt che non condividano l'inizio")
