@@ -116,7 +116,7 @@ def test_grafico_ascii_senza_unicode(fake):
     assert proc.returncode == 0
     out = proc.stdout.decode("ascii")  # would raise on any non-ASCII byte
     assert "legenda: . in coda  - prompt  # generazione" in out
-    assert re.search(r"^req 3 +\.+-?#+$", out, re.M)
+    assert re.search(r"^req 3 +\.+-*#+$", out, re.M)  # queue, prompt (a loaded machine may stretch it), generation
     assert b"Traceback" not in proc.stderr
 
 
