@@ -209,10 +209,14 @@ def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
     scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
     finish, messaggio = scelta.get("finish_reason"), scelta.get("message") if isinstance(scelta.get("message"), dict) else {}
     # What the extras read (see "Oltre il lab"): the prompt's tokens, those reused from a cache, why it stopped, the text.
+    token = token if token is not None else numero(timings.get("predicted_n"), int)
+    # --stream from a server that gives neither: one token per chunk with text, said as an estimate.
+    stimati = token is None and chunk_s is not None
     aggiunte = RisultatoOltre(token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
                            numero(timings.get("cache_n"), int), finish if isinstance(finish, str) else None,
-                           tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"))
-    return dict(token=token if token is not None else numero(timings.get("predicted_n"), int),
+                           tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"),
+                           token_stimati=stimati)
+    return dict(token=len(chunk_s) if stimati else token,
                 tps=numero(timings.get("predicted_per_second")), prompt_ms=numero(timings.get("prompt_ms")),
                 predicted_ms=numero(timings.get("predicted_ms")), oltre=aggiunte)
 
@@ -354,6 +358,8 @@ class Riepilogo(NamedTuple):
     occupati_dai_tempi: Optional[int]  # the most slots the server's own timings prove busy together
     coda_letta: Optional[int]  # the most requests_deferred one /metrics reading saw
     coda_dai_tempi: Optional[int]  # the most requests the timings prove waiting for a slot together
+    token_stimati: bool = False  # --stream without usage: some tokens counted as the chunks with text
+    interrotte: int = 0  # --stream: of the failed, the answers the server ended without a finish_reason
 
     @property
     def picco(self) -> Optional[int]:  # the larger of what the readings saw and what the timings prove
@@ -377,7 +383,9 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
     return Riepilogo(len(ok), len(esecuzione.risultati) - len(ok), esecuzione.n_richieste - len(esecuzione.risultati),
                      totale, sum(latenze) / len(latenze) if latenze else None, max(latenze, default=None), token,
                      token / totale if token is not None and totale else None, max(occupati, default=None),
-                     dai_tempi[0], max(in_coda, default=None), dai_tempi[1])
+                     dai_tempi[0], max(in_coda, default=None), dai_tempi[1],
+                     any(extra(r).token_stimati for r in ok),  # --stream: see "Oltre il lab"
+                     sum(tipo_errore(r.errore) == TRONCATA for r in esecuzione.risultati if not r.riuscita))
 
 
 # Readings every 0.5 s miss a run shorter than a second (on a GPU, every lab run). The server's
@@ -435,7 +443,8 @@ def riga_richiesta(r: Risultato, larghezza: int = 1) -> str:
     inizio_riga = f"  req {r.indice:>{larghezza}}: {r.latenza:6.2f} s"
     if not r.riuscita:
         return f"{inizio_riga}   errore: {r.errore}"
-    riga = f"{inizio_riga} {fmt(r.token, 'd'):>4} token  ({fmt(r.tps, '.1f')} t/s nel proprio slot)"
+    stima = "~" if r.oltre is not None and r.oltre.token_stimati else ""  # --stream without usage
+    riga = f"{inizio_riga} {stima + fmt(r.token, 'd'):>4} token  ({fmt(r.tps, '.1f')} t/s nel proprio slot)"
     if r.oltre is not None and r.oltre.chunk_s:  # --stream: the first chunk with text, see "Oltre il lab"
         riga += f"  primo token {r.oltre.chunk_s[0]:.2f} s"
     return riga
@@ -449,6 +458,9 @@ def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServ
         f" max {fmt(s.latenza_max, '.2f s')}",
         f"throughput aggregato {fmt(s.throughput, '.2f token/s')}  ({fmt(s.token, 'd')} token generati)",
     ]
+    if s.token_stimati and s.token is not None:  # --stream without usage: said as an estimate, see "Oltre il lab"
+        righe[-1] = (f"throughput aggregato ~{s.throughput:.2f} token/s  (~{s.token} token generati: stima, "
+                     "un token per chunk con testo)")
     if info.metrics_disponibile:  # the lab's question: "what does llamacpp:requests_deferred say?"
         fonte = "requests_deferred" if (s.coda_letta or 0) >= (s.coda_dai_tempi or 0) else "dai tempi del server"
         righe.append(f"picco richieste in coda ({fonte})={fmt(s.picco_coda, 'd')}")
@@ -456,6 +468,9 @@ def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServ
         righe.append(f"richieste fallite: {s.n_fallite} su {richieste}" + {
             0: " (nessuna riuscita: niente da riassumere)", 1: " (il riepilogo conta solo 1 riuscita)"
         }.get(s.n_riuscite, f" (il riepilogo conta solo le {s.n_riuscite} riuscite)"))
+    if s.interrotte:  # --stream: answers the server cut short are not latencies
+        righe.append(f"  di cui interrotte dal server a metà risposta: {s.interrotte} (nessun chunk con "
+                     "finish_reason: fuori da latenze e throughput)")
     if s.non_completate:
         righe.append(f"richieste non completate: {s.non_completate} su {richieste} (interrotto)")
     return righe
@@ -1270,6 +1285,7 @@ class RisultatoOltre(NamedTuple):
     testo: Optional[str] = None  # the answer's text: a conversation (--turni) sends it back
     conversazione: Optional[int] = None  # --turni: whose conversation (0 to parallele - 1)
     turno: Optional[int] = None  # --turni: which of its turns (from 1)
+    token_stimati: bool = False  # --stream without usage: `token` is the count of chunks with text
 
     @property
     def primo_token(self) -> Optional[float]:
@@ -1577,6 +1593,11 @@ def note(prova: Prova) -> List[str]:
                     "può essere sottostimato")
     if fermate_prima(prova):
         testi.append(frase_fermate(prova))
+    stimate = [r for r in e.riuscite if extra(r).token_stimati]  # --stream from a server without usage
+    if stimate:
+        testi.append(f"il server non ha detto nel flusso quanti token ha generato (né usage né timings) per "
+                     f"{quante(len(stimate), 'richiesta', 'richieste')}: i loro token (segnati ~) sono i chunk con "
+                     "testo, uno per chunk, una stima (un chunk può portarne più d'uno)")
     dalla_cache = [r for r in e.risultati if r.oltre is not None and r.oltre.token_cache]
     if dalla_cache and not (extra(prova.piano).turni or extra(prova.piano).prefisso is not None):  # the cache as the experiment
         testi.append(f"il server ha preso dalla cache {sum(r.oltre.token_cache for r in dalla_cache)} token di prompt "
@@ -1742,19 +1763,28 @@ class ErroreNelFlusso(ErroreRichiesta):
     """The server reported an error inside a stream (`data: {"error": ...}`), or cut it short."""
 
 
+# A stream is whole only when a chunk says why it ended (finish_reason). A server may end one early with
+# `[DONE]` (llama-cpp-python, when another request waits) or just close it: a failure, never a latency.
+TRONCATA = "il server ha interrotto la risposta"
+
+
 def leggi_flusso(righe: Iterator[bytes], timer) -> Tuple[dict, List[float]]:
     """Read the `data:` events as they come, note when each chunk with text arrived, and fold the
     chunks into one completion (the last chunks carry finish_reason, usage and timings)."""
     completamento = {"choices": [{}]}
     tempi, testo = [], []  # when each chunk with text arrived; the text (a conversation sends it back)
+    chunk = 0  # the JSON events read
     for riga in righe:
         riga = riga.strip()
         if not riga.startswith(b"data:"):
             continue  # blank separators and ':' keep-alives
         dato = riga[5:].strip()
         if dato == b"[DONE]":
+            if "finish_reason" not in completamento["choices"][0]:
+                break
             completamento["choices"][0]["message"] = {"role": "assistant", "content": "".join(testo)}
             return completamento, tempi
+        chunk += 1
         try:
             evento = json.loads(dato.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
@@ -1773,6 +1803,8 @@ def leggi_flusso(righe: Iterator[bytes], timer) -> Tuple[dict, List[float]]:
         for chiave in ("usage", "timings"):
             if isinstance(evento.get(chiave), dict):
                 completamento[chiave] = evento[chiave]
+    if "finish_reason" not in completamento["choices"][0]:
+        raise ErroreNelFlusso(f"{TRONCATA} dopo {chunk} chunk (nessun finish_reason)")
     raise ErroreNelFlusso("flusso interrotto prima della fine (manca [DONE])")
 
 
@@ -1795,7 +1827,7 @@ def token_per_chunk(r: Risultato) -> Optional[float]:
     """How many tokens one chunk with text carried, on average: the server's count over the chunks.
     llama.cpp sends one token a chunk; other servers may send several."""
     chunk = extra(r).chunk_s
-    return r.token / len(chunk) if chunk and r.token else None
+    return r.token / len(chunk) if chunk and r.token and not extra(r).token_stimati else None
 
 
 # --ritmo and --durata: requests sent by the clock ##############################################
@@ -1985,7 +2017,7 @@ def riassunto(valori: List[float], percentili: Sequence[int] = PERCENTILI_DETTAG
 
 def tipo_errore(errore: str) -> str:
     """The kind of a failure, for counting: `HTTP 400 exceed_context_size_error`, or the phrase before ':'."""
-    return errore.split(":")[0]
+    return TRONCATA if errore.startswith(TRONCATA) else errore.split(":")[0]
 
 
 def cadenze(prova: Prova) -> Dict[str, Optional[float]]:
@@ -3182,7 +3214,8 @@ def riga_dati(r: Risultato) -> dict:
             "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": letto.previsto,
             "ritardo_invio_s": None if letto.previsto is None else r.inizio - letto.previsto,
             "token_cache": letto.token_cache, "tpot_s": tpot(r), "chunk_s": letto.chunk_s,
-            "conversazione": letto.conversazione, "turno": letto.turno, "prompt_esatto": letto.prompt_esatto}
+            "conversazione": letto.conversazione, "turno": letto.turno, "prompt_esatto": letto.prompt_esatto,
+            "token_stimati": letto.token_stimati}
 
 
 def dati_piano(piano: Piano) -> dict:

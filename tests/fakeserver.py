@@ -61,6 +61,10 @@ class Config:
     ritardo_ingresso: float = 0.0  # seconds a chat request spends read but not yet queued (in neither count)
     tiene_le_richieste: bool = True  # False: no prompts and bodies kept (a run of 10,000 long prompts)
     lunghezze: Optional[List[int]] = None  # with tiene_le_richieste False: each chat prompt's token count
+    # As llama-cpp-python's server (measured, see llama-server-api.md): a stream ended early with `data: [DONE]`
+    # after this many tokens and no finish_reason in any chunk; and streams with neither usage nor timings.
+    flusso_interrotto_dopo: Optional[int] = None
+    usage_nei_flussi: bool = True
 
     @property
     def n_ctx_slot(self) -> int:
@@ -329,10 +333,16 @@ class FakeLlama:
                     self.evento({"choices": [{"index": 0, "finish_reason": None,
                                               "delta": {"role": "assistant", "content": None}}]})
 
-                def token(_i):
+                def token(i):
+                    if fake.config.flusso_interrotto_dopo is not None and i >= fake.config.flusso_interrotto_dopo:
+                        raise Interrotto
                     self.evento({"choices": [{"index": 0, "finish_reason": None, "delta": {"content": "parola "}}]})
 
-                status, dati = fake.completa(body, token, avvio, self.chiusa)
+                try:
+                    status, dati = fake.completa(body, token, avvio, self.chiusa)
+                except Interrotto:  # ended early: [DONE], and no chunk ever said why
+                    self.scrivi_chunk(b"data: [DONE]\n\n")
+                    return self.scrivi_chunk(b"")
                 if status is None:
                     return
                 if status != 200 and avviato:  # an error after the headers: inside the stream, no [DONE]
@@ -341,7 +351,8 @@ class FakeLlama:
                 if status != 200:
                     return self.send_json(status, dati)
                 self.evento({"choices": [{"index": 0, "finish_reason": dati["choices"][0]["finish_reason"], "delta": {}}]})
-                self.evento({"choices": [], "usage": dati["usage"], "timings": dati["timings"]})
+                if fake.config.usage_nei_flussi:
+                    self.evento({"choices": [], "usage": dati["usage"], "timings": dati["timings"]})
                 self.scrivi_chunk(b"data: [DONE]\n\n")
                 self.scrivi_chunk(b"")
 
@@ -408,6 +419,10 @@ class FakeLlama:
             do_GET = do_POST = rispondi
 
         return Handler
+
+
+class Interrotto(Exception):
+    """Raised from a stream's token callback: the fake ends that stream early (Config.flusso_interrotto_dopo)."""
 
 
 def comune(a: List[str], b: List[str]) -> int:

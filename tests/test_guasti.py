@@ -175,7 +175,8 @@ def test_flusso_troncato_a_meta(fake, carica):
     server = fake(override={"/v1/chat/completions": tronca})
     rc, out, _ = carica(server.url, "--stream", "--richieste", "1", *VELOCE)
     assert rc == 1
-    assert "  req 0: " in out and out.splitlines()[1].endswith("errore: flusso interrotto prima della fine (manca [DONE])")
+    assert "  req 0: " in out and out.splitlines()[1].endswith(
+        "errore: il server ha interrotto la risposta dopo 1 chunk (nessun finish_reason)")
 
 
 def test_il_nome_dell_host_si_cerca_una_volta(fake, monkeypatch):
