@@ -182,18 +182,17 @@ def invia(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
     its error text, so that one bad request does not stop the others."""
     inizio = timer() - t0
     try:
+        if domanda.get("stream"):  # --stream: the answer comes in chunks, read as they arrive: see "Oltre il lab"
+            return ricevi_flusso(client, indice, domanda, timeout, t0, timer)
         with client.apri("POST", CHAT, domanda, timeout) as risposta:
             if risposta.status != 200:
                 return Risultato(indice, inizio, timer() - t0,
                                  errore=descrivi_errore_http(Risposta(risposta.status, risposta.leggi())))
-            if domanda.get("stream"):  # --stream: the answer comes in chunks, see "Oltre il lab"
-                dati, chunk = leggi_flusso(risposta.righe(), timer)
-            else:
-                dati, chunk = leggi_json(risposta.leggi()), None
+            dati = leggi_json(risposta.leggi())
         fine = timer() - t0
         if dati is None:
             raise ErroreRichiesta("risposta non JSON dal server")
-        return Risultato(indice, inizio, fine, **cifre_completamento(dati, chunk and [t - t0 - inizio for t in chunk]))
+        return Risultato(indice, inizio, fine, **cifre_completamento(dati))
     except Exception as exc:  # a worker never raises
         return fallita(client, indice, inizio, timer() - t0, exc)
 
@@ -318,6 +317,15 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     aggiunte = interruzione = None
     try:
+        if domande:  # the workers started before the clock, not one per submit inside the run
+            pronti = threading.Barrier(min(piano.parallele, len(domande)) + 1)
+            for _ in range(pronti.parties - 1):
+                esecutore.submit(pronti.wait)
+            try:
+                pronti.wait()
+            except BaseException:  # Ctrl+C: the workers must not wait for a clock that never starts
+                pronti.abort()
+                raise
         t0 = timer()
         campionatore.avvia(t0)
         if piano.oltre is None or not piano.oltre.da_lanciare:  # the lab: all submitted now, `parallele` at a time
@@ -762,10 +770,6 @@ class RispostaHttp:
         if self._risposta.length:  # bytes the Content-Length promised and the server did not send
             raise ErroreRete("risposta troncata: la connessione si è chiusa a metà")
         return corpo
-
-    def righe(self) -> Iterator[bytes]:
-        """The body line by line, as it arrives (a stream of server-sent events)."""
-        return self._letture(self._risposta.readline)
 
     def _letture(self, leggi) -> Iterator[bytes]:
         try:
@@ -1768,22 +1772,208 @@ class ErroreNelFlusso(ErroreRichiesta):
 TRONCATA = "il server ha interrotto la risposta"
 
 
-def leggi_flusso(righe: Iterator[bytes], timer) -> Tuple[dict, List[float]]:
-    """Read the `data:` events as they come, note when each chunk with text arrived, and fold the
-    chunks into one completion (the last chunks carry finish_reason, usage and timings)."""
+# The stream is read here rather than by http.client, for what stands between a thread's read and the
+# truth at a thousand streams: http.client reads an event a line at a time through its chunked reader,
+# with a settimeout and a poll per line, and it cannot give the kernel's receive time, which needs
+# recvmsg on the socket itself. Here: the request sent in one write, then one recv a read, the read's
+# time taken before any parsing and given to every event that read brought, the chunked framing undone
+# by hand (RFC 9112, 7.1), the events' JSON parsed once the stream has ended. On Linux the time is the
+# kernel's (SO_TIMESTAMPNS): when the bytes arrived, however late the thread got to read them.
+SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
+LETTURA = 65536  # bytes a read asks for: a burst of events in one read
+
+
+def scarto_orologi() -> float:
+    """time.time() - time.perf_counter(), read where the two calls were closest together: a kernel
+    stamp is wall-clock time, the figures are perf_counter's."""
+    letture = []
+    for _ in range(5):
+        a, parete, b = time.perf_counter(), time.time(), time.perf_counter()
+        letture.append((b - a, parete - (a + b) / 2))
+    return min(letture)[1]
+
+
+class LettoreFlusso:
+    """One streamed answer on its own socket: the status and headers, then the body as (time, bytes),
+    a read at a time, within the exchange's deadline."""
+
+    def __init__(self, sock: socket.socket, scadenza: float, timeout: float, timer):
+        self._sock, self._scadenza, self._timeout, self._timer = sock, scadenza, timeout, timer
+        self._buffer, self._timeout_messo = b"", max(0.001, scadenza - time.monotonic())
+        sock.settimeout(self._timeout_messo)  # once; again only when the deadline is near (see _leggi)
+        self._scarto = None  # the kernel's stamps, where the platform gives them (not through TLS)
+        if timer is time.perf_counter and hasattr(sock, "recvmsg") and not hasattr(sock, "cipher"):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                self._scarto = scarto_orologi()
+        self.inviata = 0.0  # when the request left (timer's clock)
+
+    def invia(self, richiesta: bytes) -> None:
+        self.inviata = self._timer()
+        self._sock.sendall(richiesta)
+
+    def _leggi(self) -> Tuple[float, bytes]:
+        """One read: (when its bytes arrived, the bytes); b"" when the server closed."""
+        resto = self._scadenza - time.monotonic()
+        if resto <= 0:
+            raise socket.timeout
+        if resto < 0.9 * self._timeout_messo:  # a system call: not at every read, within a tenth of the deadline
+            self._timeout_messo = resto
+            self._sock.settimeout(resto)
+        if self._scarto is None:
+            dati = self._sock.recv(LETTURA)
+            return self._timer(), dati
+        dati, ausiliari, _, _ = self._sock.recvmsg(LETTURA, socket.CMSG_SPACE(16))
+        adesso = self._timer()
+        for livello, tipo, stampo in ausiliari:
+            if livello == socket.SOL_SOCKET and tipo == SO_TIMESTAMPNS and len(stampo) >= 16:
+                secondi, nano = int.from_bytes(stampo[:8], sys.byteorder), int.from_bytes(stampo[8:16], sys.byteorder)
+                arrivo = secondi + nano / 1e9 - self._scarto
+                if self.inviata - 0.001 <= arrivo <= adesso + 0.001:  # else a clock that jumped: the read's time
+                    return min(arrivo, adesso), dati
+        return adesso, dati
+
+    def testata(self) -> int:
+        """The status line and headers (1xx answers skipped); returns the status."""
+        while True:
+            fine = self._buffer.find(b"\r\n\r\n")
+            while fine < 0:
+                if len(self._buffer) > 65536:
+                    raise ErroreRete("risposta HTTP non valida (intestazioni troppo lunghe)")
+                self._t, dati = self._leggi()
+                if not dati:
+                    raise ErroreRete("connessione chiusa dal server prima della risposta")
+                self._buffer += dati
+                fine = self._buffer.find(b"\r\n\r\n")
+            testa, self._buffer = self._buffer[:fine].decode("latin-1"), self._buffer[fine + 4:]
+            righe = testa.split("\r\n")
+            parti = righe[0].split(None, 2)
+            if len(parti) < 2 or not parti[0].startswith("HTTP/") or not parti[1].isdigit():
+                raise ErroreRete("risposta HTTP non valida (BadStatusLine)")
+            status = int(parti[1])
+            if status >= 200:
+                break
+        campi = dict((k.strip().lower(), v.strip()) for k, _, v in (r.partition(":") for r in righe[1:]))
+        self._a_pezzi = "chunked" in campi.get("transfer-encoding", "").lower()
+        lunghezza = campi.get("content-length", "")
+        self._mancano = int(lunghezza) if lunghezza.isdigit() and not self._a_pezzi else None
+        self._pezzo = 0  # chunked: bytes left in this chunk; -1 when its CRLF is due
+        return status
+
+    def blocchi(self) -> Iterator[Tuple[float, bytes]]:
+        """The body, as each read brought it: (when it arrived, its bytes), the framing taken off."""
+        t, dati, self._buffer = self._t, self._buffer, b""
+        while True:
+            if self._a_pezzi:
+                dati, finito = self._togli_pezzi(dati)
+            else:
+                dati = dati[:self._mancano] if self._mancano is not None else dati
+                if self._mancano is not None:
+                    self._mancano -= len(dati)
+                finito = self._mancano == 0
+            if dati:
+                yield t, dati
+            if finito:
+                return
+            t, dati = self._leggi()
+            if not dati:  # closed: the end of a body without a length; else cut short (the caller decides)
+                return
+
+    def _togli_pezzi(self, dati: bytes) -> Tuple[bytes, bool]:
+        """chunked: the payload in what has arrived so far, and whether the last (empty) chunk came."""
+        self._buffer += dati
+        carico_utile = []
+        while True:
+            if self._pezzo > 0:
+                parte = self._buffer[:self._pezzo]
+                carico_utile.append(parte)
+                self._buffer, self._pezzo = self._buffer[len(parte):], self._pezzo - len(parte)
+                if self._pezzo:
+                    return b"".join(carico_utile), False
+                self._pezzo = -1
+            riga, trovata, resto = self._buffer.partition(b"\r\n")
+            if not trovata:
+                if len(self._buffer) > 1024:
+                    raise ErroreRete("risposta HTTP non valida (chunk)")
+                return b"".join(carico_utile), False
+            self._buffer = resto
+            if self._pezzo == -1:  # the CRLF that closes a chunk's data
+                if riga:
+                    raise ErroreRete("risposta HTTP non valida (chunk)")
+                self._pezzo = 0
+                continue
+            try:
+                self._pezzo = int(riga.split(b";")[0].strip(), 16)
+            except ValueError:
+                raise ErroreRete("risposta HTTP non valida (chunk)") from None
+            if self._pezzo == 0:  # the last chunk (its trailers are not read)
+                return b"".join(carico_utile), True
+
+    def corpo(self) -> bytes:
+        return b"".join(dati for _, dati in self.blocchi())
+
+
+def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
+    """The bytes of a streamed request, made before they are needed: its headers as http.client writes them."""
+    corpo = json.dumps(domanda).encode("utf-8")
+    intestazioni = dict(client._intestazioni, **{"Accept-Encoding": "identity", "Content-Type": "application/json",
+                                                 "Content-Length": str(len(corpo))})
+    return (f"POST {CHAT} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in intestazioni.items()) +
+            "\r\n").encode("latin-1") + corpo
+
+
+def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0: float, timer) -> Risultato:
+    """One streamed request, timed from its send (the connection is opened before): every chunk's time,
+    and the end, are when their bytes arrived."""
+    richiesta = richiesta_in_flusso(client, domanda)
+    scadenza = time.monotonic() + timeout
+    try:
+        sock = client._connetti(scadenza)
+        try:
+            lettore = LettoreFlusso(sock, scadenza, timeout, timer)
+            lettore.invia(richiesta)
+            status = lettore.testata()
+            if status != 200:
+                raise ErroreRichiesta(descrivi_errore_http(Risposta(status, lettore.corpo())))
+            dati, chunk, fine = leggi_flusso(lettore.blocchi())
+        finally:
+            client.lascia(sock)
+    except socket.timeout:
+        raise ErroreRete(f"risposta non completa entro {timeout:g} s") from None
+    except OSError as exc:
+        raise ErroreRete(descrivi_errore_rete(exc, timeout)) from None
+    if dati is None:
+        raise ErroreRichiesta("risposta non JSON dal server")
+    inizio = lettore.inviata - t0
+    return Risultato(indice, inizio, fine - t0, **cifre_completamento(dati, [t - lettore.inviata for t in chunk]))
+
+
+def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Tuple[dict, List[float], float]:
+    """Gather the `data:` lines as they come, each with the time of the read that completed it, up to
+    `[DONE]`; then fold the chunks into one completion (the last chunks carry finish_reason, usage and
+    timings). Returns it, when each chunk with text arrived, and when the end did."""
+    righe, resto, t = [], b"", 0.0  # (time, the line's data); an incomplete line waits for the next read
+    for t, blocco in blocchi:
+        *intere, resto = (resto + blocco).split(b"\n")
+        fatto = False
+        for riga in intere:
+            riga = riga.strip()
+            if riga.startswith(b"data:"):  # else blank separators and ':' keep-alives
+                righe.append((t, riga[5:].strip()))
+                fatto = righe[-1][1] == b"[DONE]"
+                if fatto:
+                    break
+        if fatto:
+            break
     completamento = {"choices": [{}]}
     tempi, testo = [], []  # when each chunk with text arrived; the text (a conversation sends it back)
     chunk = 0  # the JSON events read
-    for riga in righe:
-        riga = riga.strip()
-        if not riga.startswith(b"data:"):
-            continue  # blank separators and ':' keep-alives
-        dato = riga[5:].strip()
+    for quando, dato in righe:
         if dato == b"[DONE]":
             if "finish_reason" not in completamento["choices"][0]:
                 break
             completamento["choices"][0]["message"] = {"role": "assistant", "content": "".join(testo)}
-            return completamento, tempi
+            return completamento, tempi, quando
         chunk += 1
         try:
             evento = json.loads(dato.decode("utf-8"))
@@ -1796,7 +1986,7 @@ def leggi_flusso(righe: Iterator[bytes], timer) -> Tuple[dict, List[float]]:
         for scelta in evento.get("choices") or []:
             delta = scelta.get("delta") or {}
             if delta.get("content") or delta.get("reasoning_content"):
-                tempi.append(timer())
+                tempi.append(quando)
                 testo.append(delta.get("content") or "")
             if scelta.get("finish_reason"):
                 completamento["choices"] = [{"finish_reason": scelta["finish_reason"]}]

@@ -7,7 +7,10 @@ can go wrong (an event, a `data:` line or a UTF-8 character split across reads, 
 
 import json
 import re
+import socket
 import statistics
+import sys
+import time
 
 import pytest
 
@@ -97,3 +100,167 @@ def test_flusso_con_usage_non_e_una_stima(fake, carica):
     assert rc == 0, out + err
     assert "~" not in out and "stima" not in err
     assert "(10 token generati)" in out
+
+
+# The stream read in blocks: wherever the bytes are cut, the same answer ########################
+
+EVENTI = [b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":null}}]}\n\n',
+          b'data: {"choices":[{"index":0,"delta":{"content":"caff\xc3\xa8 "}}]}\n\n',  # two bytes for one character
+          b'data: {"choices":[{"index":0,"delta":{"content":"\xe2\x82\xac"}}]}\n\n',  # three bytes for the euro sign
+          b': keep-alive\n\n',
+          b'data: {"choices":[{"index":0,"delta":{"content":"!"}}]}\r\n\r\n',  # CRLF endings are SSE too
+          b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}],"timings":{"predicted_n":3}}\n\n',
+          b'data: {"choices":[],"usage":{"completion_tokens":3,"prompt_tokens":9}}\n\n',
+          b"data: [DONE]\n\n"]
+FLUSSO = b"".join(EVENTI)
+
+
+def letto(blocchi):
+    dati, tempi, fine = carico.leggi_flusso(iter(blocchi))
+    return dati["choices"][0], dati.get("usage"), tempi, fine
+
+
+@pytest.mark.parametrize("taglio", range(1, len(FLUSSO)))
+def test_un_taglio_ovunque_nel_flusso(taglio):
+    """Two reads, cut at every byte: inside an event, a `data:` line, a UTF-8 character, the usage event,
+    [DONE]. The same answer each time; each chunk with text at the read that completed its line."""
+    scelta, usage, tempi, fine = letto([(1.0, FLUSSO[:taglio]), (2.0, FLUSSO[taglio:])])
+    assert scelta == {"finish_reason": "length", "message": {"role": "assistant", "content": "caffè €!"}}
+    assert usage == {"completion_tokens": 3, "prompt_tokens": 9}
+    fine_righe = [FLUSSO.index(b"\n", FLUSSO.index(e)) + 1 for e in EVENTI[1:3] + EVENTI[4:5]]
+    assert tempi == [1.0 if taglio >= f else 2.0 for f in fine_righe]
+    assert fine == (1.0 if taglio >= len(FLUSSO) - 1 else 2.0)  # [DONE]'s line ends at its first "\n"
+
+
+def test_un_byte_per_lettura():
+    scelta, usage, tempi, _ = letto([(float(i), FLUSSO[i:i + 1]) for i in range(len(FLUSSO))])
+    assert scelta["message"]["content"] == "caffè €!" and usage["completion_tokens"] == 3
+    assert tempi == sorted(tempi) and len(tempi) == 3
+
+
+def test_gli_eventi_di_una_lettura_hanno_il_suo_tempo():
+    """Everything one read brought shares its time: two reads, two times, whatever they carried."""
+    _, _, tempi, fine = letto([(5.0, FLUSSO[:len(b"".join(EVENTI[:3]))]), (7.0, FLUSSO[len(b"".join(EVENTI[:3])):])])
+    assert tempi == [5.0, 5.0, 7.0] and fine == 7.0
+
+
+def scritto_a_pezzi(pezzi, pausa=0.0):
+    """A scripted handler that sends a whole streamed answer (status, headers, chunked body) as raw bytes,
+    in the pieces given, each written on its own (with `pausa` s between them): where the reads fall."""
+    import socket as _socket
+    import time as _time
+
+    def handler(h, _corpo):
+        h.connection.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        for pezzo in pezzi:
+            h.wfile.write(pezzo)
+            h.wfile.flush()
+            if pausa:
+                _time.sleep(pausa)
+        h.close_connection = True
+    return handler
+
+
+def risposta_a_pezzi(eventi, finito=True):
+    from fakeserver import chunk
+
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"".join(chunk(e) for e in eventi) + (chunk(b"") if finito else b""))
+
+
+def test_un_server_che_manda_un_byte_alla_volta(fake, carica, tmp_path):
+    """The whole answer, headers, chunk sizes and events, one byte a write: read right all the same."""
+    corpo = risposta_a_pezzi(EVENTI)
+    server = fake(override={"/v1/chat/completions": scritto_a_pezzi([corpo[i:i + 1] for i in range(len(corpo))])})
+    rc, out, err = carica(server.url, "--stream", "--richieste", "1", "--dettagli", "--json", str(tmp_path / "r.json"))
+    assert rc == 0, out + err
+    (r,) = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    assert (r["token"], r["finish_reason"], len(r["chunk_s"]), r["token_stimati"]) == (3, "length", 3, False)
+
+
+def test_un_flusso_tagliato_a_meta_evento(fake, carica):
+    """The connection closes in the middle of the third event's line: two whole events before it."""
+    corpo = risposta_a_pezzi(EVENTI, finito=False)
+    taglio = corpo.index(b"\\u20ac") if b"\\u20ac" in corpo else corpo.index(b"\xe2\x82\xac") + 1
+    server = fake(override={"/v1/chat/completions": scritto_a_pezzi([corpo[:taglio]])})
+    rc, out, _ = carica(server.url, "--stream", "--richieste", "1")
+    assert rc == 1
+    assert out.splitlines()[1].endswith("errore: il server ha interrotto la risposta dopo 2 chunk (nessun finish_reason)")
+
+
+def test_una_scrittura_una_lettura_un_tempo(fake, carica, tmp_path):
+    """Three events in one write, 60 ms later three more in another: the three of a read share its time
+    exactly, and the gap between the writes is between the groups."""
+    testo = [b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'] * 3
+    fine = [b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n', b"data: [DONE]\n\n"]
+    testa = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n"
+    corpo = b"".join(testo) * 2 + b"".join(fine)
+    server = fake(override={"/v1/chat/completions": scritto_a_pezzi(
+        [testa % len(corpo) + b"".join(testo), b"".join(testo) + b"".join(fine)], pausa=0.06)})
+    rc, out, err = carica(server.url, "--stream", "--richieste", "1", "--json", str(tmp_path / "r.json"))
+    assert rc == 0, out + err
+    (r,) = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    c = r["chunk_s"]
+    assert c[0] == c[1] == c[2] and c[3] == c[4] == c[5], c
+    assert c[3] - c[2] >= 0.055, c
+    assert r["latenza_s"] == c[5]  # the end came in the same read as the last chunk with text
+
+
+def test_primo_token_dall_invio(fake, carica, tmp_path, monkeypatch):
+    """A connection that takes 0.3 s to open (a slow network, a full accept queue): TTFT and latency
+    are timed from the send, so neither holds that wait."""
+    server = fake(n_slot=1, s_per_token=0.001)
+    originale = carico.Client._connetti
+
+    def lenta(self, scadenza):
+        time.sleep(0.3)
+        return originale(self, scadenza)
+
+    monkeypatch.setattr(carico.Client, "_connetti", lenta)
+    rc, out, err = carica(server.url, "--stream", "--richieste", "1", "--token", "4", "--json", str(tmp_path / "r.json"))
+    assert rc == 0, out + err
+    (r,) = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    assert r["primo_token_s"] < r["latenza_s"] < 0.2, r
+
+
+# The kernel's receive time ####################################################################
+
+def coppia_tcp():
+    ascolto = socket.socket()
+    ascolto.bind(("127.0.0.1", 0))
+    ascolto.listen(1)
+    client = socket.create_connection(ascolto.getsockname())
+    server, _ = ascolto.accept()
+    ascolto.close()
+    return client, server
+
+
+@pytest.mark.parametrize("opzione", [carico.SO_TIMESTAMPNS, 987654], ids=["SO_TIMESTAMPNS", "opzione che manca"])
+def test_il_tempo_e_quando_i_byte_sono_arrivati(monkeypatch, opzione):
+    del_kernel = opzione == carico.SO_TIMESTAMPNS and sys.platform.startswith("linux")
+    """A read made 100 ms after the bytes arrived (a thread that waited for the interpreter's lock) is
+    given the arrival time on Linux; where the option is missing, cleanly, the time of the read."""
+    monkeypatch.setattr(carico, "SO_TIMESTAMPNS", opzione)
+    client, server = coppia_tcp()
+    try:
+        lettore = carico.LettoreFlusso(client, time.monotonic() + 5, 5, time.perf_counter)
+        if del_kernel:  # Linux turns stamping on for the whole system a moment later, from a work queue
+            for _ in range(200):
+                server.sendall(b"x")
+                if client.recvmsg(1, socket.CMSG_SPACE(16))[1]:
+                    break
+                time.sleep(0.01)
+        lettore.invia(b"GET / HTTP/1.1\r\n\r\n")
+        server.sendall(risposta_a_pezzi(EVENTI))
+        arrivati = time.perf_counter()
+        time.sleep(0.1)
+        assert lettore.testata() == 200
+        ((t, _),) = list(lettore.blocchi())[:1]
+        letto = time.perf_counter()
+        if del_kernel:
+            assert lettore.inviata <= t <= arrivati + 0.02 and letto - t >= 0.09, (t - arrivati, letto - t)
+        else:
+            assert t >= arrivati + 0.09
+    finally:
+        client.close()
+        server.close()
