@@ -326,6 +326,8 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
             except BaseException:  # Ctrl+C: the workers must not wait for a clock that never starts
                 pronti.abort()
                 raise
+            if extra(piano).stream:  # and the first connections opened: see "Oltre il lab"
+                apri_in_anticipo(client, pronti.parties - 1, piano.timeout)
         t0 = timer()
         campionatore.avvia(t0)
         if piano.oltre is None or not piano.oltre.da_lanciare:  # the lab: all submitted now, `parallele` at a time
@@ -340,6 +342,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     finally:
         with segnali() as notati:  # a Ctrl+C now waits: the report must not be lost
             esecutore.shutdown(wait=True, cancel_futures=True)
+            apri_in_anticipo(client, 0)  # those left unused are closed
             campionatore.ferma()
             if osservatore:
                 osservatore.cancella()
@@ -688,6 +691,7 @@ class Client:
         self._indirizzo = None  # the address that answered first (a getaddrinfo tuple)
         self.tls = None  # https: one ssl context for every exchange
         self._aperti, self._lock, self.annullato = set(), threading.Lock(), threading.Event()  # sockets in flight
+        self.pronte: List[socket.socket] = []  # --stream: connections opened before the clock (see "Oltre il lab")
 
     def chiama(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:
         """One exchange: status and whole body. Raises ErroreRete when no answer comes."""
@@ -1802,7 +1806,7 @@ class LettoreFlusso:
         self._buffer, self._timeout_messo = b"", max(0.001, scadenza - time.monotonic())
         sock.settimeout(self._timeout_messo)  # once; again only when the deadline is near (see _leggi)
         self._scarto = None  # the kernel's stamps, where the platform gives them (not through TLS)
-        if timer is time.perf_counter and hasattr(sock, "recvmsg") and not hasattr(sock, "cipher"):
+        if timer is time.perf_counter and sys.platform.startswith("linux") and not hasattr(sock, "cipher"):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
                 self._scarto = scarto_orologi()
@@ -1913,6 +1917,25 @@ class LettoreFlusso:
         return b"".join(dati for _, dati in self.blocchi())
 
 
+def apri_in_anticipo(client: Client, quante: int, timeout: float = TIMEOUT_INFO) -> None:
+    """Open `quante` connections for the first streams before the clock starts (a connect is not part of
+    what a stream measures); with 0, close those left. A connection that fails is left to the request."""
+    with client._lock:
+        vecchie, client.pronte = client.pronte, []
+    for sock in vecchie:
+        client.lascia(sock)
+    scadenza = time.monotonic() + timeout
+    for _ in range(quante):
+        try:
+            sock = client._connetti(scadenza)
+        except OSError:
+            return
+        if sys.platform.startswith("linux") and not hasattr(sock, "cipher"):  # Linux turns stamping on a moment
+            with contextlib.suppress(OSError):  # after the first socket asks: ask before the clock
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        client.pronte.append(sock)
+
+
 def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
     """The bytes of a streamed request, made before they are needed: its headers as http.client writes them."""
     corpo = json.dumps(domanda).encode("utf-8")
@@ -1926,9 +1949,11 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
     """One streamed request, timed from its send (the connection is opened before): every chunk's time,
     and the end, are when their bytes arrived."""
     richiesta = richiesta_in_flusso(client, domanda)
-    scadenza = time.monotonic() + timeout
+    scadenza, status = time.monotonic() + timeout, None
     try:
-        sock = client._connetti(scadenza)
+        with client._lock:
+            sock = client.pronte.pop() if client.pronte else None
+        sock = sock or client._connetti(scadenza)
         try:
             lettore = LettoreFlusso(sock, scadenza, timeout, timer)
             lettore.invia(richiesta)
@@ -1939,7 +1964,7 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
         finally:
             client.lascia(sock)
     except socket.timeout:
-        raise ErroreRete(f"risposta non completa entro {timeout:g} s") from None
+        raise ErroreRete(f"{'nessuna risposta' if status is None else 'risposta non completa'} entro {timeout:g} s") from None
     except OSError as exc:
         raise ErroreRete(descrivi_errore_rete(exc, timeout)) from None
     if dati is None:

@@ -15,9 +15,15 @@ server and model (scripts/install-real.sh) and, for the scale row, nginx and wrk
      the send lag against the schedule at --ritmo 200
   8. exact prompts (--prompt-token 128,512,1024): the /tokenize calls and the time to prepare them on
      the real server, and the time to cut one prompt as its request leaves
+  9. streams at scale: C = 16, 64, 256, 1000 streams of 64 tokens (first after 50 ms, then one every 20 ms)
+     from a fake in C (bench/flussi.c, built here with cc) on its own core, carico on the other; carico's
+     figures against what the fake really wrote, and the fake's own lateness
+
+`--solo-flussi` runs row 9 alone (no real server needed).
 """
 
 import argparse
+import json
 import os
 import re
 import resource
@@ -325,6 +331,106 @@ def prompt_esatti(ripetizioni):
          "in the worker's thread, never all alive at once", "<< 1 ms")
 
 
+# 9. Streams at scale #########################################################################
+
+FLUSSI = tuple(int(c) for c in os.environ.get("CARICO_FLUSSI", "16,64,256,1000").split(","))
+TOKEN_FLUSSI, PRIMO_MS, PASSO_MS = 64, 50, 20  # as bench/flussi.c writes them
+
+
+def percentile_di(valori, p):
+    v = sorted(valori)
+    return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")
+
+
+def una_prova_di_flussi(eseguibile, c, cartella):
+    """One run at C streams: carico's figures from its --json, and the fake's true times from its log."""
+    porta = porta_libera()
+    registro, risultati = os.path.join(cartella, f"fake-{c}.log"), os.path.join(cartella, f"carico-{c}.json")
+    fake = subprocess.Popen(["taskset", "-c", "0", eseguibile, str(porta), str(c), str(TOKEN_FLUSSI), registro],
+                            stdout=subprocess.PIPE)
+    try:
+        fake.stdout.readline()  # "pronto"
+        out, parete, cpu, rss = esegui_carico_cli_su(
+            ["taskset", "-c", "1"], "--url", f"http://127.0.0.1:{porta}", "--stream", "--richieste", str(c),
+            "--parallele", str(c), "--token", str(TOKEN_FLUSSI), "--dettagli", "--json", risultati,
+            "--intervallo", "60")
+        fake.wait(timeout=60)
+    finally:
+        if fake.poll() is None:
+            fake.kill()
+            fake.wait()
+    prova = json.load(open(risultati))["prove"][0]
+    richieste = prova["richieste"]
+    veri = {}
+    for riga_log in open(registro):
+        etichetta, arrivo, *scritti = riga_log.rstrip("\n").split("\t")
+        veri[etichetta] = (int(arrivo), scritti)
+    # The truth of a chunk is an interval: the fake's clock just before and just after its write (a fake
+    # preempted in between logs a later time than the bytes left). carico's error is its distance from it.
+    def fuori(valore, da, a):
+        return valore - da if valore < da else (valore - a if valore > a else 0.0)
+
+    errori_ttft, errori_itl, errori_chunk, ritardi = [], [], [], []
+    for r in richieste:
+        if r["errore"] is not None:
+            continue
+        arrivo, scritti = veri[json.dumps(carico.prompt_per(r["indice"]))[1:41]]
+        scritti = [tuple((int(x) - arrivo) / 1e9 for x in w.split(",")) for w in scritti]
+        errori_chunk += [fuori(t, da, a) * 1000 for t, (da, a) in zip(r["chunk_s"], scritti)]
+        errori_ttft.append(errori_chunk[-len(scritti)])
+        errori_itl += [fuori(b - a, y0 - x1, y1 - x0) * 1000 for a, b, (x0, x1), (y0, y1)
+                       in zip(r["chunk_s"], r["chunk_s"][1:], scritti, scritti[1:])]
+        ritardi += [da * 1000 - (PRIMO_MS + PASSO_MS * k) for k, (da, _) in enumerate(scritti)]
+    figure = prova["dettagli"]["figure_s"]
+    chunk = sum(len(r["chunk_s"] or ()) for r in richieste if r["errore"] is None)
+    inizi = [r["inizio_s"] for r in richieste]
+    return {"falliti": sum(r["errore"] is not None for r in richieste), "chunk_s": chunk / prova["riepilogo"]["tempo_totale"],
+            "ttft50": figure["primo token"]["p50"] * 1000, "ttft99": figure["primo token"]["p99"] * 1000,
+            "itl50": figure["ITL"]["p50"] * 1000, "itl99": figure["ITL"]["p99"] * 1000, "itlmax": figure["ITL"]["max"] * 1000,
+            "cpu": cpu, "us_chunk": cpu / chunk * 1e6, "rss": rss, "inviate_in": (max(inizi) - min(inizi)) * 1000,
+            "err_ttft99": percentile_di([abs(e) for e in errori_ttft], 99),
+            "err_itl99": percentile_di([abs(e) for e in errori_itl], 99),
+            "err_chunk99": percentile_di([abs(e) for e in errori_chunk], 99),
+            "ritardo_fake99": percentile_di(ritardi, 99), "ritardo_fake_max": max(ritardi)}
+
+
+def esegui_carico_cli_su(prefisso, *argomenti):
+    """carico.py under a prefix (taskset): (stdout, wall s, CPU s, peak RSS MB)."""
+    with tempfile.TemporaryFile() as uscita:
+        inizio = time.perf_counter()
+        proc = subprocess.Popen([*prefisso, sys.executable, CARICO, *argomenti], stdout=uscita, stderr=subprocess.DEVNULL)
+        _, _, uso = os.wait4(proc.pid, 0)
+        parete = time.perf_counter() - inizio
+        uscita.seek(0)
+        return uscita.read().decode(), parete, uso.ru_utime + uso.ru_stime, uso.ru_maxrss / 1024
+
+
+def flussi(ripetizioni):
+    print(f"9. streams at scale: {TOKEN_FLUSSI} tokens, first after {PRIMO_MS} ms, then one every {PASSO_MS} ms; "
+          "fake in C on core 0, carico on core 1", flush=True)
+    if not (shutil.which("cc") and shutil.which("taskset")) or (os.cpu_count() or 1) < 2:
+        riga("streams at scale", "n/d", "needs cc, taskset and 2 cores", "")
+        return
+    cartella = tempfile.mkdtemp(prefix="carico-flussi-")
+    eseguibile = os.path.join(cartella, "flussi")
+    subprocess.run(["cc", "-O2", "-o", eseguibile, os.path.join(QUI, "flussi.c")], check=True)
+    print("| C | chunks/s | TTFT p50/p99 ms (true 50) | ITL p50/p99/max ms (true 20) | CPU s | µs/chunk | RSS MB "
+          "| all sent within ms | error p99 ms: TTFT / ITL / chunk | fake late p99/max ms | failed |", flush=True)
+    try:
+        for c in FLUSSI:
+            prove = [una_prova_di_flussi(eseguibile, c, cartella) for _ in range(ripetizioni)]
+            m = {k: mediana([p[k] for p in prove]) for k in prove[0]}
+            testo = (f"| {c} | {m['chunk_s']:,.0f} | {m['ttft50']:.1f} / {m['ttft99']:.1f} | {m['itl50']:.2f} / "
+                     f"{m['itl99']:.2f} / {m['itlmax']:.1f} | {m['cpu']:.2f} | {m['us_chunk']:.0f} | {m['rss']:.0f} | "
+                     f"{m['inviate_in']:.0f} | {m['err_ttft99']:.2f} / {m['err_itl99']:.2f} / {m['err_chunk99']:.2f} | "
+                     f"{m['ritardo_fake99']:.2f} / {m['ritardo_fake_max']:.2f} | {m['falliti']:.0f} |")
+            print(testo, flush=True)
+            riga(f"streams at C = {c}: ITL p99 / TTFT p99 error against the fake's writes", f"{m['err_itl99']:.2f} / "
+                 f"{m['err_ttft99']:.2f} ms", testo, "ITL within 1 ms, TTFT within 5 ms")
+    finally:
+        shutil.rmtree(cartella, ignore_errors=True)
+
+
 def aspetta_la_quiete(limite=20.0):
     """Up to `limite` seconds for the CPU to settle (the install step just ran pip), as the lab asks."""
     fine = time.monotonic() + limite
@@ -349,7 +455,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ripetizioni", type=int, default=5, help="runs per figure (median)")
     parser.add_argument("--prove-picco", type=int, default=10, help="lab runs per -np for the peak check")
+    parser.add_argument("--solo-flussi", action="store_true", help="only row 9, the streams at scale")
     a = parser.parse_args()
+    if a.solo_flussi:
+        print(f"carico.py {carico.__version__}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+        flussi(a.ripetizioni)
+        return 0
     print(f"carico.py {carico.__version__}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}, "
           f"{sys.executable}", flush=True)
     aspetta_la_quiete()
@@ -359,6 +470,7 @@ def main():
     esattezza(a.ripetizioni, a.prove_picco)
     scala(a.ripetizioni)
     prompt_esatti(a.ripetizioni)
+    flussi(min(3, a.ripetizioni))
     print("\n| measure | median | detail | target |\n|---|---|---|---|")
     for misura, valore, dettaglio, obiettivo in RIGHE:
         print(f"| {misura} | {valore} | {dettaglio} | {obiettivo} |")

@@ -264,3 +264,17 @@ def test_il_tempo_e_quando_i_byte_sono_arrivati(monkeypatch, opzione):
     finally:
         client.close()
         server.close()
+
+
+def test_un_flusso_che_non_risponde_mai(fake, carica):
+    """A server that takes the request and never sends its headers: --timeout, said as no answer at all."""
+    import threading
+
+    fermo = threading.Event()
+    server = fake(override={"/v1/chat/completions": lambda h, _c: fermo.wait(5)})
+    try:
+        rc, out, _ = carica(server.url, "--stream", "--richieste", "1", "--timeout", "0.5")
+    finally:
+        fermo.set()
+    assert rc == 1
+    assert re.match(r"  req 0: +0\.\d\d s   errore: nessuna risposta entro 0.5 s$", out.splitlines()[1]), out

@@ -1,0 +1,200 @@
+/* The bench's fast fake for the streams row: bench tooling, not the product (bench/run builds it).
+ *
+ * One thread, epoll, every streamed answer written on an absolute CLOCK_MONOTONIC schedule (the clock
+ * of Python's time.perf_counter on Linux): headers and the role chunk when the request has arrived,
+ * token k at arrival + FIRST_MS + k * GAP_MS, then finish_reason, usage and [DONE] with the last token.
+ * Its own lateness (each write's time minus its due time) and every write's time are logged, so that the
+ * bench compares carico's figures with what really left the server.
+ *
+ *   flussi PORT N_STREAMS TOKENS LOGFILE    exits after N_STREAMS streams have ended, writing LOGFILE:
+ *   one line per stream: the prompt's first bytes, the request's arrival (ns), for each token the clock
+ *   just before and just after its write (ns): the bytes left somewhere in between.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FIRST_MS 50
+#define GAP_MS 20
+#define MAXC 4096
+#define MAXTOK 512
+
+typedef struct {
+    int fd, stato; /* 0 free, 1 reading the request, 2 streaming */
+    char req[16384];
+    int n;
+    long long arrivo, prima[MAXTOK], scritti[MAXTOK];
+    int k;
+    char tag[48];
+} Conn;
+
+static Conn conns[MAXC];
+static int maxfd;
+static int tokens;
+
+static long long ora(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* CLOCK_REALTIME - CLOCK_MONOTONIC: a kernel receive stamp is wall-clock time */
+static long long scarto(void) {
+    struct timespec a, r, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    clock_gettime(CLOCK_REALTIME, &r);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    return r.tv_sec * 1000000000LL + r.tv_nsec - (a.tv_sec * 1000000000LL + a.tv_nsec + b.tv_sec * 1000000000LL + b.tv_nsec) / 2;
+}
+
+static long long dovuto(Conn *c) { return c->arrivo + (FIRST_MS + (long long)GAP_MS * c->k) * 1000000LL; }
+
+static void scrivi(int fd, const char *s, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0 && errno == EAGAIN) continue; /* never seen at these sizes: the send buffer is large */
+        if (w <= 0) return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+static void evento(int fd, const char *dati) {
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf, "%zx\r\ndata: %s\n\n\r\n", strlen(dati) + 8, dati);
+    scrivi(fd, buf, (size_t)n);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5) return 2;
+    int porta = atoi(argv[1]), attesi = atoi(argv[2]);
+    tokens = atoi(argv[3]);
+    if (tokens > MAXTOK) tokens = MAXTOK;
+    FILE *log = fopen(argv[4], "w");
+    int ascolto = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), uno = 1;
+    setsockopt(ascolto, SOL_SOCKET, SO_REUSEADDR, &uno, sizeof uno);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(porta), .sin_addr.s_addr = htonl(0x7f000001)};
+    if (bind(ascolto, (struct sockaddr *)&a, sizeof a) || listen(ascolto, 4096)) { perror("bind"); return 1; }
+    /* Linux turns receive stamping on for the whole machine a moment after the first socket asks: ask now */
+    setsockopt(ascolto, SOL_SOCKET, SO_TIMESTAMPNS, &uno, sizeof uno);
+    usleep(100000);
+    int ep = epoll_create1(0), tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = -1};
+    epoll_ctl(ep, EPOLL_CTL_ADD, ascolto, &ev);
+    ev.data.fd = -2;
+    epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &ev);
+    printf("pronto\n");
+    fflush(stdout);
+    int finiti = 0;
+    struct epoll_event eventi[256];
+    while (finiti < attesi) {
+        int n = epoll_wait(ep, eventi, 256, 1000);
+        for (int i = 0; i < n; i++) {
+            int fd = eventi[i].data.fd;
+            if (fd == -1) {
+                int c;
+                while ((c = accept4(ascolto, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
+                    if (c >= MAXC) { close(c); continue; }
+                    if (c > maxfd) maxfd = c;
+                    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &uno, sizeof uno);
+                    setsockopt(c, SOL_SOCKET, SO_TIMESTAMPNS, &uno, sizeof uno);
+                    memset(&conns[c], 0, sizeof(Conn));
+                    conns[c].fd = c;
+                    conns[c].stato = 1;
+                    struct epoll_event e = {.events = EPOLLIN, .data.fd = c};
+                    epoll_ctl(ep, EPOLL_CTL_ADD, c, &e);
+                }
+            } else if (fd >= 0 && conns[fd].stato == 1) {
+                Conn *c = &conns[fd];
+                /* the request's arrival is when its first bytes reached the machine (the kernel's stamp),
+                   however late this loop reads them: the schedule, and its lateness, start there */
+                char ausiliari[256];
+                struct iovec iov = {.iov_base = c->req + c->n, .iov_len = sizeof c->req - 1 - c->n};
+                struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ausiliari,
+                                   .msg_controllen = sizeof ausiliari};
+                ssize_t r = recvmsg(fd, &m, 0);
+                if (r <= 0) { epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL); close(fd); c->stato = 0; continue; }
+                if (c->n == 0) {
+                    c->arrivo = ora();
+                    for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h))
+                        if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SO_TIMESTAMPNS) {
+                            struct timespec t;
+                            memcpy(&t, CMSG_DATA(h), sizeof t);
+                            long long k = t.tv_sec * 1000000000LL + t.tv_nsec - scarto();
+                            if (k <= c->arrivo) c->arrivo = k;
+                        }
+                }
+                c->n += r;
+                c->req[c->n] = 0;
+                char *fine = strstr(c->req, "\r\n\r\n");
+                if (!fine) continue;
+                char *cl = strcasestr(c->req, "content-length:");
+                int lunghezza = cl && cl < fine ? atoi(cl + 15) : 0;
+                if (c->n < (fine + 4 - c->req) + lunghezza) continue;
+                if (strncmp(c->req, "POST", 4) != 0) {
+                    const char *r200 = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n"
+                                       "Connection: close\r\n\r\n{\"status\":\"ok\"}";
+                    const char *r404 = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+                    const char *r = strncmp(c->req, "GET /health ", 12) == 0 ? r200 : r404;
+                    scrivi(fd, r, strlen(r));
+                    epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+                    close(fd);
+                    c->stato = 0;
+                    continue;
+                }
+                char *p = strstr(fine, "\"content\": \"");
+                if (p) { strncpy(c->tag, p + 12, 40); c->tag[40] = 0; char *q = strchr(c->tag, '"'); if (q) *q = 0; }
+                const char *testa = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                                    "Connection: close\r\n\r\n";
+                scrivi(fd, testa, strlen(testa));
+                evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":null,\"delta\":{\"role\":\"assistant\",\"content\":null}}]}");
+                c->stato = 2;
+                c->k = 0;
+                epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL); /* nothing more to read from it */
+            }
+        }
+        /* every write that is due, then the timer armed at the next one */
+        long long adesso = ora(), prossimo = 0;
+        for (int fd = 0; fd <= maxfd; fd++) {
+            Conn *c = &conns[fd];
+            if (c->stato != 2) continue;
+            while (c->stato == 2 && dovuto(c) <= adesso) {
+                c->prima[c->k] = ora();
+                evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":null,\"delta\":{\"content\":\"parola \"}}]}");
+                c->scritti[c->k++] = adesso = ora();
+                if (c->k == tokens) {
+                    char fine[512];
+                    evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":\"length\",\"delta\":{}}]}");
+                    snprintf(fine, sizeof fine, "{\"choices\":[],\"usage\":{\"completion_tokens\":%d,\"prompt_tokens\":20,"
+                             "\"total_tokens\":%d}}", tokens, tokens + 20);
+                    evento(fd, fine);
+                    evento(fd, "[DONE]");
+                    scrivi(fd, "0\r\n\r\n", 5);
+                    close(fd);
+                    c->stato = 0;
+                    fprintf(log, "%s\t%lld", c->tag, c->arrivo);
+                    for (int k = 0; k < tokens; k++) fprintf(log, "\t%lld,%lld", c->prima[k], c->scritti[k]);
+                    fprintf(log, "\n");
+                    finiti++;
+                }
+            }
+            if (c->stato == 2 && (prossimo == 0 || dovuto(c) < prossimo)) prossimo = dovuto(c);
+        }
+        struct itimerspec t = {0};
+        if (prossimo) { t.it_value.tv_sec = prossimo / 1000000000LL; t.it_value.tv_nsec = prossimo % 1000000000LL; }
+        timerfd_settime(tfd, TFD_TIMER_ABSTIME, &t, NULL);
+        unsigned long long scaduti;
+        if (read(tfd, &scaduti, sizeof scaduti) < 0) { /* not expired yet: epoll wakes us */ }
+    }
+    fclose(log);
+    return 0;
+}
