@@ -326,8 +326,8 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
             except BaseException:  # Ctrl+C: the workers must not wait for a clock that never starts
                 pronti.abort()
                 raise
-            if extra(piano).stream:  # and the first connections opened: see "Oltre il lab"
-                apri_in_anticipo(client, pronti.parties - 1, piano.timeout)
+            if extra(piano).stream:  # and the first connections opened, the requests encoded: see "Oltre il lab"
+                apri_in_anticipo(client, domande, pronti.parties - 1, piano.timeout)
         t0 = timer()
         campionatore.avvia(t0)
         if piano.oltre is None or not piano.oltre.da_lanciare:  # the lab: all submitted now, `parallele` at a time
@@ -342,7 +342,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     finally:
         with segnali() as notati:  # a Ctrl+C now waits: the report must not be lost
             esecutore.shutdown(wait=True, cancel_futures=True)
-            apri_in_anticipo(client, 0)  # those left unused are closed
+            apri_in_anticipo(client, [], 0)  # those left unused are closed
             campionatore.ferma()
             if osservatore:
                 osservatore.cancella()
@@ -692,6 +692,7 @@ class Client:
         self.tls = None  # https: one ssl context for every exchange
         self._aperti, self._lock, self.annullato = set(), threading.Lock(), threading.Event()  # sockets in flight
         self.pronte: List[socket.socket] = []  # --stream: connections opened before the clock (see "Oltre il lab")
+        self.richieste_pronte: Dict[int, bytes] = {}  # --stream: id of a request's JSON -> its bytes, made before the clock
 
     def chiama(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:
         """One exchange: status and whole body. Raises ErroreRete when no answer comes."""
@@ -1917,11 +1918,13 @@ class LettoreFlusso:
         return b"".join(dati for _, dati in self.blocchi())
 
 
-def apri_in_anticipo(client: Client, quante: int, timeout: float = TIMEOUT_INFO) -> None:
-    """Open `quante` connections for the first streams before the clock starts (a connect is not part of
-    what a stream measures); with 0, close those left. A connection that fails is left to the request."""
+def apri_in_anticipo(client: Client, domande: List[dict], quante: int, timeout: float = TIMEOUT_INFO) -> None:
+    """Before the clock starts: every request's bytes made, and `quante` connections opened for the first
+    streams (a connect is not part of what a stream measures); with none, what is left is dropped. A
+    connection that fails is left to its request."""
     with client._lock:
         vecchie, client.pronte = client.pronte, []
+    client.richieste_pronte = {id(domanda): richiesta_in_flusso(client, domanda) for domanda in domande}
     for sock in vecchie:
         client.lascia(sock)
     scadenza = time.monotonic() + timeout
@@ -1948,7 +1951,7 @@ def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
 def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0: float, timer) -> Risultato:
     """One streamed request, timed from its send (the connection is opened before): every chunk's time,
     and the end, are when their bytes arrived."""
-    richiesta = richiesta_in_flusso(client, domanda)
+    richiesta = client.richieste_pronte.pop(id(domanda), None) or richiesta_in_flusso(client, domanda)
     scadenza, status = time.monotonic() + timeout, None
     try:
         with client._lock:
