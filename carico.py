@@ -317,7 +317,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     aggiunte = interruzione = None
     try:
-        if domande:  # the workers started before the clock, not one per submit inside the run
+        if domande and not extra(piano).da_lanciare:  # the workers started before the clock, not one per submit
             pronti = threading.Barrier(min(piano.parallele, len(domande)) + 1)
             for _ in range(pronti.parties - 1):
                 esecutore.submit(pronti.wait)
