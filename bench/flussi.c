@@ -58,6 +58,29 @@ static long long scarto(void) {
 
 static long long dovuto(Conn *c) { return c->arrivo + (FIRST_MS + (long long)GAP_MS * c->k) * 1000000LL; }
 
+/* The streams by their next write's due time: a binary heap of fds (a scan of every stream at every
+   wake-up would not keep 50,000 writes a second on time). */
+static int heap[MAXC], nheap;
+
+static long long chiave(int i) { return dovuto(&conns[heap[i]]); }
+
+static void scambia(int i, int j) { int t = heap[i]; heap[i] = heap[j]; heap[j] = t; }
+
+static void su(int i) {
+    while (i > 0 && chiave((i - 1) / 2) > chiave(i)) { scambia(i, (i - 1) / 2); i = (i - 1) / 2; }
+}
+
+static void giu(int i) {
+    for (;;) {
+        int m = i, l = 2 * i + 1, r = l + 1;
+        if (l < nheap && chiave(l) < chiave(m)) m = l;
+        if (r < nheap && chiave(r) < chiave(m)) m = r;
+        if (m == i) return;
+        scambia(i, m);
+        i = m;
+    }
+}
+
 static void scrivi(int fd, const char *s, size_t n) {
     while (n > 0) {
         ssize_t w = write(fd, s, n);
@@ -98,6 +121,8 @@ int main(int argc, char **argv) {
     struct epoll_event eventi[256];
     while (finiti < attesi) {
         int n = epoll_wait(ep, eventi, 256, 1000);
+        unsigned long long scaduti; /* the timer's expiry, consumed before it is armed again */
+        if (read(tfd, &scaduti, sizeof scaduti) < 0) { /* it had not fired */ }
         for (int i = 0; i < n; i++) {
             int fd = eventi[i].data.fd;
             if (fd == -1) {
@@ -159,41 +184,41 @@ int main(int argc, char **argv) {
                 evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":null,\"delta\":{\"role\":\"assistant\",\"content\":null}}]}");
                 c->stato = 2;
                 c->k = 0;
+                heap[nheap++] = fd;
+                su(nheap - 1);
                 epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL); /* nothing more to read from it */
             }
         }
         /* every write that is due, then the timer armed at the next one */
         long long adesso = ora(), prossimo = 0;
-        for (int fd = 0; fd <= maxfd; fd++) {
+        while (nheap > 0 && chiave(0) <= adesso) {
+            int fd = heap[0];
             Conn *c = &conns[fd];
-            if (c->stato != 2) continue;
-            while (c->stato == 2 && dovuto(c) <= adesso) {
-                c->prima[c->k] = ora();
-                evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":null,\"delta\":{\"content\":\"parola \"}}]}");
-                c->scritti[c->k++] = adesso = ora();
-                if (c->k == tokens) {
-                    char fine[512];
-                    evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":\"length\",\"delta\":{}}]}");
-                    snprintf(fine, sizeof fine, "{\"choices\":[],\"usage\":{\"completion_tokens\":%d,\"prompt_tokens\":20,"
-                             "\"total_tokens\":%d}}", tokens, tokens + 20);
-                    evento(fd, fine);
-                    evento(fd, "[DONE]");
-                    scrivi(fd, "0\r\n\r\n", 5);
-                    close(fd);
-                    c->stato = 0;
-                    fprintf(log, "%s\t%lld", c->tag, c->arrivo);
-                    for (int k = 0; k < tokens; k++) fprintf(log, "\t%lld,%lld", c->prima[k], c->scritti[k]);
-                    fprintf(log, "\n");
-                    finiti++;
-                }
+            c->prima[c->k] = ora();
+            evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":null,\"delta\":{\"content\":\"parola \"}}]}");
+            c->scritti[c->k++] = adesso = ora();
+            if (c->k == tokens) {
+                char fine[512];
+                evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":\"length\",\"delta\":{}}]}");
+                snprintf(fine, sizeof fine, "{\"choices\":[],\"usage\":{\"completion_tokens\":%d,\"prompt_tokens\":20,"
+                         "\"total_tokens\":%d}}", tokens, tokens + 20);
+                evento(fd, fine);
+                evento(fd, "[DONE]");
+                scrivi(fd, "0\r\n\r\n", 5);
+                close(fd);
+                c->stato = 0;
+                fprintf(log, "%s\t%lld", c->tag, c->arrivo);
+                for (int k = 0; k < tokens; k++) fprintf(log, "\t%lld,%lld", c->prima[k], c->scritti[k]);
+                fprintf(log, "\n");
+                finiti++;
+                heap[0] = heap[--nheap];
             }
-            if (c->stato == 2 && (prossimo == 0 || dovuto(c) < prossimo)) prossimo = dovuto(c);
+            giu(0);
         }
+        if (nheap > 0) prossimo = chiave(0);
         struct itimerspec t = {0};
         if (prossimo) { t.it_value.tv_sec = prossimo / 1000000000LL; t.it_value.tv_nsec = prossimo % 1000000000LL; }
-        timerfd_settime(tfd, TFD_TIMER_ABSTIME, &t, NULL);
-        unsigned long long scaduti;
-        if (read(tfd, &scaduti, sizeof scaduti) < 0) { /* not expired yet: epoll wakes us */ }
+        timerfd_settime(tfd, TFD_TIMER_ABSTIME, &t, NULL); /* a time already past: it fires at once */
     }
     fclose(log);
     return 0;
