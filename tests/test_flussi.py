@@ -120,16 +120,16 @@ def letto(blocchi):
     return dati["choices"][0], dati.get("usage"), tempi, fine
 
 
-@pytest.mark.parametrize("taglio", range(1, len(FLUSSO)))
-def test_un_taglio_ovunque_nel_flusso(taglio):
+def test_un_taglio_ovunque_nel_flusso():
     """Two reads, cut at every byte: inside an event, a `data:` line, a UTF-8 character, the usage event,
     [DONE]. The same answer each time; each chunk with text at the read that completed its line."""
-    scelta, usage, tempi, fine = letto([(1.0, FLUSSO[:taglio]), (2.0, FLUSSO[taglio:])])
-    assert scelta == {"finish_reason": "length", "message": {"role": "assistant", "content": "caffè €!"}}
-    assert usage == {"completion_tokens": 3, "prompt_tokens": 9}
     fine_righe = [FLUSSO.index(b"\n", FLUSSO.index(e)) + 1 for e in EVENTI[1:3] + EVENTI[4:5]]
-    assert tempi == [1.0 if taglio >= f else 2.0 for f in fine_righe]
-    assert fine == (1.0 if taglio >= len(FLUSSO) - 1 else 2.0)  # [DONE]'s line ends at its first "\n"
+    for taglio in range(1, len(FLUSSO)):
+        scelta, usage, tempi, fine = letto([(1.0, FLUSSO[:taglio]), (2.0, FLUSSO[taglio:])])
+        assert scelta == {"finish_reason": "length", "message": {"role": "assistant", "content": "caffè €!"}}, taglio
+        assert usage == {"completion_tokens": 3, "prompt_tokens": 9}, taglio
+        assert tempi == [1.0 if taglio >= f else 2.0 for f in fine_righe], taglio
+        assert fine == (1.0 if taglio >= len(FLUSSO) - 1 else 2.0), taglio  # [DONE]'s line ends at its first "\n"
 
 
 def test_un_byte_per_lettura():
