@@ -1812,6 +1812,8 @@ class LettoreFlusso:
                 sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
                 self._scarto = scarto_orologi()
         self.inviata = 0.0  # when the request left (timer's clock)
+        self._t = 0.0  # when the read that completed the headers came
+        self._a_pezzi, self._mancano, self._pezzo = False, None, 0  # the body's framing, from the headers
 
     def invia(self, richiesta: bytes) -> None:
         self.inviata = self._timer()
