@@ -1824,7 +1824,7 @@ class LettoreFlusso:
         resto = self._scadenza - time.monotonic()
         if resto <= 0:
             raise socket.timeout
-        if resto < 0.9 * self._timeout_messo:  # a system call: not at every read, within a tenth of the deadline
+        if self._timeout_messo - resto > 0.1:  # a system call: not at every read; --timeout kept to 0.1 s
             self._timeout_messo = resto
             self._sock.settimeout(resto)
         if self._scarto is None:
