@@ -213,8 +213,16 @@ def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
                            numero(timings.get("cache_n"), int), finish if isinstance(finish, str) else None,
                            tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"))
     return dict(token=token if token is not None else numero(timings.get("predicted_n"), int),
-                tps=numero(timings.get("predicted_per_second")), prompt_ms=numero(timings.get("prompt_ms")),
+                tps=velocita_nello_slot(timings), prompt_ms=numero(timings.get("prompt_ms")),
                 predicted_ms=numero(timings.get("predicted_ms")), oltre=aggiunte)
+
+
+def velocita_nello_slot(timings: dict) -> Optional[float]:
+    """timings.predicted_per_second, when it is a speed. A 1-token answer has no generation step to time:
+    llama.cpp samples that token with the prompt, and sends predicted_ms 0.001, predicted_per_second 0.0
+    (measured). That 0.0 is not a speed: n/d, and left out of every mean and ratio."""
+    tps = numero(timings.get("predicted_per_second"))
+    return tps if tps is not None and tps > 0 else None
 
 
 def numero(valore, tipo=float):  # a JSON number as `tipo` (int: whole numbers only); None for anything else

@@ -229,6 +229,9 @@ class FakeLlama:
                 self.tokens_predicted_total += max_tokens
                 self.prompt_tokens_total += n_prompt
             prompt_ms, predicted_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
+            velocita = max_tokens / max(t2 - t1, 1e-9)
+            if max_tokens == 1:  # as llama.cpp: the one token is sampled with the prompt, no step to time
+                prompt_ms, predicted_ms, velocita = (t2 - t0) * 1000, 0.001, 0.0
             return 200, {
                 "choices": [{"finish_reason": finish, "index": 0,
                              "message": {"role": "assistant", "content": " ".join(["parola"] * max_tokens)}}],
@@ -241,7 +244,7 @@ class FakeLlama:
                             "prompt_per_second": n_prompt / max(t1 - t0, 1e-9),
                             "predicted_n": max_tokens, "predicted_ms": predicted_ms,
                             "predicted_per_token_ms": predicted_ms / max(max_tokens, 1),
-                            "predicted_per_second": max_tokens / max(t2 - t1, 1e-9)},
+                            "predicted_per_second": velocita},
             }
         finally:
             self.lascia_slot(slot)
