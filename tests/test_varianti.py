@@ -24,3 +24,131 @@ def test_un_token_con_spiega_non_crolla_e_dice_nd(fake, carica, token):
     assert len(righe_un_token) == 4, out
     assert all(r.endswith("1 token  (n/d t/s nel proprio slot)") for r in righe_un_token), out
     assert not re.search(r"\b0\.0 t/s|\| 0\.0 \|", out), out
+
+
+# "What to build" point 7: no division, ratio or percentage on a zero or a missing figure ####
+# A generated test: server answers with zeros, Nones, one token, as cifre_completamento reads them;
+# runs of none, one and two requests, failed or not, with none, one or a missing /slots reading; on a
+# server that says nothing about itself and on one that says everything; for the lab, --ritmo,
+# --durata, --stream, --turni. Every formatting and verdict function gets each run (and two of them
+# as a sweep's points, two servers, two files for --confronta): none may raise, and no speed may be
+# 0.0, and no figure nan or inf.
+
+import itertools  # noqa: E402
+import json  # noqa: E402
+
+RISPOSTE = {  # the `timings` and `usage` of an answer
+    "normale": ({"cache_n": 0, "prompt_n": 34, "prompt_ms": 113.2, "predicted_n": 32, "predicted_ms": 346.9,
+                 "predicted_per_second": 89.3}, {"completion_tokens": 32, "prompt_tokens": 34}),
+    "un token": ({"cache_n": 0, "prompt_n": 34, "prompt_ms": 113.2, "predicted_n": 1, "predicted_ms": 0.001,
+                  "predicted_per_second": 0.0}, {"completion_tokens": 1, "prompt_tokens": 34}),
+    "zeri": ({"cache_n": 0, "prompt_n": 0, "prompt_ms": 0.0, "predicted_n": 0, "predicted_ms": 0.0,
+              "predicted_per_second": 0.0}, {"completion_tokens": 0, "prompt_tokens": 0}),
+    "nulla": ({}, {}),
+    "tutto in cache": ({"cache_n": 34, "prompt_n": 0, "prompt_ms": 0.0, "predicted_n": 2, "predicted_ms": 0.0,
+                        "predicted_per_second": 0.0}, {"completion_tokens": 2, "prompt_tokens": 34}),
+}
+
+
+def risultato(indice, risposta, inizio=0.0, durata=0.0, errore=None, piano=None, chunk=None):
+    if errore:
+        return carico.Risultato(indice, inizio, inizio + durata, errore=errore)
+    timings, usage = RISPOSTE[risposta]
+    dati = {"choices": [{"finish_reason": "length", "message": {"content": "x"}}], "timings": timings, "usage": usage}
+    r = carico.Risultato(indice, inizio, inizio + durata, **carico.cifre_completamento(dati, chunk))
+    if piano is not None and piano.oltre is not None:
+        r = r._replace(oltre=r.oltre._replace(previsto=inizio if piano.oltre.ritmo else None,
+                                              conversazione=0 if piano.oltre.turni else None,
+                                              turno=1 if piano.oltre.turni else None))
+    return r
+
+
+PIANI = {
+    "lab": carico.Piano(),
+    "ritmo": carico.Piano(oltre=carico.PianoOltre(ritmo=1.0, arrivi="costanti")),
+    "durata": carico.Piano(richieste=None, oltre=carico.PianoOltre(durata=1.0)),
+    "stream": carico.Piano(oltre=carico.PianoOltre(stream=True)),
+    "turni": carico.Piano(richieste=None, oltre=carico.PianoOltre(turni=2, sistema=0)),
+    "prefisso": carico.Piano(oltre=carico.PianoOltre(prefisso=256)),
+}
+SERVER = {
+    "muto": carico.InfoServer(None, None, False),
+    "loquace": carico.InfoServer(1, 2048, True, True, kv_unificata=True),
+}
+LETTURE = {
+    "nessuna": [],
+    "una": [carico.Campione(0.0, 1, 0, ((0, 2048),))],
+    "fallita": [carico.Campione(0.0, None)],
+}
+RICHIESTE = ["nessuna", "una fallita", "una", "due", "due a tempo zero", "una e una fallita"]
+
+
+def esecuzione(quali, risposta, piano, letture):
+    chunk = [0.0] if extra_stream(piano) else None
+    fatte = {
+        "nessuna": [],
+        "una fallita": [risultato(0, risposta, errore="HTTP 500: Context size has been exceeded.")],
+        "una": [risultato(0, risposta, durata=0.4, piano=piano, chunk=chunk)],
+        "due": [risultato(0, risposta, durata=0.4, piano=piano, chunk=chunk),
+                risultato(1, risposta, 0.1, 0.4, piano=piano, chunk=chunk)],
+        "due a tempo zero": [risultato(0, risposta, piano=piano, chunk=chunk),
+                             risultato(1, risposta, piano=piano, chunk=chunk)],
+        "una e una fallita": [risultato(0, risposta, durata=0.4, piano=piano, chunk=chunk),
+                              risultato(1, risposta, 0.1, errore="connessione rifiutata")],
+    }[quali]
+    return carico.Esecuzione(fatte, letture, max(len(fatte), 1))
+
+
+def extra_stream(piano):
+    return piano.oltre is not None and piano.oltre.stream
+
+
+# A speed of a request (t/s: in its slot, or on its prompt) at 0.0 is one nobody measured; nan and inf are
+# divisions by zero. (A throughput or goodput of 0.00 token/s, when nothing was generated or met the SLO, is
+# a measurement.)
+VELOCITA_FALSA = re.compile(r"(?<![\d.])0\.0+ t/s|\bnan\b|\binf(inity)?\b", re.I)
+
+
+def stringhe(valore):
+    """Every string in what a function returned (lists, dicts, tuples), to be read."""
+    if isinstance(valore, str):
+        yield valore
+    elif isinstance(valore, dict):
+        for v in valore.values():
+            yield from stringhe(v)
+    elif isinstance(valore, (list, tuple)):
+        for v in valore:
+            yield from stringhe(v)
+
+
+@pytest.mark.parametrize("risposta, piano", list(itertools.product(RISPOSTE, PIANI)))
+def test_ogni_funzione_che_scrive_regge_zeri_nulla_e_un_token(risposta, piano):
+    uscite, p, marche = [], PIANI[piano], carico.MARCHE_ASCII
+    for quali, server, letture in itertools.product(RICHIESTE, SERVER.values(), LETTURE.values()):
+        prova = carico.Prova(server, esecuzione(quali, risposta, p, letture), p, macchina=carico.Macchina(2, None, None))
+        uscite += [carico.rapporto(prova), carico.note(prova), carico.spiegazione(prova),
+                   carico.righe_dettagli(prova, [50, 99]), carico.riga_slo(prova, {"latenza": 1.0}),
+                   carico.riga_slo(prova, {"ttft": 1.0, "tpot": 0.1}), carico.grafico(prova, marche),
+                   carico.righe_ritmo(prova), carico.note_ritmo(prova), carico.righe_contesto(prova),
+                   carico.righe_prompt_esatti(prova), carico.riga_little(prova), carico.sovraccarico(prova),
+                   carico.righe_conversazioni(prova) if p.oltre is not None and p.oltre.turni else []]
+        if letture is not LETTURE["una"]:
+            continue  # the files, the tables and the sweeps: once per run and server
+        altra = prova._replace(piano=p._replace(parallele=8))  # a second point of a sweep
+        np1, np4 = (prova._replace(configurazione=carico.Configurazione(n), piano=q.piano)
+                    for n, q in ((1, prova), (4, altra)))
+        json_ = carico.testo_json([prova, altra], [prova.piano, altra.piano], "http://x", {"latenza": 1.0}, [99])
+        salvate = json.loads(json_)["prove"]
+        uscite += [json_, carico.testo_csv([prova, altra]), carico.svg([prova, altra]),
+                   carico.righe_confronto(("A", salvate), ("B", salvate)),
+                   carico.righe_confronto(("A", salvate[:1]), ("B", salvate[1:])),
+                   carico.righe_ripetute([prova, prova]), carico.tabella_consegnato([prova, prova, altra]),
+                   carico.tabella_consegnato([np1, np4])]
+        for prove, chiavi in (([prova, prova, altra, altra], ["parallele"]), ([np1, np4], ["np", "parallele"])):
+            punti = carico.punti_di(prove)
+            asse, gruppi = carico.serie(punti, chiavi)
+            uscite += [carico.tabella_griglia(punti, chiavi, [50, 99]), carico.rapporti_np(punti, chiavi),
+                       carico.curva(asse, gruppi, marche), carico.spiegazione_griglia(asse, gruppi),
+                       carico.svg(prove, (asse, gruppi), chiavi)]
+    cattive = [t for t in stringhe(uscite) for riga in t.splitlines() if VELOCITA_FALSA.search(riga)]
+    assert not cattive, cattive[:3]
