@@ -1591,6 +1591,9 @@ def note(prova: Prova) -> List[str]:
                     f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
                     "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
                     "Riavvia il server prima di ripetere la prova")
+    kv_piena = frase_kv_piena(prova)  # step 5's cost: a shared buffer that four long requests exhaust
+    if kv_piena:
+        testi.append(kv_piena)
     return testi
 
 
@@ -3236,7 +3239,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
                       "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
                       "trattenute_dal_tetto": extra(p.esecuzione).trattenute,
                       "inviate": p.esecuzione.n_richieste} if extra(p.piano).al_tempo else None,
-            "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": p.info.kv_unificata,
+            "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": kv_condivisa(p),
                        "props": p.info.props},
             "macchina": p.macchina._asdict() if p.macchina else None,
             "riepilogo": {**p.riepilogo._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda},
@@ -3333,7 +3336,7 @@ def spiegazione(prova: Prova) -> List[str]:
                      f"{s.throughput / media_slot:.1f} volte la velocità media di uno slot.")
     if info.n_ctx_slot is not None:
         frase = (f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified)"
-                 if info.kv_unificata else f"Ogni slot aveva {info.n_ctx_slot} token di contesto")
+                 if kv_condivisa(prova) else f"Ogni slot aveva {info.n_ctx_slot} token di contesto")
         prompt = [extra(r).token_prompt for r in ok if extra(r).token_prompt is not None]
         if prompt:
             frase += (f"; il prompt più lungo ne ha usati {max(prompt)} più {max(r.token or 0 for r in ok)} generati: "
@@ -3701,7 +3704,7 @@ def righe_contesto(prova: Prova) -> List[str]:
                  f"/slots, ogni {prova.piano.intervallo:g} s):"]
         for i, (picco, n_ctx) in enumerate(contesto_fra(letture, -1.0, float("inf"))):
             righe.append(f"    slot {i}: {picco} di {n_ctx} token ({picco / n_ctx:.0%})")
-    if prova.info.kv_unificata and any(c.occupati for c in letture):
+    if kv_condivisa(prova) and any(c.occupati for c in letture):
         chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
         righe.append(f"    somma sugli slot: {chiesti} token chiesti al buffer che condividono (--kv-unified), "
                      f"di {n_ctx} ({chiesti / n_ctx:.0%})")
@@ -3732,7 +3735,7 @@ def righe_riempimento(prova: Prova, marche: Dict[str, str], etichetta: int, colo
     righe = [f"{f'ctx {i}':<{etichetta}}" + "".join(" " if c is None or i >= len(c) else livello(*c[i], marche)
                                                      for c in celle).rstrip() for i in range(n_slot)]
     voce = f"{marche['livelli'][1]}..{marche['livelli'][8]} contesto dello slot fino a n_ctx {n_ctx} (/slots)"
-    if prova.info.kv_unificata:
+    if kv_condivisa(prova):
         righe.append(f"{'ctx tutti':<{etichetta}}" + "".join(
             " " if c is None else livello(min(n_ctx, somma(c)), n_ctx, marche) for c in celle).rstrip())
         voce += "; tutti: la somma, fino al buffer condiviso"
@@ -3748,7 +3751,7 @@ def svg_riempimento(prova: Prova, y: int, sinistra: int, scala: float) -> Tuple[
     parti, alto, fine = [], 18, fine_asse(prova.esecuzione)
     corsie = [(f"ctx {i}", f"slot {i}", n_ctx, lambda c, i=i: c.contesto[i][0] if i < len(c.contesto) else 0)
               for i, (_, n_ctx) in enumerate(letture[0].contesto)]
-    if prova.info.kv_unificata:
+    if kv_condivisa(prova):
         corsie.append(("tutti", "tutti gli slot", letture[0].contesto[0][1], lambda c: somma(c.contesto)))
     for etichetta, nome, n_ctx, tenuti_di in corsie:
         parti.append(f'<text x="4" y="{y + 13}">{etichetta}</text>')
@@ -4054,10 +4057,30 @@ def contesto_finito(r: Risultato) -> Optional[str]:
     return next((tipo for chiave, tipo in CONTESTO_FINITO.items() if r.errore and chiave in r.errore), None)
 
 
-def perche_finito(r: Risultato, info: InfoServer) -> str:
-    """Why a conversation stopped, in Italian: a full KV cache is the shared buffer only when it is known."""
-    return {"slot": "il contesto dello slot è finito", "kv": "il buffer KV condiviso è pieno" if info.kv_unificata
-            else "il server non ha trovato posto nella cache KV"}.get(contesto_finito(r), "è fallito")
+def kv_condivisa(prova: Prova) -> bool:
+    """The slots share one KV buffer (--kv-unified): --avvia started the server so, or the server said it
+    with a 500 "Context size has been exceeded.", which this llama.cpp sends only from a shared buffer
+    (without --kv-unified each slot has its own, and a prompt too long gets the 400 when a slot takes it)."""
+    return prova.info.kv_unificata or any(contesto_finito(r) == "kv" for r in prova.esecuzione.risultati)
+
+
+def perche_finito(r: Risultato) -> str:
+    """Why a conversation stopped, in Italian."""
+    return {"slot": "il contesto dello slot è finito", "kv": "il buffer KV condiviso fra gli slot (--kv-unified) è pieno"
+            }.get(contesto_finito(r), "è fallito")
+
+
+def frase_kv_piena(prova: Prova) -> Optional[str]:
+    """What a 500 "Context size has been exceeded." means, said once after the run, whoever started the server."""
+    piene = [r for r in prova.esecuzione.risultati if contesto_finito(r) == "kv"]
+    if not piene or extra(prova.piano).turni:  # conversations say it on their own lines
+        return None
+    buffer = f"dei suoi {prova.info.n_ctx_slot} token" if prova.info.n_ctx_slot else "del buffer"
+    return (f"{quante(len(piene), 'richiesta è fallita', 'richieste sono fallite')} con HTTP 500 \"Context size has been "
+            "exceeded.\": questo llama.cpp lo risponde solo quando gli slot condividono un buffer KV (--kv-unified) e "
+            f"le richieste in volo insieme chiedono più {buffer}: fallisce ogni richiesta in volo, nessuna aspetta in "
+            "coda. Senza --kv-unified ogni slot ha il suo contesto; con meno richieste insieme (--parallele) o prompt "
+            "più corti il buffer basta")
 
 
 def da_a(valori: List[int]) -> str:
@@ -4070,7 +4093,7 @@ def righe_conversazioni(prova: Prova) -> List[str]:
     the cache, the latency (and the first token, with --stream); then where each conversation stopped."""
     e, piano, utenti = prova.esecuzione, extra(prova.piano), prova.piano.parallele
     stream = any(extra(r).chunk_s is not None for r in e.riuscite)
-    condiviso = " condivisi fra gli slot (--kv-unified)" if prova.info.kv_unificata else " per slot"
+    condiviso = " condivisi fra gli slot (--kv-unified)" if kv_condivisa(prova) else " per slot"
     righe = [f"conversazioni: {quante(utenti, 'utente', 'utenti')} da {quante(piano.turni, 'turno', 'turni')}"
              + (f", prompt di sistema di {piano.sistema} token" if piano.sistema else "")
              + f"; contesto {fmt(prova.info.n_ctx_slot, 'd')} token{condiviso}",
@@ -4088,7 +4111,7 @@ def righe_conversazioni(prova: Prova) -> List[str]:
         suoi = [r for r in e.risultati if extra(r).conversazione == utente]  # the user's turns that ended
         if suoi and not suoi[-1].riuscita:
             ultimo = suoi[-1]
-            righe.append(f"  utente {utente}: fermo al turno {extra(ultimo).turno}, {perche_finito(ultimo, prova.info)}: "
+            righe.append(f"  utente {utente}: fermo al turno {extra(ultimo).turno}, {perche_finito(ultimo)}: "
                          f"{ultimo.errore}")
         troncati = [r for r in suoi if r.riuscita and extra(r).finish_reason == "length" and r.token is not None
                     and r.token < prova.piano.max_token]
@@ -4097,6 +4120,11 @@ def righe_conversazioni(prova: Prova) -> List[str]:
                 extra(r).token_prompt + r.token >= prova.info.n_ctx_slot - 1)
             righe.append(f"  utente {utente}: al turno {extra(r).turno} la risposta si è fermata a {r.token} token di "
                          f"{prova.piano.max_token}" + (": lo slot era pieno" if pieno else "") + " (finish_reason length)")
+    letture = letture_contesto(prova)
+    if any(contesto_finito(r) == "kv" for r in e.risultati) and any(c.occupati for c in letture):
+        chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
+        righe.append(f"  il buffer condiviso: le letture di /slots hanno visto gli slot chiedergli insieme fino a "
+                     f"{chiesti} token di {n_ctx} ({chiesti / n_ctx:.0%})")
     in_fondo = sum(1 for u in range(utenti) if any(extra(r).conversazione == u and extra(r).turno == piano.turni
                                                    for r in e.riuscite))
     finite = sum(1 for r in e.risultati if contesto_finito(r))

@@ -341,8 +341,8 @@ def test_conversazioni_reali_np_4_e_kv_unified(tmp_path):
     assert all("il contesto dello slot è finito: HTTP 400 exceed_context_size_error: request (" in r for r in fermi)
     assert "il server (-np 4) ha deciso, dal suo log: 4 slot, n_ctx per slot 512, kv_unified false, cache KV 36.00 MiB" in out
     assert "il server (-np 4 kv) ha deciso, dal suo log: 4 slot, n_ctx per slot 2048, kv_unified true" in out
-    pieno = [r for r in kv.splitlines() if "il buffer KV condiviso è pieno: HTTP 500 server_error: Context size has "
-             "been exceeded." in r]
+    pieno = [r for r in kv.splitlines() if "il buffer KV condiviso fra gli slot (--kv-unified) è pieno: HTTP 500 "
+             "server_error: Context size has been exceeded." in r]
     assert pieno, kv
     assert "| 4 | 512 | 36.00 | " in out and "| 4 kv | 2048 | 36.00 | " in out
     assert "<title>n_ctx 512</title>" in (tmp_path / "c.svg").read_text()

@@ -152,3 +152,46 @@ def test_ogni_funzione_che_scrive_regge_zeri_nulla_e_un_token(risposta, piano):
                        carico.svg(prove, (asse, gruppi), chiavi)]
     cattive = [t for t in stringhe(uscite) for riga in t.splitlines() if VELOCITA_FALSA.search(riga)]
     assert not cattive, cattive[:3]
+
+
+LUNGO = "Riassumi: " + "La banda passante della memoria limita la generazione. " * 120  # the sheet's step 4
+
+
+# Item 12: a 500 "Context size has been exceeded." comes only from a shared buffer ###########
+# The sheet's step 5 run its way: a plain --kv-unified server (no --avvia), so carico cannot know
+# from the start that the slots share one buffer; the 500 says it.
+
+def test_kv_piena_detta_anche_senza_avvia_con_la_somma_sugli_slot(fake, carica):
+    server = fake(n_slot=4, n_ctx=2048, kv_unified=True, s_per_token=0.004, s_per_prompt_token=0.0)
+    rc, out, err = carica(server.url, "--turni", "4", "--sistema", "300", "--token", "64", "--dettagli", *VELOCE)
+    assert rc == 3, out + err
+    assert "contesto 2048 token condivisi fra gli slot (--kv-unified)" in out, out
+    fermi = [r for r in out.splitlines() if re.match(r"^  utente \d: fermo al turno", r)]
+    assert fermi and all("il buffer KV condiviso fra gli slot (--kv-unified) è pieno" in r for r in fermi), out
+    assert "non ha trovato posto" not in out
+    (somma,) = re.findall(r"^    somma sugli slot: (\d+) token chiesti al buffer che condividono \(--kv-unified\), "
+                          r"di 2048 \(\d+%\)$", out, re.M)
+    (insieme,) = re.findall(r"^  il buffer condiviso: .* fino a (\d+) token di 2048", out, re.M)
+    assert somma == insieme and int(somma) > 512, out
+
+
+def test_il_prompt_lungo_per_quattro_su_kv_unificata_dice_perche(fake, carica, tmp_path):
+    """The step-4 prompt, four at once, on a plain --kv-unified server: four 500s, and a note that says
+    this answer comes from a shared buffer that the four together outgrew."""
+    lungo = tmp_path / "lungo.txt"
+    lungo.write_text(LUNGO)
+    server = fake(n_slot=4, n_ctx=2048, kv_unified=True, s_per_token=0.003, s_per_prompt_token=0.0)
+    rc, out, err = carica(server.url, "--prompt-file", str(lungo), "--token", "20", *VELOCE)
+    assert rc == 1, out + err
+    assert len(re.findall(r"errore: HTTP 500 .*Context size has been exceeded\.$", out, re.M)) == 4, out
+    assert ("4 richieste sono fallite con HTTP 500 \"Context size has been exceeded.\": questo llama.cpp lo risponde "
+            "solo quando gli slot condividono un buffer KV (--kv-unified)") in err, err
+
+
+def test_senza_kv_piena_nessuna_nota_sul_buffer(fake, carica, tmp_path):
+    lungo = tmp_path / "lungo.txt"
+    lungo.write_text(LUNGO)
+    server = fake(n_slot=4, n_ctx=2048, s_per_token=0.003, s_per_prompt_token=0.0)  # 512 a slot: the 400
+    rc, out, err = carica(server.url, "--prompt-file", str(lungo), "--token", "20", *VELOCE)
+    assert rc == 1 and "exceed_context_size_error" in out, out
+    assert "Context size" not in err and "buffer KV" not in err, err
