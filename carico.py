@@ -963,7 +963,8 @@ TPOT e ITL; --slo latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gl
 goodput); --esatti fa generare a ogni richiesta esattamente --token token. Su un terminale una riga
 su stderr mostra la prova mentre dura (--silenzioso la spegne). --json scrive anche i nomi dei
 risultati di vLLM (bench serve); --confronta A.json B.json mette a confronto due file, cifra per
-cifra, e dice se la differenza va oltre il rumore (con --ripeti 3 in ogni file).
+cifra, e dice se la differenza va oltre il rumore (con --ripeti 3 in ogni file); due file senza un
+carico in comune (per esempio uno con --stream e uno senza) non si confrontano: uscita 2.
 
 Il prezzo del parallelismo: con --turni K ognuno dei --parallele utenti tiene una conversazione di K
 turni (con --sistema N, un prompt di sistema di N token), finché il contesto dello slot non basta
@@ -1449,6 +1450,8 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     if punti > MAX_PUNTI and not a.forza:
         errore(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
     confronta = tuple((f, prove_salvate(f, errore)) for f in a.confronta) if a.confronta else None
+    if confronta and senza_carico_comune(*confronta):  # nothing to compare: the files given must change
+        errore(senza_carico_comune(*confronta).replace("confronto: ", "--confronta: ", 1))
     extra_sessione = OpzioniOltre(a.ripeti, a.tabella, a.grafico, a.spiega, a.svg, a.json, a.csv, a.avvia, np,
                                   a.dettagli, a.slo, a.riscaldamento, a.silenzioso, confronta, a.percentili, a.capacita)
     return piani, opzioni._replace(api_key=a.api_key or opzioni.api_key, attesa_pronto=a.attesa, oltre=extra_sessione)
@@ -3515,9 +3518,12 @@ FIGURE_CONFRONTO = (
     ("primo token p50 (s)", ("dettagli", "figure_s", "primo token", "p50"), 1),
     ("TPOT p50 (ms)", ("dettagli", "figure_s", "TPOT", "p50"), 1000),
 )
-# What makes two runs the same load (np apart: the servers are what is compared).
-CARICO_DI_UNA_PROVA = ("parallele", "max_token", "token_minimo", "richieste", "ritmo", "arrivi", "durata", "stream",
-                       "esatti", "turni", "sistema", "prompt_token", "prefisso", "nome_dataset")
+# What makes two runs the same load (np apart: the servers are what is compared), and the flag that sets it.
+OPZIONI_DI_CARICO = {"parallele": "--parallele", "max_token": "--token", "token_minimo": "--token MIN",
+                     "richieste": "--richieste", "ritmo": "--ritmo", "arrivi": "--arrivi", "durata": "--durata",
+                     "stream": "--stream", "esatti": "--esatti", "turni": "--turni", "sistema": "--sistema",
+                     "prompt_token": "--prompt-token", "prefisso": "--prefisso", "nome_dataset": "--dataset"}
+CARICO_DI_UNA_PROVA = tuple(OPZIONI_DI_CARICO)
 
 
 def prove_salvate(percorso: str, errore) -> List[dict]:
@@ -3589,8 +3595,7 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
     coppie = [(ga, gb) for (carico_a, _), ga in gruppi_a.items() for (carico_b, _), gb in gruppi_b.items()
               if carico_a == carico_b]
     if not coppie:
-        return [f"confronto: {nome_a} e {nome_b} non hanno un carico in comune (stesse opzioni, --np a parte): "
-                f"A ha {'; '.join(map(descrivi_prove, gruppi_a.values()))}, B {'; '.join(map(descrivi_prove, gruppi_b.values()))}"]
+        return [senza_carico_comune(a, b)]
     righe = []
     for gruppo_a, gruppo_b in coppie:
         righe += [f"confronto: A = {nome_a} ({descrivi_prove(gruppo_a)}), B = {nome_b} ({descrivi_prove(gruppo_b)})",
@@ -3608,6 +3613,25 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
             righe.append("  nessuna cifra che abbiano tutti e due (nessuna richiesta riuscita?)")
         righe.append("")
     return righe[:-1]
+
+
+def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Optional[str]:
+    """When no run of A has the load of a run of B: which options differ, and their values in each file
+    (a file with several loads: all of them); None when they have one in common."""
+    (nome_a, prove_a), (nome_b, prove_b) = a, b
+    if {carico_salvato(p) for p in prove_a} & {carico_salvato(p) for p in prove_b}:
+        return None
+
+    def valori(prove: List[dict], chiave: str) -> List[str]:  # as the flag would say them
+        letti = {json.dumps(p.get("piano", {}).get(chiave) if isinstance(p.get("piano"), dict) else None)
+                 for p in prove}
+        return sorted({"no" if v in ("null", "false") else "sì" if v == "true" else
+                       "-".join(map(str, json.loads(v))) if v.startswith("[") else v.strip('"') for v in letti})
+    diverse = [f"{flag} (A {', '.join(va)}, B {', '.join(vb)})" for chiave, flag in OPZIONI_DI_CARICO.items()
+               for va, vb in [(valori(prove_a, chiave), valori(prove_b, chiave))] if va != vb]
+    return (f"confronto: {nome_a} e {nome_b} non hanno un carico in comune (stesse opzioni, --np a parte), e non si "
+            f"confrontano: " + ("differiscono " + "; ".join(diverse) if diverse else "le prove di ciascuno differiscono "
+                                "fra loro"))
 
 
 def descrivi_prove(prove: List[dict]) -> str:

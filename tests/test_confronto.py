@@ -114,14 +114,17 @@ def test_confronta_file_sbagliati(tmp_path, capsys, contenuto, messaggio):
 
 
 def test_confronta_mai_carichi_diversi(tmp_path, capsys):
-    """Two files of different loads get no verdict; a file of two servers (--avvia --np 1,4) is compared
-    server by server against the other's, never pooled."""
+    """Two files of different loads get no verdict (exit 2: the files given must change, issue 23); a file
+    of two servers (--avvia --np 1,4) is compared server by server against the other's, never pooled."""
     a = file_di_prove(tmp_path / "a.json", [10.0, 10.2], [1.0, 1.1], parallele=2)
     b = file_di_prove(tmp_path / "b.json", [20.0, 20.2], [1.0, 1.1], np=4, parallele=4)
-    assert carico.main(["--confronta", a, b]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith(f"confronto: {a} e {b} non hanno un carico in comune (stesse opzioni, --np a parte)")
-    assert "rumore" not in out
+    with pytest.raises(SystemExit) as uscita:
+        carico.main(["--confronta", a, b])
+    assert uscita.value.code == 2
+    out, err = capsys.readouterr()
+    assert err.splitlines()[-1].endswith(f"--confronta: {a} e {b} non hanno un carico in comune (stesse opzioni, --np "
+                                         "a parte), e non si confrontano: differiscono --parallele (A 2, B 4)")
+    assert "rumore" not in out + err
     due = json.loads((tmp_path / "b.json").read_text())
     uno = json.loads(open(file_di_prove(tmp_path / "c.json", [10.0, 10.4], [1.0, 1.1], np=1)).read())
     due["prove"] = uno["prove"] + due["prove"]  # np 1 and np 4 in one file

@@ -195,3 +195,32 @@ def test_senza_kv_piena_nessuna_nota_sul_buffer(fake, carica, tmp_path):
     rc, out, err = carica(server.url, "--prompt-file", str(lungo), "--token", "20", *VELOCE)
     assert rc == 1 and "exceed_context_size_error" in out, out
     assert "Context size" not in err and "buffer KV" not in err, err
+
+
+# Item 9: --confronta of a --stream file against a plain one #################################
+# Two files of different loads are not compared: every load option that differs is named, --stream
+# among them, and the exit is 2 (what was given cannot be compared: other files are needed).
+
+def test_confronta_stream_contro_semplice_dice_stream_ed_esce_2(fake, carica, tmp_path, capsys):
+    server = fake(n_slot=2, s_per_token=0.001)
+    a, b, c = (str(tmp_path / f"{n}.json") for n in "abc")
+    for flag in (["--json", a], ["--json", b, "--stream"], ["--json", c, "--stream", "--parallele", "2"]):
+        assert carica(server.url, "--richieste", "2", "--token", "4", *flag)[0] == 0
+    for altro, diverse in ((b, "differiscono --stream (A no, B sì)"),
+                           (c, "differiscono --parallele (A 4, B 2); --stream (A no, B sì)")):
+        with pytest.raises(SystemExit) as uscita:
+            carico.main(["--confronta", a, altro])
+        assert uscita.value.code == 2
+        out, err = capsys.readouterr()
+        assert out == "" and "Traceback" not in err
+        assert err.splitlines()[-1] == (f"carico.py: errore: --confronta: {a} e {altro} non hanno un carico in comune "
+                                        f"(stesse opzioni, --np a parte), e non si confrontano: {diverse}"), err
+
+
+def test_confronta_stesso_carico_esce_0(fake, carica, tmp_path, capsys):
+    server = fake(n_slot=2, s_per_token=0.001)
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    for f in (a, b):
+        assert carica(server.url, "--richieste", "2", "--token", "4", "--stream", "--json", f)[0] == 0
+    assert carico.main(["--confronta", a, b]) == 0
+    assert capsys.readouterr().out.startswith(f"confronto: A = {a} (np 2, parallele 4, token 4: 1 prova)")
