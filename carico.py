@@ -1019,8 +1019,11 @@ def token_o_intervallo(testo: str):
 
 def intervallo_token(testo: str) -> Tuple[int, int]:
     da, _, a = testo.partition("-")
-    if not (da.isdigit() and a.isdigit()) or not 0 < int(da) <= int(a):
+    if not (da.isdigit() and a.isdigit()):
         raise argparse.ArgumentTypeError(f"'{testo}' non è un intervallo di token (per esempio 16-64)")
+    if not 0 < int(da) <= int(a):
+        raise argparse.ArgumentTypeError(f"'{testo}': MIN-MAX vuole MIN almeno 1 e non più di MAX (per esempio "
+                                         f"{min(int(da), int(a)) or 1}-{max(int(da), int(a), 1)})")
     return int(da), int(a)
 
 
@@ -1052,15 +1055,17 @@ def lunghezze_prompt(testo: str) -> List[Tuple[int, int]]:
     return lunghezze
 
 
-def lista_percentili(testo: str) -> List[int]:
-    """`50,90,95,99`: distinct whole percentiles between 1 and 99."""
+def lista_percentili(testo: str) -> List[Union[int, float]]:
+    """`50,90,99.9`: distinct percentiles above 0 and below 100, with at most two decimals (99.99); a whole
+    one stays an int (p99, not p99.0)."""
     try:
-        percentili = [int(v) for v in testo.split(",")]
+        percentili = [float(v) for v in testo.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{testo}' non è una lista di percentili (per esempio 50,90,99)") from None
-    if not all(0 < p < 100 for p in percentili) or len(set(percentili)) < len(percentili):
-        raise argparse.ArgumentTypeError(f"'{testo}': percentili interi fra 1 e 99, ognuno una volta")
-    return percentili
+        raise argparse.ArgumentTypeError(f"'{testo}' non è una lista di percentili (per esempio 50,90,99.9)") from None
+    if not all(0 < p < 100 and round(p, 2) == p for p in percentili) or len(set(percentili)) < len(percentili):
+        raise argparse.ArgumentTypeError(f"'{testo}': percentili fra 0 e 100 (esclusi), al più con due decimali "
+                                         "(99.99), ognuno una volta")
+    return [int(p) if p == int(p) else p for p in percentili]
 
 
 def obiettivi_slo(testo: str) -> Dict[str, float]:
@@ -1181,8 +1186,9 @@ OPZIONI_OLTRE = (
         (("--esatti",), dict(action="store_true", help="ignore_eos: ogni richiesta genera esattamente --token "
                              "token, così le prove si confrontano")),
         (("--percentili",), dict(type=lista_percentili, metavar="P",
-                                 help="quali percentili mostrare (per esempio 50,90,95,99; default: 50,90,99 in "
-                                      "--dettagli, 50,90 nella tabella di una griglia)")),
+                                 help="quali percentili mostrare con --dettagli, nel file di --json e nella tabella "
+                                      "di una griglia con --stream (per esempio 50,90,99.9; default: 50,90,99 in "
+                                      "--dettagli, 50,90 nella tabella)")),
         (("--silenzioso",), dict(action="store_true", help="niente riga dal vivo su stderr durante la prova")),
     ]),
     ("vedere la prova", None, [
@@ -1307,7 +1313,7 @@ class OpzioniOltre(NamedTuple):
     riscaldamento: int = 0  # warm-up requests before the first run on each server
     silenzioso: bool = False  # no live line
     confronta: Optional[tuple] = None  # --confronta: ((name, its runs as --json saved them), the same for B)
-    percentili: Optional[List[int]] = None  # --percentili: which ones --dettagli and a sweep's table show
+    percentili: Optional[List[Union[int, float]]] = None  # --percentili: which ones --dettagli and a sweep's table show
     capacita: Optional[float] = None  # --capacita: the share of requests (%) that must meet --slo
 
 
@@ -1449,6 +1455,10 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     punti = len(piani) * len(np or [None])
     if punti > MAX_PUNTI and not a.forza:
         errore(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
+    griglia_con_flussi = a.stream and (len(piani) > 1 or len(np or []) > 1)  # its table shows them
+    if a.percentili is not None and not (a.dettagli or a.json or griglia_con_flussi):
+        errore("--percentili sceglie i percentili di --dettagli (e del file di --json, e della tabella di una griglia "
+               "con --stream): da solo non cambia nulla; aggiungi --dettagli")
     confronta = tuple((f, prove_salvate(f, errore)) for f in a.confronta) if a.confronta else None
     if confronta and senza_carico_comune(*confronta):  # nothing to compare: the files given must change
         errore(senza_carico_comune(*confronta).replace("confronto: ", "--confronta: ", 1))
@@ -1965,13 +1975,17 @@ METODO = 'statistics.quantiles(method="inclusive")'  # the one percentile method
 CHIAVI_SLO = {"latenza": "latenza", "ttft": "primo token", "tpot": "TPOT"}
 
 
-def percentile(valori: List[float], p: int) -> Optional[float]:
-    """The p-th percentile, by statistics.quantiles(method="inclusive"): the method used everywhere."""
+def percentile(valori: List[float], p: Union[int, float]) -> Optional[float]:
+    """The p-th percentile, by statistics.quantiles(method="inclusive"): the method used everywhere. A
+    percentile with decimals (99.9) is a cut of a finer grid (n=1000), by the same method."""
     import statistics
 
     if len(valori) < 2:
         return valori[0] if valori else None
-    return statistics.quantiles(valori, n=100, method="inclusive")[p - 1]
+    n = 100
+    while abs(p * n / 100 - round(p * n / 100)) > 1e-6:
+        n *= 10
+    return statistics.quantiles(valori, n=n, method="inclusive")[round(p * n / 100) - 1]
 
 
 def valori_figure(prova: Prova) -> Dict[str, List[float]]:
@@ -3994,10 +4008,13 @@ def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
                            if isinstance(t, dict)
                            and t.get("from") in ("human", "user") and isinstance(t.get("value"), str) and t["value"]), None)
                      for c in intero if isinstance(c, dict)]
+        senza = len(intero) - sum(1 for r in richieste if r)
         richieste = tuple((r, None, None) for r in richieste if r)
         if not richieste:
             errore(f"--dataset: '{percorso}' non ha conversazioni con una domanda (il formato di ShareGPT)")
-        return richieste, "ShareGPT"
+        return richieste, "ShareGPT" + (f"; {quante(senza, 'conversazione', 'conversazioni')} su {len(intero)} senza "
+                                        f"una domanda (from human), {'saltata' if senza == 1 else 'saltate'}"
+                                        if senza else "")
     richieste = []
     for n, riga in enumerate(testo.splitlines(), 1):
         if not riga.strip():

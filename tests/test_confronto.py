@@ -218,8 +218,10 @@ def test_percentili_scelti_in_dettagli_e_nel_json(fake, carica, tmp_path):
     (["--prompt-token", "64", "--turni", "2"], "--prompt-token e --turni si escludono"),
     (["--prompt-token", "64", "--seme", "2"], "--arrivi e --seme vanno usati insieme a --ritmo (o --seme con "
                                               "--prompt-token o --token MIN-MAX)"),
-    (["--percentili", "50,100"], "opzione --percentili: '50,100': percentili interi fra 1 e 99, ognuno una volta"),
-    (["--percentili", "50,50"], "opzione --percentili: '50,50': percentili interi fra 1 e 99, ognuno una volta"),
+    (["--percentili", "50,100"], "opzione --percentili: '50,100': percentili fra 0 e 100 (esclusi), al più con due "
+                                      "decimali (99.99), ognuno una volta"),
+    (["--percentili", "50,50"], "opzione --percentili: '50,50': percentili fra 0 e 100 (esclusi), al più con due "
+                                      "decimali (99.99), ognuno una volta"),
     (["--prompt-token", "100-"], "'100-' non è una lunghezza in token"),
     (["--confronta", "a.json"], "opzione --confronta: richiede 2 valori"),
 ])
@@ -379,7 +381,8 @@ def test_sharegpt_la_prima_domanda_e_richieste_che_ripartono(fake, carica, tmp_p
     rc, out, _ = carica(server.url, "--dataset", str(tmp_path / "s.json"), "--richieste", "4", "--token", "2")
     assert rc == 0
     assert sorted(server.prompts) == ["Prima domanda", "Prima domanda", "Seconda domanda", "Seconda domanda"]
-    assert f"richieste da {tmp_path / 's.json'} (ShareGPT): 2 nel file, 4 inviate" in out
+    assert (f"richieste da {tmp_path / 's.json'} (ShareGPT; 1 conversazione su 3 senza una domanda (from human), "
+            "saltata): 2 nel file, 4 inviate") in out
 
 
 @pytest.mark.parametrize("righe,messaggio", [
@@ -481,7 +484,7 @@ def test_token_min_max_a_caso_col_seme(fake, carica):
 
 
 @pytest.mark.parametrize("argomenti,messaggio", [
-    (["--token", "15-5"], "'15-5' non è un intervallo di token (per esempio 16-64)"),
+    (["--token", "15-5"], "'15-5': MIN-MAX vuole MIN almeno 1 e non più di MAX (per esempio 5-15)"),
     (["--token", "5-x"], "'5-x' non è un intervallo di token"),
     (["--token", "5-8,10"], "--token MIN-MAX vale da solo: non in una lista, non con --turni"),
     (["--token", "5-8,5-8"], "il valore (5, 8) è ripetuto nella lista '5-8,5-8'"),

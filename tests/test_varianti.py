@@ -224,3 +224,60 @@ def test_confronta_stesso_carico_esce_0(fake, carica, tmp_path, capsys):
         assert carica(server.url, "--richieste", "2", "--token", "4", "--stream", "--json", f)[0] == 0
     assert carico.main(["--confronta", a, b]) == 0
     assert capsys.readouterr().out.startswith(f"confronto: A = {a} (np 2, parallele 4, token 4: 1 prova)")
+
+
+# Item 14's small ones ########################################################################
+
+def test_sharegpt_dice_le_conversazioni_senza_domanda(fake, carica, tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps([
+        {"conversations": [{"from": "human", "value": "Prima domanda"}]},
+        {"conversations": [{"from": "gpt", "value": "solo una risposta"}]},
+        {"conversations": [{"from": "human", "value": "Seconda domanda"}]}]))
+    server = fake(n_slot=2, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--dataset", str(tmp_path / "s.json"), "--token", "2")
+    assert rc == 0, out + err
+    assert (f"richieste da {tmp_path / 's.json'} (ShareGPT; 1 conversazione su 3 senza una domanda (from human), "
+            "saltata): 2 nel file, 2 inviate") in out, out
+
+
+def test_percentili_con_decimali(fake, carica, tmp_path):
+    """--percentili 99.9 (and 99.99): the same method, statistics.quantiles(method="inclusive"), on a finer
+    grid; in --dettagli's table and in the --json file."""
+    import statistics
+
+    server = fake(n_slot=2, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--richieste", "6", "--token", "3", "--dettagli", "--percentili", "50,99.9,99.99",
+                          "--json", str(tmp_path / "r.json"))
+    assert rc == 0, out + err
+    assert re.search(r"^ +min +media +p50 +p99\.9 +p99\.99 +max$", out, re.M), out
+    dati = json.loads((tmp_path / "r.json").read_text())
+    latenze = [r["latenza_s"] for r in dati["prove"][0]["richieste"]]
+    figura = dati["prove"][0]["dettagli"]["figure_s"]["latenza"]
+    assert figura["p99.9"] == statistics.quantiles(latenze, n=1000, method="inclusive")[998]
+    assert figura["p99.99"] == statistics.quantiles(latenze, n=10000, method="inclusive")[9998]
+    assert figura["p50"] == statistics.quantiles(latenze, n=100, method="inclusive")[49]
+    assert figura["p50"] < figura["p99.9"] < figura["p99.99"] <= figura["max"]
+
+
+@pytest.mark.parametrize("argomenti,messaggio", [
+    (["--percentili", "99.9"], "--percentili sceglie i percentili di --dettagli (e del file di --json, e della tabella "
+                               "di una griglia con --stream): da solo non cambia nulla; aggiungi --dettagli"),
+    (["--percentili", "99.999", "--dettagli"], "'99.999': percentili fra 0 e 100 (esclusi), al più con due decimali"),
+    (["--percentili", "0.0", "--dettagli"], "'0.0': percentili fra 0 e 100 (esclusi)"),
+    (["--token", "40-8"], "'40-8': MIN-MAX vuole MIN almeno 1 e non più di MAX (per esempio 8-40)"),
+    (["--token", "0-8"], "'0-8': MIN-MAX vuole MIN almeno 1 e non più di MAX (per esempio 1-8)"),
+])
+def test_opzioni_piccole_rifiutate_con_il_perche(fake, capsys, argomenti, messaggio):
+    from aiuti import rifiutata
+
+    assert messaggio in rifiutata(fake(), capsys, argomenti)
+
+
+def test_percentili_senza_dettagli_vale_con_json_e_con_una_griglia_in_flusso(fake, carica, tmp_path):
+    server = fake(n_slot=2, s_per_token=0.001)
+    rc, _, err = carica(server.url, "--percentili", "95", "--json", str(tmp_path / "r.json"), "--token", "2")
+    assert rc == 0, err
+    assert "p95" in json.loads((tmp_path / "r.json").read_text())["prove"][0]["dettagli"]["figure_s"]["latenza"]
+    rc, out, err = carica(server.url, "--percentili", "95", "--stream", "--parallele", "1,2", "--token", "2")
+    assert rc == 0, err
+    assert "TTFT p95" in out
