@@ -4124,6 +4124,18 @@ def frase_kv_piena(prova: Prova) -> Optional[str]:
             "più corti il buffer basta")
 
 
+def cache_ereditata(prova: Prova) -> List[Risultato]:
+    """--turni: the first turns that reused more than the chat template's opening from a slot's cache
+    before any answer of this run had come back: nothing of this run could be there yet, so it was left
+    by an earlier run on the same server (the system prompt and the first questions are the same)."""
+    prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)
+    return [r for r in prova.esecuzione.riuscite if extra(r).turno == 1 and (extra(r).token_cache or 0) > APERTURA_MAX
+            and prima_risposta is not None and r.inizio < prima_risposta]
+
+
+APERTURA_MAX = 16  # tokens a new prompt may share with any other: the chat template's opening, a few on gemma-3
+
+
 def da_a(valori: List[int]) -> str:
     """`min-max` of some counts (one value if they agree, n/d if none)."""
     return ND if not valori else str(min(valori)) if min(valori) == max(valori) else f"{min(valori)}-{max(valori)}"
@@ -4161,6 +4173,12 @@ def righe_conversazioni(prova: Prova) -> List[str]:
                 extra(r).token_prompt + r.token >= prova.info.n_ctx_slot - 1)
             righe.append(f"  utente {utente}: al turno {extra(r).turno} la risposta si è fermata a {r.token} token di "
                          f"{prova.piano.max_token}" + (": lo slot era pieno" if pieno else "") + " (finish_reason length)")
+    ereditata = cache_ereditata(prova)
+    if ereditata:
+        righe.append(f"  al turno 1 {quante(len(ereditata), 'richiesta ha', 'richieste hanno')} preso dalla cache "
+                     f"{da_a([extra(r).token_cache for r in ereditata])} token prima che questa prova avesse una "
+                     "risposta: vengono da una prova precedente sullo stesso server, e quei turni ne escono più veloci; "
+                     "per una prova da zero riavvia il server")
     letture = letture_contesto(prova)
     if any(contesto_finito(r) == "kv" for r in e.risultati) and any(c.occupati for c in letture):
         chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]

@@ -281,3 +281,21 @@ def test_percentili_senza_dettagli_vale_con_json_e_con_una_griglia_in_flusso(fak
     rc, out, err = carica(server.url, "--percentili", "95", "--stream", "--parallele", "1,2", "--token", "2")
     assert rc == 0, err
     assert "TTFT p95" in out
+
+
+# Item 13: a second --turni on the same server starts from the first run's cache ##############
+
+def test_seconda_prova_a_turni_dice_la_cache_della_prima(fake, carica):
+    server = fake(n_slot=2, s_per_token=0.001)
+    argomenti = ("--turni", "2", "--sistema", "100", "--parallele", "2", "--token", "8", *VELOCE)
+    rc, prima, err = carica(server.url, *argomenti)
+    assert rc == 0, prima + err
+    assert "prova precedente" not in prima, prima
+    rc, seconda, err = carica(server.url, *argomenti)
+    assert rc == 0, seconda + err
+    (riga,) = [r for r in seconda.splitlines() if "prova precedente" in r]
+    cache = int(re.search(r"^      1       2/2 +\S+ +(\d+) ", seconda, re.M).group(1))
+    assert cache > 100, seconda  # the system prompt at least, from the first run
+    assert riga.startswith("  al turno 1 2 richieste hanno preso dalla cache ") and riga.endswith(
+        "token prima che questa prova avesse una risposta: vengono da una prova precedente sullo stesso server, e "
+        "quei turni ne escono più veloci; per una prova da zero riavvia il server"), riga
