@@ -4255,46 +4255,61 @@ def da_confrontare(prove: List[Prova]) -> Optional[Configurazione]:
     return next((c for c in avviate if c.np == CONVERSAZIONI_RAM), avviate[0]) if avviate else None
 
 
-def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[Optional[Decisioni], str]:
-    """The same server (same -np, same --kv-unified) started once more at the question's context, only
-    -c changed, and what its log says it allocated; or None and why not (a failed start is not the
-    session's failure: a large model may not fit at -c 16384)."""
+# The question's own servers: -np 4 at -c 16384, each slot 4096; and the same with one shared buffer.
+SERVER_RAM = (Configurazione(CONVERSAZIONI_RAM), Configurazione(CONVERSAZIONI_RAM, kv_unificata=True))
+
+
+def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Configurazione, Optional[Decisioni]]], str]:
+    """The question's servers (SERVER_RAM), whatever --np the session ran: --avvia's command started with
+    their -np and -c 16384, one at a time, and what each log says it allocated; a start that fails is None,
+    with why (not the session's failure: a large model may not fit at -c 16384)."""
     if prima.deciso.kv_mib is None:
-        return None, "il log del server non scrive la cache KV (questo llama.cpp la scrive da -lv 4)"
-    comando = con_contesto(opzioni.oltre.avvia, CONVERSAZIONI_RAM * TOKEN_RAM)
-    try:
-        with ServerAvviato(comando, prima._replace(deciso=None), opzioni.url, opzioni.attesa_pronto,
-                           sys.stderr) as server:
-            return server.decisioni(), ""
-    except ErroreUtente as exc:
-        return None, f"il server non è partito con -c {CONVERSAZIONI_RAM * TOKEN_RAM}: {str(exc).splitlines()[0]}"
+        return [], "il log del server non scrive la cache KV (questo llama.cpp la scrive da -lv 4)"
+    comando, misurate, perche = con_contesto(opzioni.oltre.avvia, CONVERSAZIONI_RAM * TOKEN_RAM), [], ""
+    for configurazione in SERVER_RAM:
+        try:
+            with ServerAvviato(comando, configurazione, opzioni.url, opzioni.attesa_pronto, sys.stderr) as server:
+                misurate.append((configurazione, server.decisioni()))
+        except ErroreUtente as exc:
+            misurate.append((configurazione, None))
+            perche = perche or (f"il server non è partito con {' '.join(configurazione.argomenti())} -c "
+                                f"{CONVERSAZIONI_RAM * TOKEN_RAM}: {str(exc).splitlines()[0]}")
+    return misurate, perche
 
 
-def righe_ram(prima: Configurazione, grande: Optional[Decisioni], perche_nd: str) -> List[str]:
-    """--spiega with --avvia: the lab's RAM question answered from measurements. The KV cache of a model
+def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Optional[Decisioni]]],
+              perche_nd: str) -> List[str]:
+    """--spiega with --avvia: the lab's RAM question answered from measurements, for the question's own
+    servers (-np 4 -c 16384, and with --kv-unified), against the session's server. The KV cache of a model
     with sliding-window layers (gemma-3) does not grow in proportion to -c, so nothing is extrapolated:
-    `grande` is what the server allocated when started again at the asked context."""
+    each figure is what a server allocated when started at the asked context."""
     d, chiesto = prima.deciso, CONVERSAZIONI_RAM * TOKEN_RAM
     n_ctx = None if d.n_ctx_slot is None else d.n_ctx_slot * (1 if d.kv_unificata else d.n_slot or 1)
     righe = [f"La domanda del lab: {CONVERSAZIONI_RAM} conversazioni da {TOKEN_RAM} token.",
              f"  Servono -c {chiesto}: {CONVERSAZIONI_RAM} slot da {TOKEN_RAM} (-np {CONVERSAZIONI_RAM}), o lo stesso "
              f"-c con --kv-unified, dove però le conversazioni si contendono un solo buffer."]
-    if grande is None or grande.kv_mib is None or not n_ctx:
+    misurate_ok = [(c, g) for c, g in misurate if g is not None and g.kv_mib is not None]
+    if not misurate_ok or not n_ctx or d.kv_mib is None:
         return righe + [f"  La cache KV: n/d ({perche_nd or 'il log del server non la scrive'})."]
-    crescita = grande.kv_mib / d.kv_mib
-    righe += [f"  La cache KV, misurata: con -c {n_ctx} (-np {prima.etichetta}) il server ha allocato {d.kv_mib:.2f} "
-              f"MiB; avviato di nuovo con -c {chiesto}, {grande.kv_mib:.2f} MiB ({grande.kv_mib - d.kv_mib:+.2f} MiB): "
-              f"x{crescita:.1f} per x{chiesto / n_ctx:g} token di contesto."]
-    if chiesto > n_ctx:
-        in_piu = (grande.kv_mib - d.kv_mib) * 1024 / (chiesto - n_ctx)  # KiB per token, between the two starts
-        righe.append(f"  Per token di contesto: {d.kv_mib * 1024 / n_ctx:.1f} KiB in media a -c {n_ctx}; ogni token "
-                     f"in più fino a -c {chiesto} ne costa {in_piu:.1f} KiB (la differenza fra i due avvii).")
+    righe.append(f"  La cache KV, misurata: il server di questa sessione (-np {prima.etichetta}, -c {n_ctx}) ha allocato "
+                 f"{d.kv_mib:.2f} MiB; avviato con -c {chiesto}:")
     ferme = []  # the sliding-window caches that did not grow with the context
-    for (nome, mib, celle, strati), (_, mib_g, celle_g, _) in zip(d.cache_kv, grande.cache_kv):
-        righe.append(f"    cache {nome} ({strati} strati): {mib:.2f} -> {mib_g:.2f} MiB, {celle} -> {celle_g} celle "
-                     "per flusso")
-        if nome == "SWA" and celle_g < 0.9 * celle * chiesto / n_ctx:
-            ferme.append(f"la cache SWA ({strati} strati) si ferma a {celle_g} celle")
+    for c, g in misurate:
+        nome_server = " ".join(c.argomenti())
+        if g is None or g.kv_mib is None:
+            righe.append(f"    {nome_server}: n/d ({perche_nd or 'il log del server non la scrive'})")
+            continue
+        righe.append(f"    {nome_server}: {g.kv_mib:.2f} MiB ({g.kv_mib - d.kv_mib:+.2f} MiB, x{g.kv_mib / d.kv_mib:.1f}"
+                     f" per x{chiesto / n_ctx:g} token di contesto)")
+        globali = max((celle for nome, _, celle, _ in g.cache_kv if nome != "SWA"), default=None)
+        for nome, mib, celle, strati in g.cache_kv:
+            righe.append(f"      cache {nome} ({strati} strati): {mib:.2f} MiB, {celle} celle per flusso")
+            if nome == "SWA" and globali and celle < 0.9 * globali:
+                ferme.append(f"con {nome_server} la cache SWA ({strati} strati) si ferma a {celle} celle")
+        if (c.np, c.kv_unificata) == (prima.np, prima.kv_unificata) and chiesto > n_ctx:  # the same server, only -c
+            in_piu = (g.kv_mib - d.kv_mib) * 1024 / (chiesto - n_ctx)  # KiB per token, between the two starts
+            righe.append(f"      per token di contesto: {d.kv_mib * 1024 / n_ctx:.1f} KiB in media a -c {n_ctx}; ogni "
+                         f"token in più fino a -c {chiesto} ne costa {in_piu:.1f} KiB (la differenza fra i due avvii)")
     if ferme:
         righe.append(f"  Non cresce come il contesto: {'; '.join(ferme)}, perché quegli strati guardano solo una "
                      "finestra scorrevole degli ultimi token; cresce la cache degli strati che guardano tutto il "

@@ -424,7 +424,8 @@ def righe_kv(config: Config, swa: bool = True) -> List[str]:
     (without `swa`: one cache of 18 layers, all global, as a model without sliding windows)."""
     flussi = 1 if config.kv_unified else config.n_slot
     celle_globali = config.n_ctx_slot
-    celle_swa = min(celle_globali, 1024 * (config.n_slot if config.kv_unified else 1))
+    # llama.cpp's SWA cache per stream: the window (512 on gemma-3-270m) per sequence it holds, plus a batch (512)
+    celle_swa = min(celle_globali, 512 * (config.n_slot if config.kv_unified else 1) + 512)
     cache = (("non-SWA", celle_globali, 3), ("    SWA", celle_swa, 15)) if swa else (("", celle_globali, 18),)
     righe = []
     for nome, celle, strati in cache:

@@ -299,3 +299,23 @@ def test_seconda_prova_a_turni_dice_la_cache_della_prima(fake, carica):
     assert riga.startswith("  al turno 1 2 richieste hanno preso dalla cache ") and riga.endswith(
         "token prima che questa prova avesse una risposta: vengono da una prova precedente sullo stesso server, e "
         "quei turni ne escono più veloci; per una prova da zero riavvia il server"), riga
+
+
+# Item 4: the RAM question is the sheet's, whatever --np list the session ran #################
+
+@pytest.mark.parametrize("np", ["1", "2,4kv"])
+def test_la_domanda_della_ram_per_il_server_del_foglio(capsys, np):
+    """With --np 1 (or 2,4kv) the answer is still -np 4 -c 16384, and the same with --kv-unified: the
+    question's setup, not the session's server restarted at a larger -c."""
+    import sys
+
+    from aiuti import FAKE, porta_libera
+
+    url = f"http://127.0.0.1:{porta_libera()}"
+    rc = carico.main(["--url", url, "--avvia", f"{sys.executable} {FAKE} serve -c 2048 --s-per-token 0.001", "--np", np,
+                      "--richieste", "2", "--token", "2", "--spiega", *VELOCE])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    avvii = re.findall(r"^avvio: .* -c (\d+)( -np \S+)?( --kv-unified)? -lv 4 ", err, re.M)
+    assert avvii[-2:] == [("16384", " -np 4", ""), ("16384", " -np 4", " --kv-unified")], err
+    assert "    -np 4: 108.00 MiB " in out and "    -np 4 --kv-unified: 85.50 MiB " in out, out
