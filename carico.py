@@ -1477,6 +1477,8 @@ class SessioneOltre:
     def __init__(self, sessione: Sessione):
         self.sessione, self.opzioni = sessione, sessione.opzioni.oltre
         self.capacita: List[dict] = []  # --capacita: each server's answer and its points, for --json
+        self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
+        self.log_da = 0  # where the current run's lines begin in its log
 
     def esegui(self) -> None:
         """For each server (the one at --url; with --avvia, one started per --np value): warm it up,
@@ -1519,10 +1521,12 @@ class SessioneOltre:
             return
         url = self.sessione.opzioni
         with ServerAvviato(self.opzioni.avvia, configurazione, url.url, url.attesa_pronto, sys.stderr) as server:
+            self.avviato = server
             deciso = server.decisioni()
             print(riga_decisioni(configurazione, deciso), flush=True)
             yield configurazione._replace(deciso=deciso, kv_unificata=configurazione.kv_unificata or bool(
                 deciso.kv_unificata))
+            self.avviato = None
             # A request that failed may have seen the server die before its process had finished exiting.
             fallite = any(not r.riuscita for p in self.sessione.prove[-1:] for r in p.esecuzione.risultati)
             server.controlla(f"il server (-np {configurazione.etichetta}) si è fermato durante la prova",
@@ -1531,6 +1535,8 @@ class SessioneOltre:
     def intestazione(self, piano: Piano, configurazione: Optional[Configurazione], ripetizione: int) -> None:
         """Before a run: which point of a sweep (every value that varies, np included), which repeat."""
         piani, np = self.sessione.piani, self.opzioni.np or [None]
+        if self.avviato is not None and self.avviato.log is not None:  # the run's own lines of the server's log
+            self.log_da = os.path.getsize(self.avviato.log.name)
         totale = len(piani) * len(np)
         if totale > 1 and ripetizione == 0:
             n_punto = np.index(configurazione) * len(piani) + piani.index(piano) + 1
@@ -1538,6 +1544,15 @@ class SessioneOltre:
             print(f"punto {n_punto} di {totale}: {descrizione}")
         if self.opzioni.ripeti > 1:
             print(f"prova {ripetizione + 1} di {self.opzioni.ripeti}")
+
+    def log_della_prova(self) -> Optional[str]:
+        """--avvia: what the server logged during the run just ended (at -lv 4: how it reused its cache)."""
+        if self.avviato is None or self.avviato.log is None or self.avviato.proc.poll() is not None:
+            return None
+        self.avviato.log.flush()
+        with open(self.avviato.log.name, encoding="utf-8", errors="replace") as f:
+            f.seek(self.log_da)
+            return f.read()
 
     def osservatore(self, diretta: Optional[Diretta]) -> Osservatore:
         """Who watches a run's /slots readings: each slot's context, and the live line unless --silenzioso."""
@@ -1553,7 +1568,7 @@ class SessioneOltre:
         """What the extras print after a run's lab lines: its pace, its conversations, every figure, the
         SLO, its picture, its explanation; then their notes on stderr."""
         o, piano = self.opzioni, extra(prova.piano)
-        righe = (righe_ritmo(prova) if piano.al_tempo else []) + righe_prompt_esatti(prova)
+        righe = (righe_ritmo(prova) if piano.al_tempo else []) + righe_prompt_esatti(prova, self.log_della_prova())
         if piano.turni:
             righe += [""] + righe_conversazioni(prova)
         if o.dettagli:
@@ -4054,7 +4069,7 @@ def voce_dataset(voce, dove: str, errore) -> tuple:
     return (testo if isinstance(testo, str) else tuple((m["role"], m["content"]) for m in testo)), massimo, orario
 
 
-def righe_prompt_esatti(prova: Prova) -> List[str]:
+def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
     """After a run with --token MIN-MAX: the tokens asked and generated. With --dataset: how many of its
     requests were sent. With --prefisso: how many prompt tokens the server took from its cache. With
     --prompt-token: the prompts' lengths asked, and what the chat template added, measured as the
@@ -4073,9 +4088,7 @@ def righe_prompt_esatti(prova: Prova) -> List[str]:
         if dalla_cache:
             righe.append((f"prefisso comune di {prefisso} token" if prefisso else "nessun prefisso comune, per confronto")
                          + f" (cache_prompt acceso): dalla cache {media(dalla_cache):.0f} token di prompt per richiesta "
-                         f"in media ({da_a(dalla_cache)}"
-                         + ("; la prima su uno slot libero non trova il prefisso)" if prefisso and min(dalla_cache) < prefisso / 2
-                            else ")"))
+                         f"in media ({da_a(dalla_cache)})" + perche_senza_prefisso(prova, log))
     misurati = [r for r in prova.esecuzione.riuscite if extra(r).prompt_esatto and extra(r).token_prompt]
     if not misurati:
         return righe
@@ -4085,6 +4098,46 @@ def righe_prompt_esatti(prova: Prova) -> List[str]:
     return righe + [f"prompt: {da_a(chiesti)} token" + (f" (a caso, seme {extra(prova.piano).seme or 0})" if a_caso else "")
                     + f", contati dal tokenizzatore del server; il template della chat ne aggiunge {da_a(sopra)} "
                     f"(prompt_tokens {da_a([extra(r).token_prompt for r in misurati])})"]
+
+
+def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
+    """--prefisso: of the requests that reused less than half the prefix, what the evidence says. Those sent
+    before any answer of this run could not find it (no slot had seen it yet). For the others, the server's
+    log (--avvia starts it at -lv 4): this llama.cpp says when it restored a context checkpoint or processed
+    the whole prompt again, which it does for a model with sliding-window layers (gemma-3), whose cache cannot
+    be cut back to a common prefix. Without the log carico does not know why, and says only what it saw."""
+    prefisso, ok = extra(prova.piano).prefisso, prova.esecuzione.riuscite
+    poche = [r for r in ok if extra(r).token_cache is not None and extra(r).token_cache < (prefisso or 0) / 2]
+    if not poche:
+        return ""
+    fine_prompt = {r.indice: r.fine - r.predicted_ms / 1000 for r in ok if r.predicted_ms is not None}
+
+    def prima_di_ogni_prefisso(r: Risultato) -> bool:  # its slot began before any other had the prompt computed
+        inizio = in_slot(r)
+        return inizio is not None and all(inizio[0] < t for i, t in fine_prompt.items() if i != r.indice)
+    presto = [r for r in poche if prima_di_ogni_prefisso(r)]
+    frase = f"; {len(poche)} su {len(ok)} ne hanno presi meno della metà del prefisso"
+    if len(presto) == len(poche):
+        return frase + (": i loro slot le hanno prese prima che un altro avesse calcolato il prefisso" if len(poche) > 1
+                        else ": il suo slot l'ha presa prima che un altro avesse calcolato il prefisso")
+    import re
+
+    ripristini = [int(n) for n in re.findall(r"restored context checkpoint \(.*?n_tokens = (\d+)", log or "")]
+    da_capo = len(re.findall(r"forcing full prompt re-processing", log or ""))
+    if not ripristini and not da_capo:
+        return frase + (f" ({len(presto)} prese da uno slot prima che un altro avesse calcolato il prefisso)"
+                        if presto else "") + (": il log del server non dice perché" if log is not None else
+                                              ": le risposte non dicono perché (con --avvia carico legge il log del "
+                                              "server, che lo dice)")
+    visto = "; ".join(([f"ha ripristinato un checkpoint del contesto {quante(len(ripristini), 'volta', 'volte')} "
+                        f"(restored context checkpoint, n_tokens {da_a(ripristini)})"] if ripristini else [])
+                      + ([f"ha ricalcolato tutto il prompt {quante(da_capo, 'volta', 'volte')} (forcing full prompt "
+                          "re-processing)"] if da_capo else []))
+    deciso = prova.configurazione.deciso if prova.configurazione else None
+    swa = deciso is not None and any(nome == "SWA" for nome, *_ in deciso.cache_kv)
+    return (frase + f": il log del server dice che {visto}, e da lì ha ricalcolato il prompt"
+            + ("; il modello ha strati a finestra scorrevole (la cache SWA nel log), la cui cache non si accorcia al "
+               "prefisso comune: si riusa solo fino a un checkpoint" if swa else ""))
 
 
 # The two ways this llama.cpp says a request did not fit: the slot's context (400, when a slot takes it),

@@ -526,5 +526,6 @@ def test_prefisso_su_uno_slot_gia_caldo_non_dice_che_la_prima_non_trova_nulla(fa
         rc, out, _ = carica(server.url, "--prefisso", "100", "--prompt-token", "150", "--richieste", "3", "--token", "2")
         assert rc == 0
         righe.append(next(r for r in out.splitlines() if r.startswith("prefisso comune di 100 token")))
-    assert "la prima su uno slot libero non trova il prefisso" in righe[0]
-    assert "non trova il prefisso" not in righe[1]
+    assert righe[0].endswith("; 1 su 3 ne hanno presi meno della metà del prefisso: il suo slot l'ha presa prima che "
+                             "un altro avesse calcolato il prefisso")
+    assert "meno della metà" not in righe[1]

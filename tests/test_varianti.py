@@ -319,3 +319,45 @@ def test_la_domanda_della_ram_per_il_server_del_foglio(capsys, np):
     avvii = re.findall(r"^avvio: .* -c (\d+)( -np \S+)?( --kv-unified)? -lv 4 ", err, re.M)
     assert avvii[-2:] == [("16384", " -np 4", ""), ("16384", " -np 4", " --kv-unified")], err
     assert "    -np 4: 108.00 MiB " in out and "    -np 4 --kv-unified: 85.50 MiB " in out, out
+
+
+# Item 5: --prefisso says what the evidence shows ###############################################
+# The old line blamed "the first on a free slot" while every request reused 1 token: on gemma-3 the
+# server restores a context checkpoint of 1 token (sliding-window layers) and computes the rest again.
+
+def prova_col_prefisso(cache, inizi, configurazione=None):
+    piano = carico.Piano(oltre=carico.PianoOltre(prefisso=256))
+    risultati = [carico.Risultato(i, t, t + 1.0, token=4, tps=10.0, prompt_ms=500.0, predicted_ms=400.0,
+                                  oltre=carico.RisultatoOltre(token_prompt=323, token_cache=c))
+                 for i, (c, t) in enumerate(zip(cache, inizi))]
+    return carico.Prova(carico.InfoServer(2, 1024, True), carico.Esecuzione(risultati, [], len(risultati)), piano,
+                        configurazione)
+
+
+LOG_SWA = ("slot update_slots: id  0 | task 5 | restored context checkpoint (pos_min = 0, pos_max = 0, n_tokens = 1, "
+           "n_past = 1, size = 0.011 MiB)\n") * 2
+CON_SWA = carico.Configurazione(2, deciso=carico.Decisioni(2, 1024, False, (("non-SWA", 6.0, 1024, 3),
+                                                                          ("SWA", 30.0, 1024, 15))))
+
+
+def test_prefisso_col_log_dice_il_checkpoint_e_la_finestra_scorrevole():
+    prova = prova_col_prefisso([1, 1, 1, 1], [0.0, 0.0, 1.1, 1.1], CON_SWA)
+    (riga,) = carico.righe_prompt_esatti(prova, LOG_SWA)
+    assert riga == ("prefisso comune di 256 token (cache_prompt acceso): dalla cache 1 token di prompt per richiesta in "
+                    "media (1); 4 su 4 ne hanno presi meno della metà del prefisso: il log del server dice che ha "
+                    "ripristinato un checkpoint del contesto 2 volte (restored context checkpoint, n_tokens 1), e da lì "
+                    "ha ricalcolato il prompt; il modello ha strati a finestra scorrevole (la cache SWA nel log), la cui "
+                    "cache non si accorcia al prefisso comune: si riusa solo fino a un checkpoint")
+    assert "slot libero" not in riga
+
+
+def test_prefisso_senza_log_non_indovina_il_perche():
+    (riga,) = carico.righe_prompt_esatti(prova_col_prefisso([1, 1, 1, 1], [0.0, 0.0, 1.1, 1.1]))
+    assert riga.endswith("; 4 su 4 ne hanno presi meno della metà del prefisso (2 prese da uno slot prima che un altro "
+                         "avesse calcolato il prefisso): le risposte non dicono perché (con --avvia carico legge il log "
+                         "del server, che lo dice)"), riga
+    (riga,) = carico.righe_prompt_esatti(prova_col_prefisso([1, 1, 255, 255], [0.0, 0.0, 1.1, 1.1]))
+    assert riga.endswith("; 2 su 4 ne hanno presi meno della metà del prefisso: i loro slot le hanno prese prima che "
+                         "un altro avesse calcolato il prefisso"), riga
+    (riga,) = carico.righe_prompt_esatti(prova_col_prefisso([255, 255, 255, 255], [0.0, 0.0, 1.1, 1.1]))
+    assert riga.endswith("(255)"), riga
