@@ -8,6 +8,7 @@ import pytest
 
 import carico
 from aiuti import VELOCE
+from conftest import CIFRE
 
 
 # Item 1: a 1-token answer has no speed ######################################################
@@ -181,11 +182,12 @@ def test_il_prompt_lungo_per_quattro_su_kv_unificata_dice_perche(fake, carica, t
     lungo = tmp_path / "lungo.txt"
     lungo.write_text(LUNGO)
     server = fake(n_slot=4, n_ctx=2048, kv_unified=True, s_per_token=0.003, s_per_prompt_token=0.0)
-    rc, out, err = carica(server.url, "--prompt-file", str(lungo), "--token", "20", *VELOCE)
+    rc, out, err = carica(server.url, "--prompt-file", str(lungo), "--token", "100", *VELOCE)
     assert rc == 1, out + err
-    assert len(re.findall(r"errore: HTTP 500 .*Context size has been exceeded\.$", out, re.M)) == 4, out
-    assert ("4 richieste sono fallite con HTTP 500 \"Context size has been exceeded.\": questo llama.cpp lo risponde "
-            "solo quando gli slot condividono un buffer KV (--kv-unified)") in err, err
+    fallite = len(re.findall(r"errore: HTTP 500 .*Context size has been exceeded\.$", out, re.M))
+    assert fallite >= 2, out  # any two together outgrow the buffer (four, unless a busy machine staggers them)
+    assert (f"{fallite} richieste sono fallite con HTTP 500 \"Context size has been exceeded.\": questo llama.cpp lo "
+            "risponde solo quando gli slot condividono un buffer KV (--kv-unified)") in err, err
 
 
 def test_senza_kv_piena_nessuna_nota_sul_buffer(fake, carica, tmp_path):
@@ -361,3 +363,70 @@ def test_prefisso_senza_log_non_indovina_il_perche():
                          "un altro avesse calcolato il prefisso"), riga
     (riga,) = carico.righe_prompt_esatti(prova_col_prefisso([255, 255, 255, 255], [0.0, 0.0, 1.1, 1.1]))
     assert riga.endswith("(255)"), riga
+
+
+# On the real server: what only the real one shows ###########################################
+
+@pytest.mark.reale
+def test_un_token_reale_nd_e_nessun_crollo(llama):
+    """The premise measured (llama.cpp's 1-token answer: predicted_per_second 0.0), then --token 1,2
+    --spiega on -np 4: the lab's line says n/d, and nothing divides by it."""
+    import urllib.request
+
+    server = llama(4)
+    domanda = json.dumps({"messages": [{"role": "user", "content": "Ciao"}], "max_tokens": 1}).encode()
+    richiesta = urllib.request.Request(server.url + "/v1/chat/completions", domanda, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(richiesta, timeout=60) as r:
+        timings = json.loads(r.read())["timings"]
+    assert timings["predicted_n"] == 1 and timings["predicted_per_second"] == 0, timings
+    rc, out, err = carico_cli_reale(server.url, "--token", "1,2", "--spiega")
+    assert rc == 0, out + err
+    righe_un_token = [r for r in out.splitlines() if re.match(r"^  req \d+: .* 1 token ", r)]
+    assert len(righe_un_token) == 4 and all(r.endswith("(n/d t/s nel proprio slot)") for r in righe_un_token), out
+    assert not VELOCITA_FALSA.search(out), out
+
+
+def carico_cli_reale(url, *flags, timeout=600):
+    import subprocess
+    import sys
+
+    from aiuti import CARICO
+
+    proc = subprocess.run([sys.executable, CARICO, "--url", url, *flags], capture_output=True, text=True,
+                          timeout=timeout)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.mark.reale
+def test_prefisso_reale_il_perche_dal_log():
+    """--prefisso 256 on -np 2, started by --avvia (so carico reads the server's log at -lv 4): the reason
+    given for the requests that did not reuse the prefix is what the log shows, never "the first on a free
+    slot" for requests that a slot took after another had computed the prefix."""
+    from aiuti import porta_libera
+    from test_reale import comando_reale
+
+    url = f"http://127.0.0.1:{porta_libera()}"
+    rc, out, err = carico_cli_reale(url, "--avvia", comando_reale(), "--np", "2", "--prefisso", "256", "--richieste",
+                                    "4", "--parallele", "2", "--token", "4")
+    assert rc == 0, out + err
+    (riga,) = [r for r in out.splitlines() if r.startswith("prefisso comune di 256 token")]
+    cache = [int(v) for v in re.search(r"dalla cache \d+ token di prompt per richiesta in media \(([\d-]+)\)",
+                                       riga).group(1).split("-")]
+    if min(cache) < 128:  # what gemma-3 does here: the reason comes from the log, or none is given
+        assert re.search(r"il log del server dice che (ha ripristinato un checkpoint del contesto|ha ricalcolato "
+                         r"tutto il prompt)|i loro slot le hanno prese prima|il suo slot l'ha presa prima", riga), riga
+    CIFRE.append(("--prefisso 256, -np 2: dalla cache", riga.split("dalla cache ")[1]))
+
+
+@pytest.mark.reale
+def test_seconda_prova_a_turni_reale_dice_la_cache(llama):
+    server = llama(2)
+    argomenti = ("--turni", "2", "--sistema", "100", "--parallele", "2", "--token", "8")
+    rc, prima, err = carico_cli_reale(server.url, *argomenti)
+    assert rc == 0, prima + err
+    assert "prova precedente" not in prima, prima
+    rc, seconda, err = carico_cli_reale(server.url, *argomenti)
+    assert rc == 0, seconda + err
+    (riga,) = [r for r in seconda.splitlines() if "prova precedente" in r]
+    CIFRE.append(("a second --turni on the same server", riga.strip()))
