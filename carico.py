@@ -4342,7 +4342,7 @@ def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Option
              f"  Servono -c {chiesto}: {CONVERSAZIONI_RAM} slot da {TOKEN_RAM} (-np {CONVERSAZIONI_RAM}), o lo stesso "
              f"-c con --kv-unified, dove però le conversazioni si contendono un solo buffer."]
     misurate_ok = [(c, g) for c, g in misurate if g is not None and g.kv_mib is not None]
-    if not misurate_ok or not n_ctx or d.kv_mib is None:
+    if not misurate_ok or not n_ctx or not d.kv_mib:
         return righe + [f"  La cache KV: n/d ({perche_nd or 'il log del server non la scrive'})."]
     righe.append(f"  La cache KV, misurata: il server di questa sessione (-np {prima.etichetta}, -c {n_ctx}) ha allocato "
                  f"{d.kv_mib:.2f} MiB; avviato con -c {chiesto}:")

@@ -430,3 +430,14 @@ def test_seconda_prova_a_turni_reale_dice_la_cache(llama):
     assert rc == 0, seconda + err
     (riga,) = [r for r in seconda.splitlines() if "prova precedente" in r]
     CIFRE.append(("a second --turni on the same server", riga.strip()))
+
+
+@pytest.mark.parametrize("prima", [carico.Decisioni(), carico.Decisioni(4, 0, False), carico.Decisioni(4, 512, None),
+                                   carico.Decisioni(4, 512, False, (("KV", 0.0, 0, 3),)),
+                                   carico.Decisioni(4, 512, False, (("SWA", 6.0, 512, 3),))])
+@pytest.mark.parametrize("grande", [None, carico.Decisioni(), carico.Decisioni(4, 4096, False, (("SWA", 0.0, 0, 15),))])
+def test_la_domanda_della_ram_e_le_decisioni_reggono_zeri_e_nulla(prima, grande):
+    c = carico.Configurazione(4, deciso=prima)
+    righe = carico.righe_ram(c, [(carico.Configurazione(4), grande), (carico.Configurazione(4, True), grande)], "")
+    righe.append(carico.riga_decisioni(c, prima))
+    assert not [r for r in righe if VELOCITA_FALSA.search(r)], righe
