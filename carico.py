@@ -4122,11 +4122,11 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
                         else ": il suo slot l'ha presa prima che un altro avesse calcolato il prefisso")
     import re
 
+    prese_prima = f" ({len(presto)} prese da uno slot prima che un altro avesse calcolato il prefisso)" if presto else ""
     ripristini = [int(n) for n in re.findall(r"restored context checkpoint \(.*?n_tokens = (\d+)", log or "")]
     da_capo = len(re.findall(r"forcing full prompt re-processing", log or ""))
     if not ripristini and not da_capo:
-        return frase + (f" ({len(presto)} prese da uno slot prima che un altro avesse calcolato il prefisso)"
-                        if presto else "") + (": il log del server non dice perché" if log is not None else
+        return frase + prese_prima + (": il log del server non dice perché" if log is not None else
                                               ": le risposte non dicono perché (con --avvia carico legge il log del "
                                               "server, che lo dice)")
     visto = "; ".join(([f"ha ripristinato un checkpoint del contesto {quante(len(ripristini), 'volta', 'volte')} "
@@ -4135,7 +4135,7 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
                           "re-processing)"] if da_capo else []))
     deciso = prova.configurazione.deciso if prova.configurazione else None
     swa = deciso is not None and any(nome == "SWA" for nome, *_ in deciso.cache_kv)
-    return (frase + f": il log del server dice che {visto}, e da lì ha ricalcolato il prompt"
+    return (frase + prese_prima + f": il log del server dice che {visto}, e da lì ha ricalcolato il prompt"
             + ("; il modello ha strati a finestra scorrevole (la cache SWA nel log), la cui cache non si accorcia al "
                "prefisso comune: si riusa solo fino a un checkpoint" if swa else ""))
 

@@ -346,7 +346,8 @@ def test_prefisso_col_log_dice_il_checkpoint_e_la_finestra_scorrevole():
     prova = prova_col_prefisso([1, 1, 1, 1], [0.0, 0.0, 1.1, 1.1], CON_SWA)
     (riga,) = carico.righe_prompt_esatti(prova, LOG_SWA)
     assert riga == ("prefisso comune di 256 token (cache_prompt acceso): dalla cache 1 token di prompt per richiesta in "
-                    "media (1); 4 su 4 ne hanno presi meno della metà del prefisso: il log del server dice che ha "
+                    "media (1); 4 su 4 ne hanno presi meno della metà del prefisso (2 prese da uno slot prima che "
+                    "un altro avesse calcolato il prefisso): il log del server dice che ha "
                     "ripristinato un checkpoint del contesto 2 volte (restored context checkpoint, n_tokens 1), e da lì "
                     "ha ricalcolato il prompt; il modello ha strati a finestra scorrevole (la cache SWA nel log), la cui "
                     "cache non si accorcia al prefisso comune: si riusa solo fino a un checkpoint")
