@@ -4101,8 +4101,9 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
 
 
 def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
-    """--prefisso: of the requests that reused less than half the prefix, what the evidence says. Those sent
-    before any answer of this run could not find it (no slot had seen it yet). For the others, the server's
+    """--prefisso: of the requests that reused less than half the prefix, what the evidence says. Those a slot
+    took before any other request's prompt was computed could not find it (no slot held it yet). For the
+    others, the server's
     log (--avvia starts it at -lv 4): this llama.cpp says when it restored a context checkpoint or processed
     the whole prompt again, which it does for a model with sliding-window layers (gemma-3), whose cache cannot
     be cut back to a common prefix. Without the log carico does not know why, and says only what it saw."""
@@ -4127,8 +4128,8 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
     da_capo = len(re.findall(r"forcing full prompt re-processing", log or ""))
     if not ripristini and not da_capo:
         return frase + prese_prima + (": il log del server non dice perché" if log is not None else
-                                              ": le risposte non dicono perché (con --avvia carico legge il log del "
-                                              "server, che lo dice)")
+                                      ": le risposte non dicono perché (con --avvia carico legge il log del server, "
+                                      "che lo dice)")
     visto = "; ".join(([f"ha ripristinato un checkpoint del contesto {quante(len(ripristini), 'volta', 'volte')} "
                         f"(restored context checkpoint, n_tokens {da_a(ripristini)})"] if ripristini else [])
                       + ([f"ha ricalcolato tutto il prompt {quante(da_capo, 'volta', 'volte')} (forcing full prompt "
