@@ -3641,6 +3641,11 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
         if not confrontate:
             righe.append("  nessuna cifra che abbiano tutti e due (nessuna richiesta riuscita?)")
         righe.append("")
+    sole = [f"{nome} ({descrivi_prove(g)})" for nome, gruppi_di, altri in ((nome_a, gruppi_a, gruppi_b),
+                                                                         (nome_b, gruppi_b, gruppi_a))
+            for (quale, _), g in gruppi_di.items() if quale not in {c for c, _ in altri}]
+    if sole:  # a load only one file measured: said, never compared
+        righe += [f"non confrontate, senza lo stesso carico nell'altro file: {'; '.join(sole)}", ""]
     return righe[:-1]
 
 

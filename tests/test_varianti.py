@@ -442,3 +442,15 @@ def test_la_domanda_della_ram_e_le_decisioni_reggono_zeri_e_nulla(prima, grande)
     righe = carico.righe_ram(c, [(carico.Configurazione(4), grande), (carico.Configurazione(4, True), grande)], "")
     righe.append(carico.riga_decisioni(c, prima))
     assert not [r for r in righe if VELOCITA_FALSA.search(r)], righe
+
+
+def test_confronta_dice_i_carichi_che_solo_un_file_ha(fake, carica, tmp_path, capsys):
+    server = fake(n_slot=2, s_per_token=0.001)
+    a, b = str(tmp_path / "a.json"), str(tmp_path / "b.json")
+    assert carica(server.url, "--richieste", "2", "--token", "4", "--parallele", "1,2", "--json", a)[0] == 0
+    assert carica(server.url, "--richieste", "2", "--token", "4", "--parallele", "2", "--json", b)[0] == 0
+    assert carico.main(["--confronta", a, b]) == 0
+    righe = capsys.readouterr().out.splitlines()
+    assert righe[0].startswith(f"confronto: A = {a} (np 2, parallele 2, token 4: 1 prova)"), righe
+    assert righe[-1] == (f"non confrontate, senza lo stesso carico nell'altro file: {a} (np 2, parallele 1, token 4: "
+                         "1 prova)")
