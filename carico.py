@@ -216,8 +216,16 @@ def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
                            tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"),
                            token_stimati=stimati)
     return dict(token=len(chunk_s) if stimati else token,
-                tps=numero(timings.get("predicted_per_second")), prompt_ms=numero(timings.get("prompt_ms")),
+                tps=velocita_nello_slot(timings), prompt_ms=numero(timings.get("prompt_ms")),
                 predicted_ms=numero(timings.get("predicted_ms")), oltre=aggiunte)
+
+
+def velocita_nello_slot(timings: dict) -> Optional[float]:
+    """timings.predicted_per_second, when it is a speed. A 1-token answer has no generation step to time:
+    llama.cpp samples that token with the prompt, and sends predicted_ms 0.001, predicted_per_second 0.0
+    (measured). That 0.0 is not a speed: n/d, and left out of every mean and ratio."""
+    tps = numero(timings.get("predicted_per_second"))
+    return tps if tps is not None and tps > 0 else None
 
 
 def numero(valore, tipo=float):  # a JSON number as `tipo` (int: whole numbers only); None for anything else
@@ -979,7 +987,8 @@ TPOT e ITL; --slo latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gl
 goodput); --esatti fa generare a ogni richiesta esattamente --token token. Su un terminale una riga
 su stderr mostra la prova mentre dura (--silenzioso la spegne). --json scrive anche i nomi dei
 risultati di vLLM (bench serve); --confronta A.json B.json mette a confronto due file, cifra per
-cifra, e dice se la differenza va oltre il rumore (con --ripeti 3 in ogni file).
+cifra, e dice se la differenza va oltre il rumore (con --ripeti 3 in ogni file); due file senza un
+carico in comune (per esempio uno con --stream e uno senza) non si confrontano: uscita 2.
 
 Il prezzo del parallelismo: con --turni K ognuno dei --parallele utenti tiene una conversazione di K
 turni (con --sistema N, un prompt di sistema di N token), finché il contesto dello slot non basta
@@ -1034,8 +1043,11 @@ def token_o_intervallo(testo: str):
 
 def intervallo_token(testo: str) -> Tuple[int, int]:
     da, _, a = testo.partition("-")
-    if not (da.isdigit() and a.isdigit()) or not 0 < int(da) <= int(a):
+    if not (da.isdigit() and a.isdigit()):
         raise argparse.ArgumentTypeError(f"'{testo}' non è un intervallo di token (per esempio 16-64)")
+    if not 0 < int(da) <= int(a):
+        raise argparse.ArgumentTypeError(f"'{testo}': MIN-MAX vuole MIN almeno 1 e non più di MAX (per esempio "
+                                         f"{min(int(da), int(a)) or 1}-{max(int(da), int(a), 1)})")
     return int(da), int(a)
 
 
@@ -1067,15 +1079,17 @@ def lunghezze_prompt(testo: str) -> List[Tuple[int, int]]:
     return lunghezze
 
 
-def lista_percentili(testo: str) -> List[int]:
-    """`50,90,95,99`: distinct whole percentiles between 1 and 99."""
+def lista_percentili(testo: str) -> List[Union[int, float]]:
+    """`50,90,99.9`: distinct percentiles above 0 and below 100, with at most two decimals (99.99); a whole
+    one stays an int (p99, not p99.0)."""
     try:
-        percentili = [int(v) for v in testo.split(",")]
+        percentili = [float(v) for v in testo.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{testo}' non è una lista di percentili (per esempio 50,90,99)") from None
-    if not all(0 < p < 100 for p in percentili) or len(set(percentili)) < len(percentili):
-        raise argparse.ArgumentTypeError(f"'{testo}': percentili interi fra 1 e 99, ognuno una volta")
-    return percentili
+        raise argparse.ArgumentTypeError(f"'{testo}' non è una lista di percentili (per esempio 50,90,99.9)") from None
+    if not all(0 < p < 100 and round(p, 2) == p for p in percentili) or len(set(percentili)) < len(percentili):
+        raise argparse.ArgumentTypeError(f"'{testo}': percentili fra 0 e 100 (esclusi), al più con due decimali "
+                                         "(99.99), ognuno una volta")
+    return [int(p) if p == int(p) else p for p in percentili]
 
 
 def obiettivi_slo(testo: str) -> Dict[str, float]:
@@ -1196,8 +1210,9 @@ OPZIONI_OLTRE = (
         (("--esatti",), dict(action="store_true", help="ignore_eos: ogni richiesta genera esattamente --token "
                              "token, così le prove si confrontano")),
         (("--percentili",), dict(type=lista_percentili, metavar="P",
-                                 help="quali percentili mostrare (per esempio 50,90,95,99; default: 50,90,99 in "
-                                      "--dettagli, 50,90 nella tabella di una griglia)")),
+                                 help="quali percentili mostrare con --dettagli, nel file di --json e nella tabella "
+                                      "di una griglia con --stream (per esempio 50,90,99.9; default: 50,90,99 in "
+                                      "--dettagli, 50,90 nella tabella)")),
         (("--silenzioso",), dict(action="store_true", help="niente riga dal vivo su stderr durante la prova")),
     ]),
     ("vedere la prova", None, [
@@ -1323,7 +1338,7 @@ class OpzioniOltre(NamedTuple):
     riscaldamento: int = 0  # warm-up requests before the first run on each server
     silenzioso: bool = False  # no live line
     confronta: Optional[tuple] = None  # --confronta: ((name, its runs as --json saved them), the same for B)
-    percentili: Optional[List[int]] = None  # --percentili: which ones --dettagli and a sweep's table show
+    percentili: Optional[List[Union[int, float]]] = None  # --percentili: which ones --dettagli and a sweep's table show
     capacita: Optional[float] = None  # --capacita: the share of requests (%) that must meet --slo
 
 
@@ -1465,7 +1480,13 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
     punti = len(piani) * len(np or [None])
     if punti > MAX_PUNTI and not a.forza:
         errore(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
+    griglia_con_flussi = a.stream and (len(piani) > 1 or len(np or []) > 1)  # its table shows them
+    if a.percentili is not None and not (a.dettagli or a.json or griglia_con_flussi):
+        errore("--percentili sceglie i percentili di --dettagli (e del file di --json, e della tabella di una griglia "
+               "con --stream): da solo non cambia nulla; aggiungi --dettagli")
     confronta = tuple((f, prove_salvate(f, errore)) for f in a.confronta) if a.confronta else None
+    if confronta and senza_carico_comune(*confronta):  # nothing to compare: the files given must change
+        errore(senza_carico_comune(*confronta).replace("confronto: ", "--confronta: ", 1))
     extra_sessione = OpzioniOltre(a.ripeti, a.tabella, a.grafico, a.spiega, a.svg, a.json, a.csv, a.avvia, np,
                                   a.dettagli, a.slo, a.riscaldamento, a.silenzioso, confronta, a.percentili, a.capacita)
     return piani, opzioni._replace(api_key=a.api_key or opzioni.api_key, attesa_pronto=a.attesa, oltre=extra_sessione)
@@ -1481,6 +1502,8 @@ class SessioneOltre:
     def __init__(self, sessione: Sessione):
         self.sessione, self.opzioni = sessione, sessione.opzioni.oltre
         self.capacita: List[dict] = []  # --capacita: each server's answer and its points, for --json
+        self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
+        self.log_da = 0  # where the current run's lines begin in its log
 
     def esegui(self) -> None:
         """For each server (the one at --url; with --avvia, one started per --np value): warm it up,
@@ -1523,10 +1546,12 @@ class SessioneOltre:
             return
         url = self.sessione.opzioni
         with ServerAvviato(self.opzioni.avvia, configurazione, url.url, url.attesa_pronto, sys.stderr) as server:
+            self.avviato = server
             deciso = server.decisioni()
             print(riga_decisioni(configurazione, deciso), flush=True)
             yield configurazione._replace(deciso=deciso, kv_unificata=configurazione.kv_unificata or bool(
                 deciso.kv_unificata))
+            self.avviato = None
             # A request that failed may have seen the server die before its process had finished exiting.
             fallite = any(not r.riuscita for p in self.sessione.prove[-1:] for r in p.esecuzione.risultati)
             server.controlla(f"il server (-np {configurazione.etichetta}) si è fermato durante la prova",
@@ -1535,6 +1560,8 @@ class SessioneOltre:
     def intestazione(self, piano: Piano, configurazione: Optional[Configurazione], ripetizione: int) -> None:
         """Before a run: which point of a sweep (every value that varies, np included), which repeat."""
         piani, np = self.sessione.piani, self.opzioni.np or [None]
+        if self.avviato is not None and self.avviato.log is not None:  # the run's own lines of the server's log
+            self.log_da = os.path.getsize(self.avviato.log.name)
         totale = len(piani) * len(np)
         if totale > 1 and ripetizione == 0:
             n_punto = np.index(configurazione) * len(piani) + piani.index(piano) + 1
@@ -1542,6 +1569,15 @@ class SessioneOltre:
             print(f"punto {n_punto} di {totale}: {descrizione}")
         if self.opzioni.ripeti > 1:
             print(f"prova {ripetizione + 1} di {self.opzioni.ripeti}")
+
+    def log_della_prova(self) -> Optional[str]:
+        """--avvia: what the server logged during the run just ended (at -lv 4: how it reused its cache)."""
+        if self.avviato is None or self.avviato.log is None or self.avviato.proc.poll() is not None:
+            return None
+        self.avviato.log.flush()
+        with open(self.avviato.log.name, encoding="utf-8", errors="replace") as f:
+            f.seek(self.log_da)
+            return f.read()
 
     def osservatore(self, diretta: Optional[Diretta]) -> Osservatore:
         """Who watches a run's /slots readings: each slot's context, and the live line unless --silenzioso."""
@@ -1557,7 +1593,7 @@ class SessioneOltre:
         """What the extras print after a run's lab lines: its pace, its conversations, every figure, the
         SLO, its picture, its explanation; then their notes on stderr."""
         o, piano = self.opzioni, extra(prova.piano)
-        righe = (righe_ritmo(prova) if piano.al_tempo else []) + righe_prompt_esatti(prova)
+        righe = (righe_ritmo(prova) if piano.al_tempo else []) + righe_prompt_esatti(prova, self.log_della_prova())
         if piano.turni:
             righe += [""] + righe_conversazioni(prova)
         if o.dettagli:
@@ -1613,6 +1649,9 @@ def note(prova: Prova) -> List[str]:
                     f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
                     "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
                     "Riavvia il server prima di ripetere la prova")
+    kv_piena = frase_kv_piena(prova)  # step 5's cost: a shared buffer that four long requests exhaust
+    if kv_piena:
+        testi.append(kv_piena)
     return testi
 
 
@@ -2203,13 +2242,17 @@ METODO = 'statistics.quantiles(method="inclusive")'  # the one percentile method
 CHIAVI_SLO = {"latenza": "latenza", "ttft": "primo token", "tpot": "TPOT"}
 
 
-def percentile(valori: List[float], p: int) -> Optional[float]:
-    """The p-th percentile, by statistics.quantiles(method="inclusive"): the method used everywhere."""
+def percentile(valori: List[float], p: Union[int, float]) -> Optional[float]:
+    """The p-th percentile, by statistics.quantiles(method="inclusive"): the method used everywhere. A
+    percentile with decimals (99.9) is a cut of a finer grid (n=1000), by the same method."""
     import statistics
 
     if len(valori) < 2:
         return valori[0] if valori else None
-    return statistics.quantiles(valori, n=100, method="inclusive")[p - 1]
+    n = 100
+    while abs(p * n / 100 - round(p * n / 100)) > 1e-6:
+        n *= 10
+    return statistics.quantiles(valori, n=n, method="inclusive")[round(p * n / 100) - 1]
 
 
 def valori_figure(prova: Prova) -> Dict[str, List[float]]:
@@ -3481,7 +3524,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
                       "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
                       "trattenute_dal_tetto": extra(p.esecuzione).trattenute,
                       "inviate": p.esecuzione.n_richieste} if extra(p.piano).al_tempo else None,
-            "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": p.info.kv_unificata,
+            "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": kv_condivisa(p),
                        "props": p.info.props},
             "macchina": p.macchina._asdict() if p.macchina else None,
             "riepilogo": {**p.riepilogo._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda},
@@ -3578,7 +3621,7 @@ def spiegazione(prova: Prova) -> List[str]:
                      f"{s.throughput / media_slot:.1f} volte la velocità media di uno slot.")
     if info.n_ctx_slot is not None:
         frase = (f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified)"
-                 if info.kv_unificata else f"Ogni slot aveva {info.n_ctx_slot} token di contesto")
+                 if kv_condivisa(prova) else f"Ogni slot aveva {info.n_ctx_slot} token di contesto")
         prompt = [extra(r).token_prompt for r in ok if extra(r).token_prompt is not None]
         if prompt:
             frase += (f"; il prompt più lungo ne ha usati {max(prompt)} più {max(r.token or 0 for r in ok)} generati: "
@@ -3757,9 +3800,12 @@ FIGURE_CONFRONTO = (
     ("primo token p50 (s)", ("dettagli", "figure_s", "primo token", "p50"), 1),
     ("TPOT p50 (ms)", ("dettagli", "figure_s", "TPOT", "p50"), 1000),
 )
-# What makes two runs the same load (np apart: the servers are what is compared).
-CARICO_DI_UNA_PROVA = ("parallele", "max_token", "token_minimo", "richieste", "ritmo", "arrivi", "durata", "stream",
-                       "esatti", "turni", "sistema", "prompt_token", "prefisso", "nome_dataset")
+# What makes two runs the same load (np apart: the servers are what is compared), and the flag that sets it.
+OPZIONI_DI_CARICO = {"parallele": "--parallele", "max_token": "--token", "token_minimo": "--token MIN",
+                     "richieste": "--richieste", "ritmo": "--ritmo", "arrivi": "--arrivi", "durata": "--durata",
+                     "stream": "--stream", "esatti": "--esatti", "turni": "--turni", "sistema": "--sistema",
+                     "prompt_token": "--prompt-token", "prefisso": "--prefisso", "nome_dataset": "--dataset"}
+CARICO_DI_UNA_PROVA = tuple(OPZIONI_DI_CARICO)
 
 
 def prove_salvate(percorso: str, errore) -> List[dict]:
@@ -3831,8 +3877,7 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
     coppie = [(ga, gb) for (carico_a, _), ga in gruppi_a.items() for (carico_b, _), gb in gruppi_b.items()
               if carico_a == carico_b]
     if not coppie:
-        return [f"confronto: {nome_a} e {nome_b} non hanno un carico in comune (stesse opzioni, --np a parte): "
-                f"A ha {'; '.join(map(descrivi_prove, gruppi_a.values()))}, B {'; '.join(map(descrivi_prove, gruppi_b.values()))}"]
+        return [senza_carico_comune(a, b)]
     righe = []
     for gruppo_a, gruppo_b in coppie:
         righe += [f"confronto: A = {nome_a} ({descrivi_prove(gruppo_a)}), B = {nome_b} ({descrivi_prove(gruppo_b)})",
@@ -3849,7 +3894,31 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
         if not confrontate:
             righe.append("  nessuna cifra che abbiano tutti e due (nessuna richiesta riuscita?)")
         righe.append("")
+    sole = [f"{nome} ({descrivi_prove(g)})" for nome, gruppi_di, altri in ((nome_a, gruppi_a, gruppi_b),
+                                                                         (nome_b, gruppi_b, gruppi_a))
+            for (quale, _), g in gruppi_di.items() if quale not in {c for c, _ in altri}]
+    if sole:  # a load only one file measured: said, never compared
+        righe += [f"non confrontate, senza lo stesso carico nell'altro file: {'; '.join(sole)}", ""]
     return righe[:-1]
+
+
+def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Optional[str]:
+    """When no run of A has the load of a run of B: which options differ, and their values in each file
+    (a file with several loads: all of them); None when they have one in common."""
+    (nome_a, prove_a), (nome_b, prove_b) = a, b
+    if {carico_salvato(p) for p in prove_a} & {carico_salvato(p) for p in prove_b}:
+        return None
+
+    def valori(prove: List[dict], chiave: str) -> List[str]:  # as the flag would say them
+        letti = {json.dumps(p.get("piano", {}).get(chiave) if isinstance(p.get("piano"), dict) else None)
+                 for p in prove}
+        return sorted({"no" if v in ("null", "false") else "sì" if v == "true" else
+                       "-".join(map(str, json.loads(v))) if v.startswith("[") else v.strip('"') for v in letti})
+    diverse = [f"{flag} (A {', '.join(va)}, B {', '.join(vb)})" for chiave, flag in OPZIONI_DI_CARICO.items()
+               for va, vb in [(valori(prove_a, chiave), valori(prove_b, chiave))] if va != vb]
+    return (f"confronto: {nome_a} e {nome_b} non hanno un carico in comune (stesse opzioni, --np a parte), e non si "
+            f"confrontano: " + ("differiscono " + "; ".join(diverse) if diverse else "le prove di ciascuno differiscono "
+                                "fra loro"))
 
 
 def descrivi_prove(prove: List[dict]) -> str:
@@ -3946,7 +4015,7 @@ def righe_contesto(prova: Prova) -> List[str]:
                  f"/slots, ogni {prova.piano.intervallo:g} s):"]
         for i, (picco, n_ctx) in enumerate(contesto_fra(letture, -1.0, float("inf"))):
             righe.append(f"    slot {i}: {picco} di {n_ctx} token ({picco / n_ctx:.0%})")
-    if prova.info.kv_unificata and any(c.occupati for c in letture):
+    if kv_condivisa(prova) and any(c.occupati for c in letture):
         chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
         righe.append(f"    somma sugli slot: {chiesti} token chiesti al buffer che condividono (--kv-unified), "
                      f"di {n_ctx} ({chiesti / n_ctx:.0%})")
@@ -3977,7 +4046,7 @@ def righe_riempimento(prova: Prova, marche: Dict[str, str], etichetta: int, colo
     righe = [f"{f'ctx {i}':<{etichetta}}" + "".join(" " if c is None or i >= len(c) else livello(*c[i], marche)
                                                      for c in celle).rstrip() for i in range(n_slot)]
     voce = f"{marche['livelli'][1]}..{marche['livelli'][8]} contesto dello slot fino a n_ctx {n_ctx} (/slots)"
-    if prova.info.kv_unificata:
+    if kv_condivisa(prova):
         righe.append(f"{'ctx tutti':<{etichetta}}" + "".join(
             " " if c is None else livello(min(n_ctx, somma(c)), n_ctx, marche) for c in celle).rstrip())
         voce += "; tutti: la somma, fino al buffer condiviso"
@@ -3993,7 +4062,7 @@ def svg_riempimento(prova: Prova, y: int, sinistra: int, scala: float) -> Tuple[
     parti, alto, fine = [], 18, fine_asse(prova.esecuzione)
     corsie = [(f"ctx {i}", f"slot {i}", n_ctx, lambda c, i=i: c.contesto[i][0] if i < len(c.contesto) else 0)
               for i, (_, n_ctx) in enumerate(letture[0].contesto)]
-    if prova.info.kv_unificata:
+    if kv_condivisa(prova):
         corsie.append(("tutti", "tutti gli slot", letture[0].contesto[0][1], lambda c: somma(c.contesto)))
     for etichetta, nome, n_ctx, tenuti_di in corsie:
         parti.append(f'<text x="4" y="{y + 13}">{etichetta}</text>')
@@ -4212,10 +4281,13 @@ def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
                            if isinstance(t, dict)
                            and t.get("from") in ("human", "user") and isinstance(t.get("value"), str) and t["value"]), None)
                      for c in intero if isinstance(c, dict)]
+        senza = len(intero) - sum(1 for r in richieste if r)
         richieste = tuple((r, None, None) for r in richieste if r)
         if not richieste:
             errore(f"--dataset: '{percorso}' non ha conversazioni con una domanda (il formato di ShareGPT)")
-        return richieste, "ShareGPT"
+        return richieste, "ShareGPT" + (f"; {quante(senza, 'conversazione', 'conversazioni')} su {len(intero)} senza "
+                                        f"una domanda (from human), {'saltata' if senza == 1 else 'saltate'}"
+                                        if senza else "")
     richieste = []
     for n, riga in enumerate(testo.splitlines(), 1):
         if not riga.strip():
@@ -4255,7 +4327,7 @@ def voce_dataset(voce, dove: str, errore) -> tuple:
     return (testo if isinstance(testo, str) else tuple((m["role"], m["content"]) for m in testo)), massimo, orario
 
 
-def righe_prompt_esatti(prova: Prova) -> List[str]:
+def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
     """After a run with --token MIN-MAX: the tokens asked and generated. With --dataset: how many of its
     requests were sent. With --prefisso: how many prompt tokens the server took from its cache. With
     --prompt-token: the prompts' lengths asked, and what the chat template added, measured as the
@@ -4274,9 +4346,7 @@ def righe_prompt_esatti(prova: Prova) -> List[str]:
         if dalla_cache:
             righe.append((f"prefisso comune di {prefisso} token" if prefisso else "nessun prefisso comune, per confronto")
                          + f" (cache_prompt acceso): dalla cache {media(dalla_cache):.0f} token di prompt per richiesta "
-                         f"in media ({da_a(dalla_cache)}"
-                         + ("; la prima su uno slot libero non trova il prefisso)" if prefisso and min(dalla_cache) < prefisso / 2
-                            else ")"))
+                         f"in media ({da_a(dalla_cache)})" + perche_senza_prefisso(prova, log))
     misurati = [r for r in prova.esecuzione.riuscite if extra(r).prompt_esatto and extra(r).token_prompt]
     if not misurati:
         return righe
@@ -4286,6 +4356,47 @@ def righe_prompt_esatti(prova: Prova) -> List[str]:
     return righe + [f"prompt: {da_a(chiesti)} token" + (f" (a caso, seme {extra(prova.piano).seme or 0})" if a_caso else "")
                     + f", contati dal tokenizzatore del server; il template della chat ne aggiunge {da_a(sopra)} "
                     f"(prompt_tokens {da_a([extra(r).token_prompt for r in misurati])})"]
+
+
+def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
+    """--prefisso: of the requests that reused less than half the prefix, what the evidence says. Those a slot
+    took before any other request's prompt was computed could not find it (no slot held it yet). For the
+    others, the server's
+    log (--avvia starts it at -lv 4): this llama.cpp says when it restored a context checkpoint or processed
+    the whole prompt again, which it does for a model with sliding-window layers (gemma-3), whose cache cannot
+    be cut back to a common prefix. Without the log carico does not know why, and says only what it saw."""
+    prefisso, ok = extra(prova.piano).prefisso, prova.esecuzione.riuscite
+    poche = [r for r in ok if extra(r).token_cache is not None and extra(r).token_cache < (prefisso or 0) / 2]
+    if not poche:
+        return ""
+    fine_prompt = {r.indice: r.fine - r.predicted_ms / 1000 for r in ok if r.predicted_ms is not None}
+
+    def prima_di_ogni_prefisso(r: Risultato) -> bool:  # its slot began before any other had the prompt computed
+        inizio = in_slot(r)
+        return inizio is not None and all(inizio[0] < t for i, t in fine_prompt.items() if i != r.indice)
+    presto = [r for r in poche if prima_di_ogni_prefisso(r)]
+    frase = f"; {len(poche)} su {len(ok)} ne hanno presi meno della metà del prefisso"
+    if len(presto) == len(poche):
+        return frase + (": i loro slot le hanno prese prima che un altro avesse calcolato il prefisso" if len(poche) > 1
+                        else ": il suo slot l'ha presa prima che un altro avesse calcolato il prefisso")
+    import re
+
+    prese_prima = f" ({len(presto)} prese da uno slot prima che un altro avesse calcolato il prefisso)" if presto else ""
+    ripristini = [int(n) for n in re.findall(r"restored context checkpoint \(.*?n_tokens = (\d+)", log or "")]
+    da_capo = len(re.findall(r"forcing full prompt re-processing", log or ""))
+    if not ripristini and not da_capo:
+        return frase + prese_prima + (": il log del server non dice perché" if log is not None else
+                                      ": le risposte non dicono perché (con --avvia carico legge il log del server, "
+                                      "che lo dice)")
+    visto = "; ".join(([f"ha ripristinato un checkpoint del contesto {quante(len(ripristini), 'volta', 'volte')} "
+                        f"(restored context checkpoint, n_tokens {da_a(ripristini)})"] if ripristini else [])
+                      + ([f"ha ricalcolato tutto il prompt {quante(da_capo, 'volta', 'volte')} (forcing full prompt "
+                          "re-processing)"] if da_capo else []))
+    deciso = prova.configurazione.deciso if prova.configurazione else None
+    swa = deciso is not None and any(nome == "SWA" for nome, *_ in deciso.cache_kv)
+    return (frase + prese_prima + f": il log del server dice che {visto}, e da lì ha ricalcolato il prompt"
+            + ("; il modello ha strati a finestra scorrevole (la cache SWA nel log), la cui cache non si accorcia al "
+               "prefisso comune: si riusa solo fino a un checkpoint" if swa else ""))
 
 
 # The two ways this llama.cpp says a request did not fit: the slot's context (400, when a slot takes it),
@@ -4299,10 +4410,42 @@ def contesto_finito(r: Risultato) -> Optional[str]:
     return next((tipo for chiave, tipo in CONTESTO_FINITO.items() if r.errore and chiave in r.errore), None)
 
 
-def perche_finito(r: Risultato, info: InfoServer) -> str:
-    """Why a conversation stopped, in Italian: a full KV cache is the shared buffer only when it is known."""
-    return {"slot": "il contesto dello slot è finito", "kv": "il buffer KV condiviso è pieno" if info.kv_unificata
-            else "il server non ha trovato posto nella cache KV"}.get(contesto_finito(r), "è fallito")
+def kv_condivisa(prova: Prova) -> bool:
+    """The slots share one KV buffer (--kv-unified): --avvia started the server so, or the server said it
+    with a 500 "Context size has been exceeded.", which this llama.cpp sends only from a shared buffer
+    (without --kv-unified each slot has its own, and a prompt too long gets the 400 when a slot takes it)."""
+    return prova.info.kv_unificata or any(contesto_finito(r) == "kv" for r in prova.esecuzione.risultati)
+
+
+def perche_finito(r: Risultato) -> str:
+    """Why a conversation stopped, in Italian."""
+    return {"slot": "il contesto dello slot è finito", "kv": "il buffer KV condiviso fra gli slot (--kv-unified) è pieno"
+            }.get(contesto_finito(r), "è fallito")
+
+
+def frase_kv_piena(prova: Prova) -> Optional[str]:
+    """What a 500 "Context size has been exceeded." means, said once after the run, whoever started the server."""
+    piene = [r for r in prova.esecuzione.risultati if contesto_finito(r) == "kv"]
+    if not piene or extra(prova.piano).turni:  # conversations say it on their own lines
+        return None
+    buffer = f"dei suoi {prova.info.n_ctx_slot} token" if prova.info.n_ctx_slot else "del buffer"
+    return (f"{quante(len(piene), 'richiesta è fallita', 'richieste sono fallite')} con HTTP 500 \"Context size has been "
+            "exceeded.\": questo llama.cpp lo risponde solo quando gli slot condividono un buffer KV (--kv-unified) e "
+            f"le richieste in volo insieme chiedono più {buffer}: fallisce ogni richiesta in volo, nessuna aspetta in "
+            "coda. Senza --kv-unified ogni slot ha il suo contesto; con meno richieste insieme (--parallele) o prompt "
+            "più corti il buffer basta")
+
+
+def cache_ereditata(prova: Prova) -> List[Risultato]:
+    """--turni: the first turns that reused more than the chat template's opening from a slot's cache
+    before any answer of this run had come back: nothing of this run could be there yet, so it was left
+    by an earlier run on the same server (the system prompt and the first questions are the same)."""
+    prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)
+    return [r for r in prova.esecuzione.riuscite if extra(r).turno == 1 and (extra(r).token_cache or 0) > APERTURA_MAX
+            and prima_risposta is not None and r.inizio < prima_risposta]
+
+
+APERTURA_MAX = 16  # tokens a new prompt may share with any other: the chat template's opening, a few on gemma-3
 
 
 def da_a(valori: List[int]) -> str:
@@ -4315,7 +4458,7 @@ def righe_conversazioni(prova: Prova) -> List[str]:
     the cache, the latency (and the first token, with --stream); then where each conversation stopped."""
     e, piano, utenti = prova.esecuzione, extra(prova.piano), prova.piano.parallele
     stream = any(extra(r).chunk_s is not None for r in e.riuscite)
-    condiviso = " condivisi fra gli slot (--kv-unified)" if prova.info.kv_unificata else " per slot"
+    condiviso = " condivisi fra gli slot (--kv-unified)" if kv_condivisa(prova) else " per slot"
     righe = [f"conversazioni: {quante(utenti, 'utente', 'utenti')} da {quante(piano.turni, 'turno', 'turni')}"
              + (f", prompt di sistema di {piano.sistema} token" if piano.sistema else "")
              + f"; contesto {fmt(prova.info.n_ctx_slot, 'd')} token{condiviso}",
@@ -4333,7 +4476,7 @@ def righe_conversazioni(prova: Prova) -> List[str]:
         suoi = [r for r in e.risultati if extra(r).conversazione == utente]  # the user's turns that ended
         if suoi and not suoi[-1].riuscita:
             ultimo = suoi[-1]
-            righe.append(f"  utente {utente}: fermo al turno {extra(ultimo).turno}, {perche_finito(ultimo, prova.info)}: "
+            righe.append(f"  utente {utente}: fermo al turno {extra(ultimo).turno}, {perche_finito(ultimo)}: "
                          f"{ultimo.errore}")
         troncati = [r for r in suoi if r.riuscita and extra(r).finish_reason == "length" and r.token is not None
                     and r.token < prova.piano.max_token]
@@ -4342,6 +4485,17 @@ def righe_conversazioni(prova: Prova) -> List[str]:
                 extra(r).token_prompt + r.token >= prova.info.n_ctx_slot - 1)
             righe.append(f"  utente {utente}: al turno {extra(r).turno} la risposta si è fermata a {r.token} token di "
                          f"{prova.piano.max_token}" + (": lo slot era pieno" if pieno else "") + " (finish_reason length)")
+    ereditata = cache_ereditata(prova)
+    if ereditata:
+        righe.append(f"  al turno 1 {quante(len(ereditata), 'richiesta ha', 'richieste hanno')} preso dalla cache "
+                     f"{da_a([extra(r).token_cache for r in ereditata])} token prima che questa prova avesse una "
+                     "risposta: vengono da una prova precedente sullo stesso server, e quei turni ne escono più veloci; "
+                     "per una prova da zero riavvia il server")
+    letture = letture_contesto(prova)
+    if any(contesto_finito(r) == "kv" for r in e.risultati) and any(c.occupati for c in letture):
+        chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
+        righe.append(f"  il buffer condiviso: le letture di /slots hanno visto gli slot chiedergli insieme fino a "
+                     f"{chiesti} token di {n_ctx} ({chiesti / n_ctx:.0%})")
     in_fondo = sum(1 for u in range(utenti) if any(extra(r).conversazione == u and extra(r).turno == piano.turni
                                                    for r in e.riuscite))
     finite = sum(1 for r in e.risultati if contesto_finito(r))
@@ -4413,46 +4567,61 @@ def da_confrontare(prove: List[Prova]) -> Optional[Configurazione]:
     return next((c for c in avviate if c.np == CONVERSAZIONI_RAM), avviate[0]) if avviate else None
 
 
-def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[Optional[Decisioni], str]:
-    """The same server (same -np, same --kv-unified) started once more at the question's context, only
-    -c changed, and what its log says it allocated; or None and why not (a failed start is not the
-    session's failure: a large model may not fit at -c 16384)."""
+# The question's own servers: -np 4 at -c 16384, each slot 4096; and the same with one shared buffer.
+SERVER_RAM = (Configurazione(CONVERSAZIONI_RAM), Configurazione(CONVERSAZIONI_RAM, kv_unificata=True))
+
+
+def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Configurazione, Optional[Decisioni]]], str]:
+    """The question's servers (SERVER_RAM), whatever --np the session ran: --avvia's command started with
+    their -np and -c 16384, one at a time, and what each log says it allocated; a start that fails is None,
+    with why (not the session's failure: a large model may not fit at -c 16384)."""
     if prima.deciso.kv_mib is None:
-        return None, "il log del server non scrive la cache KV (questo llama.cpp la scrive da -lv 4)"
-    comando = con_contesto(opzioni.oltre.avvia, CONVERSAZIONI_RAM * TOKEN_RAM)
-    try:
-        with ServerAvviato(comando, prima._replace(deciso=None), opzioni.url, opzioni.attesa_pronto,
-                           sys.stderr) as server:
-            return server.decisioni(), ""
-    except ErroreUtente as exc:
-        return None, f"il server non è partito con -c {CONVERSAZIONI_RAM * TOKEN_RAM}: {str(exc).splitlines()[0]}"
+        return [], "il log del server non scrive la cache KV (questo llama.cpp la scrive da -lv 4)"
+    comando, misurate, perche = con_contesto(opzioni.oltre.avvia, CONVERSAZIONI_RAM * TOKEN_RAM), [], ""
+    for configurazione in SERVER_RAM:
+        try:
+            with ServerAvviato(comando, configurazione, opzioni.url, opzioni.attesa_pronto, sys.stderr) as server:
+                misurate.append((configurazione, server.decisioni()))
+        except ErroreUtente as exc:
+            misurate.append((configurazione, None))
+            perche = perche or (f"il server non è partito con {' '.join(configurazione.argomenti())} -c "
+                                f"{CONVERSAZIONI_RAM * TOKEN_RAM}: {str(exc).splitlines()[0]}")
+    return misurate, perche
 
 
-def righe_ram(prima: Configurazione, grande: Optional[Decisioni], perche_nd: str) -> List[str]:
-    """--spiega with --avvia: the lab's RAM question answered from measurements. The KV cache of a model
+def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Optional[Decisioni]]],
+              perche_nd: str) -> List[str]:
+    """--spiega with --avvia: the lab's RAM question answered from measurements, for the question's own
+    servers (-np 4 -c 16384, and with --kv-unified), against the session's server. The KV cache of a model
     with sliding-window layers (gemma-3) does not grow in proportion to -c, so nothing is extrapolated:
-    `grande` is what the server allocated when started again at the asked context."""
+    each figure is what a server allocated when started at the asked context."""
     d, chiesto = prima.deciso, CONVERSAZIONI_RAM * TOKEN_RAM
     n_ctx = None if d.n_ctx_slot is None else d.n_ctx_slot * (1 if d.kv_unificata else d.n_slot or 1)
     righe = [f"La domanda del lab: {CONVERSAZIONI_RAM} conversazioni da {TOKEN_RAM} token.",
              f"  Servono -c {chiesto}: {CONVERSAZIONI_RAM} slot da {TOKEN_RAM} (-np {CONVERSAZIONI_RAM}), o lo stesso "
              f"-c con --kv-unified, dove però le conversazioni si contendono un solo buffer."]
-    if grande is None or grande.kv_mib is None or not n_ctx:
+    misurate_ok = [(c, g) for c, g in misurate if g is not None and g.kv_mib is not None]
+    if not misurate_ok or not n_ctx or not d.kv_mib:
         return righe + [f"  La cache KV: n/d ({perche_nd or 'il log del server non la scrive'})."]
-    crescita = grande.kv_mib / d.kv_mib
-    righe += [f"  La cache KV, misurata: con -c {n_ctx} (-np {prima.etichetta}) il server ha allocato {d.kv_mib:.2f} "
-              f"MiB; avviato di nuovo con -c {chiesto}, {grande.kv_mib:.2f} MiB ({grande.kv_mib - d.kv_mib:+.2f} MiB): "
-              f"x{crescita:.1f} per x{chiesto / n_ctx:g} token di contesto."]
-    if chiesto > n_ctx:
-        in_piu = (grande.kv_mib - d.kv_mib) * 1024 / (chiesto - n_ctx)  # KiB per token, between the two starts
-        righe.append(f"  Per token di contesto: {d.kv_mib * 1024 / n_ctx:.1f} KiB in media a -c {n_ctx}; ogni token "
-                     f"in più fino a -c {chiesto} ne costa {in_piu:.1f} KiB (la differenza fra i due avvii).")
+    righe.append(f"  La cache KV, misurata: il server di questa sessione (-np {prima.etichetta}, -c {n_ctx}) ha allocato "
+                 f"{d.kv_mib:.2f} MiB; avviato con -c {chiesto}:")
     ferme = []  # the sliding-window caches that did not grow with the context
-    for (nome, mib, celle, strati), (_, mib_g, celle_g, _) in zip(d.cache_kv, grande.cache_kv):
-        righe.append(f"    cache {nome} ({strati} strati): {mib:.2f} -> {mib_g:.2f} MiB, {celle} -> {celle_g} celle "
-                     "per flusso")
-        if nome == "SWA" and celle_g < 0.9 * celle * chiesto / n_ctx:
-            ferme.append(f"la cache SWA ({strati} strati) si ferma a {celle_g} celle")
+    for c, g in misurate:
+        nome_server = " ".join(c.argomenti())
+        if g is None or g.kv_mib is None:
+            righe.append(f"    {nome_server}: n/d ({perche_nd or 'il log del server non la scrive'})")
+            continue
+        righe.append(f"    {nome_server}: {g.kv_mib:.2f} MiB ({g.kv_mib - d.kv_mib:+.2f} MiB, x{g.kv_mib / d.kv_mib:.1f}"
+                     f" per x{chiesto / n_ctx:g} token di contesto)")
+        globali = max((celle for nome, _, celle, _ in g.cache_kv if nome != "SWA"), default=None)
+        for nome, mib, celle, strati in g.cache_kv:
+            righe.append(f"      cache {nome} ({strati} strati): {mib:.2f} MiB, {celle} celle per flusso")
+            if nome == "SWA" and globali and celle < 0.9 * globali:
+                ferme.append(f"con {nome_server} la cache SWA ({strati} strati) si ferma a {celle} celle")
+        if (c.np, c.kv_unificata) == (prima.np, prima.kv_unificata) and chiesto > n_ctx:  # the same server, only -c
+            in_piu = (g.kv_mib - d.kv_mib) * 1024 / (chiesto - n_ctx)  # KiB per token, between the two starts
+            righe.append(f"      per token di contesto: {d.kv_mib * 1024 / n_ctx:.1f} KiB in media a -c {n_ctx}; ogni "
+                         f"token in più fino a -c {chiesto} ne costa {in_piu:.1f} KiB (la differenza fra i due avvii)")
     if ferme:
         righe.append(f"  Non cresce come il contesto: {'; '.join(ferme)}, perché quegli strati guardano solo una "
                      "finestra scorrevole degli ultimi token; cresce la cache degli strati che guardano tutto il "

@@ -233,6 +233,9 @@ class FakeLlama:
                 self.tokens_predicted_total += max_tokens
                 self.prompt_tokens_total += n_prompt
             prompt_ms, predicted_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
+            velocita = max_tokens / max(t2 - t1, 1e-9)
+            if max_tokens == 1:  # as llama.cpp: the one token is sampled with the prompt, no step to time
+                prompt_ms, predicted_ms, velocita = (t2 - t0) * 1000, 0.001, 0.0
             return 200, {
                 "choices": [{"finish_reason": finish, "index": 0,
                              "message": {"role": "assistant", "content": " ".join(["parola"] * max_tokens)}}],
@@ -245,7 +248,7 @@ class FakeLlama:
                             "prompt_per_second": n_prompt / max(t1 - t0, 1e-9),
                             "predicted_n": max_tokens, "predicted_ms": predicted_ms,
                             "predicted_per_token_ms": predicted_ms / max(max_tokens, 1),
-                            "predicted_per_second": max_tokens / max(t2 - t1, 1e-9)},
+                            "predicted_per_second": velocita},
             }
         finally:
             self.lascia_slot(slot)
@@ -436,7 +439,8 @@ def righe_kv(config: Config, swa: bool = True) -> List[str]:
     (without `swa`: one cache of 18 layers, all global, as a model without sliding windows)."""
     flussi = 1 if config.kv_unified else config.n_slot
     celle_globali = config.n_ctx_slot
-    celle_swa = min(celle_globali, 1024 * (config.n_slot if config.kv_unified else 1))
+    # llama.cpp's SWA cache per stream: the window (512 on gemma-3-270m) per sequence it holds, plus a batch (512)
+    celle_swa = min(celle_globali, 512 * (config.n_slot if config.kv_unified else 1) + 512)
     cache = (("non-SWA", celle_globali, 3), ("    SWA", celle_swa, 15)) if swa else (("", celle_globali, 18),)
     righe = []
     for nome, celle, strati in cache:

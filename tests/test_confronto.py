@@ -114,14 +114,17 @@ def test_confronta_file_sbagliati(tmp_path, capsys, contenuto, messaggio):
 
 
 def test_confronta_mai_carichi_diversi(tmp_path, capsys):
-    """Two files of different loads get no verdict; a file of two servers (--avvia --np 1,4) is compared
-    server by server against the other's, never pooled."""
+    """Two files of different loads get no verdict (exit 2: the files given must change, issue 23); a file
+    of two servers (--avvia --np 1,4) is compared server by server against the other's, never pooled."""
     a = file_di_prove(tmp_path / "a.json", [10.0, 10.2], [1.0, 1.1], parallele=2)
     b = file_di_prove(tmp_path / "b.json", [20.0, 20.2], [1.0, 1.1], np=4, parallele=4)
-    assert carico.main(["--confronta", a, b]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith(f"confronto: {a} e {b} non hanno un carico in comune (stesse opzioni, --np a parte)")
-    assert "rumore" not in out
+    with pytest.raises(SystemExit) as uscita:
+        carico.main(["--confronta", a, b])
+    assert uscita.value.code == 2
+    out, err = capsys.readouterr()
+    assert err.splitlines()[-1].endswith(f"--confronta: {a} e {b} non hanno un carico in comune (stesse opzioni, --np "
+                                         "a parte), e non si confrontano: differiscono --parallele (A 2, B 4)")
+    assert "rumore" not in out + err
     due = json.loads((tmp_path / "b.json").read_text())
     uno = json.loads(open(file_di_prove(tmp_path / "c.json", [10.0, 10.4], [1.0, 1.1], np=1)).read())
     due["prove"] = uno["prove"] + due["prove"]  # np 1 and np 4 in one file
@@ -215,8 +218,10 @@ def test_percentili_scelti_in_dettagli_e_nel_json(fake, carica, tmp_path):
     (["--prompt-token", "64", "--turni", "2"], "--prompt-token e --turni si escludono"),
     (["--prompt-token", "64", "--seme", "2"], "--arrivi e --seme vanno usati insieme a --ritmo (o --seme con "
                                               "--prompt-token o --token MIN-MAX)"),
-    (["--percentili", "50,100"], "opzione --percentili: '50,100': percentili interi fra 1 e 99, ognuno una volta"),
-    (["--percentili", "50,50"], "opzione --percentili: '50,50': percentili interi fra 1 e 99, ognuno una volta"),
+    (["--percentili", "50,100"], "opzione --percentili: '50,100': percentili fra 0 e 100 (esclusi), al più con due "
+                                      "decimali (99.99), ognuno una volta"),
+    (["--percentili", "50,50"], "opzione --percentili: '50,50': percentili fra 0 e 100 (esclusi), al più con due "
+                                      "decimali (99.99), ognuno una volta"),
     (["--prompt-token", "100-"], "'100-' non è una lunghezza in token"),
     (["--confronta", "a.json"], "opzione --confronta: richiede 2 valori"),
 ])
@@ -376,7 +381,8 @@ def test_sharegpt_la_prima_domanda_e_richieste_che_ripartono(fake, carica, tmp_p
     rc, out, _ = carica(server.url, "--dataset", str(tmp_path / "s.json"), "--richieste", "4", "--token", "2")
     assert rc == 0
     assert sorted(server.prompts) == ["Prima domanda", "Prima domanda", "Seconda domanda", "Seconda domanda"]
-    assert f"richieste da {tmp_path / 's.json'} (ShareGPT): 2 nel file, 4 inviate" in out
+    assert (f"richieste da {tmp_path / 's.json'} (ShareGPT; 1 conversazione su 3 senza una domanda (from human), "
+            "saltata): 2 nel file, 4 inviate") in out
 
 
 @pytest.mark.parametrize("righe,messaggio", [
@@ -478,7 +484,7 @@ def test_token_min_max_a_caso_col_seme(fake, carica):
 
 
 @pytest.mark.parametrize("argomenti,messaggio", [
-    (["--token", "15-5"], "'15-5' non è un intervallo di token (per esempio 16-64)"),
+    (["--token", "15-5"], "'15-5': MIN-MAX vuole MIN almeno 1 e non più di MAX (per esempio 5-15)"),
     (["--token", "5-x"], "'5-x' non è un intervallo di token"),
     (["--token", "5-8,10"], "--token MIN-MAX vale da solo: non in una lista, non con --turni"),
     (["--token", "5-8,5-8"], "il valore (5, 8) è ripetuto nella lista '5-8,5-8'"),
@@ -520,5 +526,6 @@ def test_prefisso_su_uno_slot_gia_caldo_non_dice_che_la_prima_non_trova_nulla(fa
         rc, out, _ = carica(server.url, "--prefisso", "100", "--prompt-token", "150", "--richieste", "3", "--token", "2")
         assert rc == 0
         righe.append(next(r for r in out.splitlines() if r.startswith("prefisso comune di 100 token")))
-    assert "la prima su uno slot libero non trova il prefisso" in righe[0]
-    assert "non trova il prefisso" not in righe[1]
+    assert righe[0].endswith("; 1 su 3 ne hanno presi meno della metà del prefisso: il suo slot l'ha presa prima che "
+                             "un altro avesse calcolato il prefisso")
+    assert "meno della metà" not in righe[1]

@@ -341,8 +341,8 @@ def test_conversazioni_reali_np_4_e_kv_unified(tmp_path):
     assert all("il contesto dello slot è finito: HTTP 400 exceed_context_size_error: request (" in r for r in fermi)
     assert "il server (-np 4) ha deciso, dal suo log: 4 slot, n_ctx per slot 512, kv_unified false, cache KV 36.00 MiB" in out
     assert "il server (-np 4 kv) ha deciso, dal suo log: 4 slot, n_ctx per slot 2048, kv_unified true" in out
-    pieno = [r for r in kv.splitlines() if "il buffer KV condiviso è pieno: HTTP 500 server_error: Context size has "
-             "been exceeded." in r]
+    pieno = [r for r in kv.splitlines() if "il buffer KV condiviso fra gli slot (--kv-unified) è pieno: HTTP 500 "
+             "server_error: Context size has been exceeded." in r]
     assert pieno, kv
     assert "| 4 | 512 | 36.00 | " in out and "| 4 kv | 2048 | 36.00 | " in out
     assert "<title>n_ctx 512</title>" in (tmp_path / "c.svg").read_text()
@@ -368,19 +368,23 @@ def test_una_conversazione_con_2048_token_arriva_in_fondo(llama):
 
 
 def test_np_auto_e_la_domanda_della_ram_reale():
-    """--np auto: the server started without -np says what it decided; --spiega starts it once more (still
-    without -np) at -c 16384 and reads the KV cache it allocated (gemma-3's sliding-window layers: not 8
-    times as much)."""
+    """--np auto: the server started without -np says what it decided; --spiega then starts the question's
+    servers, -np 4 -c 16384 and -np 4 --kv-unified -c 16384, whatever --np the session ran, and reads the KV
+    cache each allocated (gemma-3's sliding-window layers: not 8 times as much; one shared SWA cache is
+    smaller than four of their own)."""
     url = f"http://127.0.0.1:{porta_libera()}"
     rc, out, err = carico_cli(url, "--avvia", comando_reale(), "--np", "auto", "--richieste", "2", "--token", "4",
                               "--spiega", timeout=600)
     assert rc == 0, out + err
     assert out.splitlines()[0] == ("il server (-np auto) ha deciso, dal suo log: 4 slot, n_ctx per slot 2048, "
                                    "kv_unified true, cache KV 36.00 MiB")
-    (riga,) = [r for r in out.splitlines() if r.startswith("  La cache KV, misurata: ")]
-    assert "con -c 2048 (-np auto) il server ha allocato 36.00 MiB; avviato di nuovo con -c 16384, " in riga, out
-    assert "  Non cresce come il contesto: la cache SWA (15 strati) si ferma a " in out, out
-    CIFRE.append(("KV at -c 16384, -np auto", riga.split("avviato di nuovo con ")[1]))
+    assert ("  La cache KV, misurata: il server di questa sessione (-np auto, -c 2048) ha allocato 36.00 MiB; avviato "
+            "con -c 16384:") in out, out
+    (np4,) = re.findall(r"^    -np 4: ([\d.]+) MiB \(", out, re.M)
+    (np4kv,) = re.findall(r"^    -np 4 --kv-unified: ([\d.]+) MiB \(", out, re.M)
+    assert 36.0 < float(np4kv) < float(np4) < 8 * 36.0, out
+    assert "  Non cresce come il contesto: con -np 4 la cache SWA (15 strati) si ferma a " in out, out
+    CIFRE.append(("KV at -c 16384: -np 4, -np 4 --kv-unified", f"{np4} MiB, {np4kv} MiB"))
 
 
 def test_prompt_di_esattamente_200_token_reale(llama):
