@@ -478,7 +478,7 @@ def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServ
         f"throughput aggregato {fmt(s.throughput, '.2f token/s')}  ({fmt(s.token, 'd')} token generati)",
     ]
     if s.token_stimati and s.token is not None:  # --stream without usage: said as an estimate, see "Oltre il lab"
-        righe[-1] = (f"throughput aggregato ~{s.throughput:.2f} token/s  (~{s.token} token generati: stima, "
+        righe[-1] = (f"throughput aggregato ~{fmt(s.throughput, '.2f token/s')}  (~{s.token} token generati: stima, "
                      "un token per chunk con testo)")
     if info.metrics_disponibile:  # the lab's question: "what does llamacpp:requests_deferred say?"
         fonte = "requests_deferred" if (s.coda_letta or 0) >= (s.coda_dai_tempi or 0) else "dai tempi del server"
