@@ -120,6 +120,7 @@ class Esecuzione(NamedTuple):
     n_richieste: int  # the requests the run numbered: the plan's (with --durata, those sent)
     interruzione: Optional[int] = None  # the exit code when Ctrl+C (130) or SIGTERM (143) cut it short
     oltre: Optional[EsecuzioneOltre] = None  # --ritmo: requests the cap held back
+    server_andato: Optional[Tuple[float, str]] = None  # the server stopped answering: when (s from the start), why
 
     @property
     def riuscite(self) -> List[Risultato]:
@@ -267,9 +268,8 @@ class Campionatore:
         self._thread = threading.Thread(target=self._ciclo, name="campionatore", daemon=True)
 
     def avvia(self, t0: float) -> None:
-        if self._info.slots_disponibile or self._info.metrics_disponibile:
-            self._t0 = t0
-            self._thread.start()
+        self._t0 = t0
+        self._thread.start()
 
     def ferma(self) -> None:
         self._stop.set()
@@ -278,14 +278,18 @@ class Campionatore:
 
     def _ciclo(self) -> None:
         prossimo = self._timer()
+        legge = self._info.slots_disponibile or self._info.metrics_disponibile
         while True:
             dati = self._leggi("/slots", leggi_json) if self._info.slots_disponibile else None
             in_coda = self._leggi("/metrics", richieste_in_coda) if self._info.metrics_disponibile else None
+            if not legge:  # nothing to read: only whether the server is still there (see Sentinella)
+                self._leggi("/health", leggi_json)
             # The sample's time is when the answers arrived: what they say is the state then.
             campione = Campione(self._timer() - self._t0, conta_occupati(dati), in_coda)
             if self._al_campione is not None:  # the live line (the extras add each slot's context)
                 campione = self._al_campione(campione, dati)
-            self.campioni.append(campione)
+            if legge:
+                self.campioni.append(campione)
             prossimo += self._intervallo
             if self._stop.wait(max(0.0, prossimo - self._timer())):
                 return
@@ -313,6 +317,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     campionatore = Campionatore(client, piano.intervallo, info, timer, al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     aggiunte = interruzione = None
+    client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
         t0 = timer()
         campionatore.avvia(t0)
@@ -331,12 +336,13 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
             campionatore.ferma()
             if osservatore:
                 osservatore.cancella()
+            andato, _ = client.sentinella.andato, client.sentinella.arma(False)
         interruzione = interruzione or next(iter(notati), None)
     # What the interruption closed is not a measurement: keep only the requests that ended by themselves.
     finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
     n_richieste = piano.richieste if piano.richieste is not None else len(futuri)
-    return Esecuzione([r for r in finite if r.errore != ANNULLATA], campionatore.campioni, n_richieste,
-                      interruzione, aggiunte)
+    return Esecuzione([r for r in finite if r.errore not in (ANNULLATA, NON_INVIATA)], campionatore.campioni,
+                      n_richieste, interruzione, aggiunte, andato and (andato[0] - t0, andato[1]))
 
 
 # 5. The report: pure formatting, data -> lines, then the print ################################
@@ -441,7 +447,8 @@ def riga_richiesta(r: Risultato, larghezza: int = 1) -> str:
     return riga
 
 
-def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServer) -> List[str]:
+def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServer,
+                    perche_non_completate: str = "interrotto") -> List[str]:
     righe = [
         f"richieste={richieste} parallele={parallele} slot={fmt(info.n_slot, 'd')}"
         f"  picco slot occupati insieme={fmt(s.picco, 'd')}",
@@ -457,7 +464,7 @@ def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServ
             0: " (nessuna riuscita: niente da riassumere)", 1: " (il riepilogo conta solo 1 riuscita)"
         }.get(s.n_riuscite, f" (il riepilogo conta solo le {s.n_riuscite} riuscite)"))
     if s.non_completate:
-        righe.append(f"richieste non completate: {s.non_completate} su {richieste} (interrotto)")
+        righe.append(f"richieste non completate: {s.non_completate} su {richieste} ({perche_non_completate})")
     return righe
 
 
@@ -467,14 +474,34 @@ def rapporto(prova: Prova) -> List[str]:
     e, piano = prova.esecuzione, prova.piano
     larghezza = len(str(max(e.n_richieste - 1, 0)))
     per_indice = {r.indice: r for r in e.risultati}
-    righe = []
+    righe, rifiutate, non_inviate = [], [], []  # with the server gone: refused and unsent in one line each
     for i in range(e.n_richieste):
-        if i in per_indice:
+        if i in per_indice and e.server_andato and rifiutata(per_indice[i]):
+            rifiutate.append(i)
+        elif i in per_indice:
             righe.append(riga_richiesta(per_indice[i], larghezza))
         elif e.interruzione:
             righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
+        elif e.server_andato:
+            non_inviate.append(i)
     parallele = str(piano.parallele) if piano.oltre is None else valore_parallele(piano)  # --ritmo's cap
-    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
+    if e.server_andato is None:
+        return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
+    for indici, cosa in ((rifiutate, "rifiutate: connessione rifiutata o chiusa dal server, nessuna risposta"),
+                         (non_inviate, "non inviate: il server non rispondeva più")):
+        if indici:
+            righe.append(f"  req {indici[0]}-{indici[-1]}: {quante(len(indici), 'richiesta', 'richieste')} {cosa}"
+                         if len(indici) > 1 else f"  req {indici[0]:>{larghezza}}: {cosa}")
+    in_volo = sum(r.errore == IN_VOLO for r in e.risultati)
+    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info,
+                                          "il server non rispondeva più") + [
+        f"il server ha smesso di rispondere a {e.server_andato[0]:.2f} s ({e.server_andato[1]}): invii fermati, "
+        f"{quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"]
+
+
+def rifiutata(r: Risultato) -> bool:
+    """A request the server refused or reset without an answer (see Sentinella)."""
+    return r.errore in (descrivi_errore_rete(ConnectionRefusedError(), 0), descrivi_errore_rete(ConnectionResetError(), 0))
 
 
 def stampa_prova(prova: Prova) -> None:
@@ -573,7 +600,7 @@ class Sessione:
         """One run: look at the machine, write the `server:` line, fire the load, print the report."""
         macchina = guarda_la_macchina()
         print(riga_server(info) + (riga_kv_unificata(info) if info.kv_unificata else ""), flush=True)  # step 5
-        osservatore = Diretta(sys.stderr, info.n_slot) if sys.stderr.isatty() else None  # the live line
+        osservatore = Diretta(sys.stderr, info.n_slot, client.sentinella) if sys.stderr.isatty() else None  # live line
         osservatore = self.oltre.osservatore(osservatore) if self.oltre else osservatore  # each slot's context too
         esecuzione = esegui_carico(client, piano, info, primo_prompt, osservatore=osservatore)
         prova = Prova(info, esecuzione, piano, configurazione, macchina)
@@ -583,6 +610,9 @@ class Sessione:
             self.oltre.dopo_la_prova(prova)  # its pace, figures, picture, explanation
         if esecuzione.interruzione:
             raise Interruzione(esecuzione.interruzione)
+        if esecuzione.server_andato:  # the session ends: what was measured is saved (exit 1)
+            raise ServerAndato(f"il server {client.base} ha smesso di rispondere durante la prova: controlla che "
+                               "cosa l'ha fermato, riavvialo e ripeti la prova")
         return prova
 
     def codice(self) -> int:
@@ -665,6 +695,7 @@ class Client:
         self._indirizzo = None  # the address that answered first (a getaddrinfo tuple)
         self.tls = None  # https: one ssl context for every exchange
         self._aperti, self._lock, self.annullato = set(), threading.Lock(), threading.Event()  # sockets in flight
+        self.sentinella = Sentinella(self)  # during a run: is the server still there?
 
     def chiama(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:
         """One exchange: status and whole body. Raises ErroreRete when no answer comes."""
@@ -678,6 +709,8 @@ class Client:
         import http.client  # here, not at the top: see the note under the imports
 
         timeout = self.timeout_info if timeout is None else timeout
+        if self.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
+            raise NonInviata(NON_INVIATA)
         scadenza = time.monotonic() + timeout
         corpo = None if dati is None else json.dumps(dati).encode("utf-8")
         intestazioni = dict(self._intestazioni, **({"Content-Type": "application/json"} if corpo else {}))
@@ -685,9 +718,13 @@ class Client:
         try:
             connessione.sock = self._connetti(scadenza)  # http.client sends on it, and does not connect again
             connessione.request(metodo, percorso, corpo, intestazioni)
-            yield RispostaHttp(connessione, scadenza, timeout)
+            risposta = RispostaHttp(connessione, scadenza, timeout)
+            self.sentinella.risposta()
+            yield risposta
         except (OSError, http.client.HTTPException) as exc:
-            raise ErroreRete(descrivi_errore_rete(exc, timeout)) from None
+            errore = ErroreRete(descrivi_errore_rete(exc, timeout))
+            errore.rifiuto = self.sentinella.rifiuto(percorso, exc)  # a refusal: that request's own error
+            raise errore from None
         finally:
             if connessione.sock is not None:
                 self.lascia(connessione.sock)
@@ -722,6 +759,16 @@ class Client:
             self._aperti.discard(sock)
         sock.close()
 
+    def in_ascolto(self) -> bool:
+        """Whether anything accepts a connection at the server's port (a bare TCP knock, within 2 s)."""
+        try:
+            socket.create_connection((self.host, self._porta), timeout=2.0).close()
+            return True
+        except socket.timeout:
+            return True  # slow is not gone
+        except OSError:
+            return False
+
     def annulla(self) -> None:
         """Shut every socket in flight, connecting ones included, from any thread; later ones fail too."""
         self.annullato.set()
@@ -730,6 +777,60 @@ class Client:
         for sock in aperti:
             with contextlib.suppress(OSError):  # already closed
                 sock.shutdown(socket.SHUT_RDWR)
+
+
+# A server that goes away #######################################################################
+# Stopped with Ctrl+C, llama serve closes its port at once but never answers the requests in flight,
+# and keeps their connections open until they close (measured: ../shared/llama-server-api.md); a
+# server that is killed resets them. Either way nothing more will come: waiting out --timeout, or
+# sending more requests to a closed port (a closed loop does, thousands a second), measures nothing.
+
+RIFIUTI_DI_FILA = 3  # exchanges refused (or reset) in a row, with no answer between, before knocking at the port
+
+
+class Sentinella:
+    """During a run, watches the client's exchanges (requests, and the sampler's readings of /slots or
+    /health): after RIFIUTI_DI_FILA refused or reset in a row with no HTTP answer between, it knocks
+    once at the server's port; refused there too, the server is gone: `andato` says when and why, and
+    every exchange in flight is closed at once (Client.annulla), so the run ends within seconds."""
+
+    def __init__(self, client: Client):
+        self._client, self._lock = client, threading.Lock()
+        self.armata = False  # only during a run: a server still starting refuses too
+        self.di_fila, self.percorsi = 0, set()  # refusals since the last answer, and on which paths
+        self.andato: Optional[Tuple[float, str]] = None  # (time.perf_counter() when it was found gone, why)
+
+    def arma(self, armata: bool = True) -> None:
+        with self._lock:
+            self.armata, self.di_fila, self.percorsi, self.andato = armata, 0, set(), None
+
+    def risposta(self) -> None:
+        """An HTTP answer, any status: the server is there."""
+        self.di_fila = 0
+
+    def rifiuto(self, percorso: str, exc: Exception) -> bool:
+        """An exchange that failed; True when it was a refusal (or a reset) that counts."""
+        import http.client
+
+        if not self.armata or self._client.annullato.is_set() or not isinstance(
+                exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError, http.client.IncompleteRead)):
+            return False
+        with self._lock:
+            self.di_fila += 1
+            self.percorsi.add(percorso)
+            if self.di_fila < RIFIUTI_DI_FILA or self.andato is not None:
+                return True
+            if self._client.in_ascolto():  # a few resets from a server that is still there
+                self.di_fila = 0
+                return True
+            volte = f"{self.di_fila} volte di fila, su {', '.join(sorted(self.percorsi))}"
+            self.andato = (time.perf_counter(), f"connessione rifiutata o chiusa {volte}, e la porta non è più in ascolto")
+        self._client.annulla()
+        return True
+
+
+NON_INVIATA = "non inviata: la prova era già ferma"
+IN_VOLO = "in volo quando il server ha smesso di rispondere: nessuna risposta"
 
 
 class RispostaHttp:
@@ -914,6 +1015,10 @@ class ErroreOpzione(ErroreUtente):
     codice = 2
 
 
+class ServerAndato(ErroreUtente):
+    """The server stopped answering during a run (see Sentinella): what was measured is reported and saved."""
+
+
 class Interruzione(BaseException):
     """Ctrl+C or SIGTERM: stop sending, report what was measured, exit 128 + the signal."""
 
@@ -928,6 +1033,10 @@ class ErroreRichiesta(Exception):
 
 class ErroreRete(ErroreRichiesta):
     """No HTTP answer at all: refused, unknown host, timeout, connection closed."""
+
+
+class NonInviata(ErroreRete):
+    """A request that was never sent: Ctrl+C or a server gone had already stopped the run."""
 
 
 EPILOGO = """\
@@ -1280,6 +1389,7 @@ class RisultatoOltre(NamedTuple):
 class EsecuzioneOltre(NamedTuple):
     trattenute: int = 0  # --ritmo: requests sent late because --parallele were already in flight
     ultimo_invio: Optional[float] = None  # --durata: when the last request left
+    non_inviate: int = 0  # --ritmo with --durata: the schedule's requests the cap kept from leaving in time
 
 
 class OpzioniOltre(NamedTuple):
@@ -1500,12 +1610,17 @@ class SessioneOltre:
         with ServerAvviato(self.opzioni.avvia, configurazione, url.url, url.attesa_pronto, sys.stderr) as server:
             deciso = server.decisioni()
             print(riga_decisioni(configurazione, deciso), flush=True)
-            yield configurazione._replace(deciso=deciso, kv_unificata=configurazione.kv_unificata or bool(
-                deciso.kv_unificata))
+            quando = f"il server (-np {configurazione.etichetta}) si è fermato durante la prova"
+            try:
+                yield configurazione._replace(deciso=deciso, kv_unificata=configurazione.kv_unificata or bool(
+                    deciso.kv_unificata))
+            except ServerAndato:  # its exit code and its log say why
+                server.controlla(quando, attesa=5.0)
+                raise ServerAndato(f"il server (-np {configurazione.etichetta}) ha smesso di rispondere durante la "
+                                   f"prova ma non è uscito; ultime righe del suo log:\n{server.coda_log()}") from None
             # A request that failed may have seen the server die before its process had finished exiting.
             fallite = any(not r.riuscita for p in self.sessione.prove[-1:] for r in p.esecuzione.risultati)
-            server.controlla(f"il server (-np {configurazione.etichetta}) si è fermato durante la prova",
-                             attesa=2.0 if fallite else 0.0)
+            server.controlla(quando, attesa=2.0 if fallite else 0.0)
 
     def intestazione(self, piano: Piano, configurazione: Optional[Configurazione], ripetizione: int) -> None:
         """Before a run: which point of a sweep (every value that varies, np included), which repeat."""
@@ -1837,22 +1952,29 @@ class Programma:
         posti = threading.Semaphore(piano.parallele)
         tempi = (orari(piano_oltre) if piano_oltre.ritmo else
                  (t for _, _, t in itertools.cycle(piano_oltre.dataset)) if piano_oltre.traccia else itertools.repeat(None))
-        trattenute, ultimo = 0, None
+        durata = piano_oltre.durata
+        trattenute, ultimo, non_inviate = 0, None, 0
         for i, previsto in enumerate(tempi):
-            if i == piano.richieste or (previsto is not None and piano_oltre.durata is not None and previsto >= piano_oltre.durata):
+            if i == piano.richieste or (previsto is not None and durata is not None and previsto >= durata):
                 break
-            if previsto is not None:
-                time.sleep(max(0.0, t0 + previsto - timer()))
-            if not posti.acquire(blocking=False):  # --parallele already in flight: wait for a place
-                trattenute += previsto is not None
-                posti.acquire()
-            if i and previsto is None and piano_oltre.durata is not None and timer() - t0 >= piano_oltre.durata:
+            if previsto is not None and client.annullato.wait(max(0.0, t0 + previsto - timer())):
+                break  # the server went away (Ctrl+C interrupts the wait itself)
+            # --durata is a promise: no request leaves after it, and no wait for a place lasts past it
+            preso = posti.acquire(blocking=False)
+            trattenuta = not preso and previsto is not None
+            if not preso:  # --parallele already in flight: wait for a place
+                preso = posti.acquire(timeout=None if durata is None else max(0.0, t0 + durata - timer()))
+            if client.annullato.is_set() or not preso or (i and durata is not None and timer() - t0 >= durata):
+                if preso:
+                    posti.release()
+                if previsto is not None and not client.annullato.is_set():  # what the cap kept from the schedule
+                    non_inviate = 1 + sum(1 for _ in itertools.takewhile(lambda t: t < durata, tempi))
                 break
             futuro = esecutore.submit(self.invia_al_tempo, client, i, previsto, t0, timer)
             futuro.add_done_callback(lambda _: posti.release())
             futuri.append(futuro)
-            ultimo = timer() - t0
-        return EsecuzioneOltre(trattenute, ultimo)
+            ultimo, trattenute = timer() - t0, trattenute + trattenuta
+        return EsecuzioneOltre(trattenute, ultimo, non_inviate)
 
     def invia_al_tempo(self, client: Client, indice: int, previsto: Optional[float], t0: float, timer) -> Risultato:
         """One request, its prompt made here, as it leaves: never all of them alive at once (and the
@@ -1903,8 +2025,12 @@ def righe_ritmo(prova: Prova) -> List[str]:
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
     if piano.durata:
         risposte = sum(r.riuscita for r in e.risultati)
+        non_inviate = extra(e).non_inviate
         righe.append(f"in {piano.durata:g} s (--durata): inviate {quante(e.n_richieste, 'richiesta', 'richieste')}, "
                      f"{risposte} con risposta; "
+                     + (f"{non_inviate} del programma non inviate (il tetto di --parallele {prova.piano.parallele} era "
+                        "pieno fino alla fine); " if non_inviate else "")
+                     + 
                      f"l'ultimo invio a {fmt(extra(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
                      f"{fmt(prova.riepilogo.tempo_totale, '.2f s')} (il tempo totale)")
     return righe
@@ -1916,7 +2042,7 @@ def ritmo_tenuto(prova: Prova) -> bool:
     p99 = percentile(ritardi_invio(prova.esecuzione), 99)
     ritmo = extra(prova.piano).ritmo or ritmo_di([extra(r).previsto for r in prova.esecuzione.risultati
                                                   if extra(r).previsto is not None])  # a trace: its mean rate
-    return not extra(prova.esecuzione).trattenute and (p99 is None or not ritmo or p99 <= max(0.010, 0.1 / ritmo))
+    return not extra(prova.esecuzione).trattenute and not extra(prova.esecuzione).non_inviate and (p99 is None or not ritmo or p99 <= max(0.010, 0.1 / ritmo))
 
 
 def note_ritmo(prova: Prova) -> List[str]:
@@ -1926,16 +2052,29 @@ def note_ritmo(prova: Prova) -> List[str]:
         return []
     inviate, chiesto = fmt(invii_al_secondo(e), ".2f req/s"), (f"{piano.oltre.ritmo:g} req/s" if piano.oltre.ritmo
                                                                  else "gli orari della traccia")
-    trattenute = extra(e).trattenute
-    if trattenute:
+    trattenute, non_inviate = extra(e).trattenute, extra(e).non_inviate
+    if trattenute or non_inviate:
+        mai = (f"; {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima della fine di --durata"
+               if non_inviate else "")
         return [f"{quante(trattenute, 'richiesta', 'richieste')} su {len(e.risultati)} "
                 f"{'ha' if trattenute == 1 else 'hanno'} trovato già {piano.parallele} in volo (il tetto di --parallele) "
-                f"e {'è partita' if trattenute == 1 else 'sono partite'} dopo l'orario previsto: si sono inviate "
+                f"e {'è partita' if trattenute == 1 else 'sono partite'} dopo l'orario previsto{mai}: si sono inviate "
                 f"{inviate}, non {chiesto}. Alza --parallele per tenere il ritmo"]
     ritardi = ritardi_invio(e)
     return [f"il client non ha tenuto il ritmo chiesto: gli invii sono partiti in ritardo sul programma (p99 "
             f"{ms(percentile(ritardi, 99)):.1f} ms, max {ms(max(ritardi)):.1f} ms): le cifre valgono per "
             f"{inviate} inviate, non per {chiesto}"]
+
+
+def attese_del_tetto(prova: Prova) -> Dict[int, float]:
+    """--ritmo with the --parallele cap full: each request the cap held in the client, and how late it
+    left against the schedule (beyond the lateness ritmo_tenuto forgives). Its user waited that long too."""
+    e, ritmo = prova.esecuzione, extra(prova.piano).ritmo
+    if not extra(e).trattenute:
+        return {}
+    soglia = max(0.010, 0.1 / ritmo) if ritmo else 0.010
+    ritardi = {r.indice: r.inizio - extra(r).previsto for r in e.riuscite if extra(r).previsto is not None}
+    return {i: ritardo for i, ritardo in ritardi.items() if ritardo > soglia}
 
 
 def latenza_dal_previsto(r: Risultato) -> float:
@@ -1967,6 +2106,8 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     if extra(prova.piano).ritmo or extra(prova.piano).traccia:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
     valori["attesa dello slot"] = [a for a in map(attesa_dello_slot, ok) if a is not None]
+    if extra(prova.esecuzione).trattenute:  # the cap's wait, in the client before the send: a wait too
+        valori["attesa del tetto"] = [r.inizio - extra(r).previsto for r in ok if extra(r).previsto is not None]
     if any(extra(r).chunk_s is not None for r in ok):  # --stream
         valori["primo token"] = [extra(r).primo_token for r in ok if extra(r).primo_token is not None]
         valori["TPOT"] = [t for t in map(tpot, ok) if t is not None]
@@ -2132,8 +2273,8 @@ class Diretta:
     readings (no extra request) and is cleared at the end, so stdout and the lab's lines stay as
     they are."""
 
-    def __init__(self, stderr, n_slot: Optional[int]):
-        self.stderr, self.n_slot = stderr, n_slot
+    def __init__(self, stderr, n_slot: Optional[int], sentinella: Optional[Sentinella] = None):
+        self.stderr, self.n_slot, self.sentinella = stderr, n_slot, sentinella
         self._futuri: list = []
         self._piano = Piano()
         self._generati = 0  # the tokens shown last
@@ -2155,6 +2296,10 @@ class Diretta:
             stima_coda = max(0, min(len(futuri) - len(finite), self._piano.parallele) - c.occupati)
         totale = self._piano.richieste if self._piano.richieste is not None else len(futuri)
         larghezza = len(str(totale))
+        if self.sentinella is not None and (self.sentinella.andato or self.sentinella.di_fila):  # said while it happens
+            return (f"[{len(finite):>{larghezza}}/{totale}] il server " + ("ha smesso di rispondere: fermo gli invii"
+                    if self.sentinella.andato else f"non risponde ({quante(self.sentinella.di_fila, 'rifiuto', 'rifiuti')}"
+                    " di fila)") + f"  {c.t:.1f} s")
         return (f"[{len(finite):>{larghezza}}/{totale}] slot occupati {fmt(c.occupati, 'd')}/{fmt(self.n_slot, 'd')}"
                 f"  in coda {fmt(stima_coda, 'd')}  generati {generati} token  "
                 f"{generati / c.t if c.t > 0 else 0:.1f} t/s  {c.t:.1f} s")
@@ -3227,6 +3372,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
                       "ritardo_p99_s": percentile(ritardi_invio(p.esecuzione), 99),
                       "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
                       "trattenute_dal_tetto": extra(p.esecuzione).trattenute,
+                      "non_inviate_dal_tetto": extra(p.esecuzione).non_inviate,
                       "inviate": p.esecuzione.n_richieste} if extra(p.piano).al_tempo else None,
             "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": p.info.kv_unificata,
                        "props": p.info.props},
@@ -3235,6 +3381,8 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "richieste": [riga_dati(r) for r in p.esecuzione.risultati],
             "campioni": [c._asdict() for c in p.esecuzione.campioni],
             "interrotta": p.esecuzione.interruzione is not None,
+            "server_andato": dict(zip(("t_s", "perche"), p.esecuzione.server_andato)) if p.esecuzione.server_andato
+            else None,
         } for p in prove],
     }
     if capacita:  # --capacita: each server's answer and the points tried
@@ -3314,9 +3462,19 @@ def spiegazione(prova: Prova) -> List[str]:
                          f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
                          f"sfortunata è la req {r.indice}: {attese[r.indice]:.2f} s di attesa su {r.latenza:.2f} s di "
                          f"latenza ({attese[r.indice] / r.latenza:.0%}).")
-        else:
+        elif not attese_del_tetto(prova):
             frasi.append(f"Nessuna richiesta ha aspettato uno slot: ognuna ne ha trovato uno libero (fra l'invio e lo "
                          f"slot al massimo {max(attese.values()):.2f} s, il viaggio della richiesta).")
+    tetto = attese_del_tetto(prova)
+    if tetto:  # a wait too: before the send, in the client
+        peggiore = max(tetto, key=tetto.get)
+        frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "
+                     f"aspettato nel client un posto fra le {piano.parallele} in volo (il tetto di --parallele), prima "
+                     f"ancora di partire: la req {peggiore} è partita {tetto[peggiore]:.2f} s dopo l'orario previsto"
+                     + (f", e {quante(extra(e).non_inviate, 'altra non è partita', 'altre non sono partite')} prima "
+                        "della fine di --durata" if extra(e).non_inviate else "") + ". "
+                     f"Chi l'ha mandata ha aspettato anche quel tempo: la latenza dal previsto, che lo conta, ha p50 "
+                     f"{percentile([latenza_dal_previsto(r) for r in ok], 50):.2f} s.")
     velocita = [r.tps for r in ok if r.tps is not None]
     if velocita and s.throughput is not None:
         media_slot = media(velocita)
@@ -4260,8 +4418,10 @@ def messaggio_chiave(client: Client) -> str:
 def fallita(client: Client, indice: int, inizio: float, fine: float, exc: Exception) -> Risultato:
     """The Risultato of a request that raised. What the server or the network said is printed as
     it is; anything else is a bug of carico.py, and says so rather than blame the server."""
-    if client.annullato.is_set():
-        return Risultato(indice, inizio, fine, errore=ANNULLATA)
+    if client.annullato.is_set() and not getattr(exc, "rifiuto", False):
+        perso = client.sentinella.andato is not None  # else Ctrl+C: not a measurement
+        return Risultato(indice, inizio, fine, errore=(NON_INVIATA if isinstance(exc, NonInviata) else IN_VOLO)
+                         if perso else ANNULLATA)
     errore = str(exc) if isinstance(exc, ErroreRichiesta) else f"errore interno: {type(exc).__name__}: {exc}"
     return Risultato(indice, inizio, fine, errore=errore)
 

@@ -61,6 +61,11 @@ class Config:
     ritardo_ingresso: float = 0.0  # seconds a chat request spends read but not yet queued (in neither count)
     tiene_le_richieste: bool = True  # False: no prompts and bodies kept (a run of 10,000 long prompts)
     lunghezze: Optional[List[int]] = None  # with tiene_le_richieste False: each chat prompt's token count
+    # Stopped mid-run, as llama serve on Ctrl+C (measured): at the N-th chat request the listener closes (new
+    # connections refused) and the requests in flight are never answered, their connections left open;
+    # with spegni_uccidendo, as a killed server: their connections reset.
+    spegni_dopo: Optional[int] = None
+    spegni_uccidendo: bool = False
 
     @property
     def n_ctx_slot(self) -> int:
@@ -102,6 +107,7 @@ class FakeLlama:
         self.kv_esaurito = 0  # --kv-unified: how many times the busy slots outgrew the shared buffer
         self.letture_slots: List[list] = []  # every /slots answer it gave, in order
         self.inizio = time.monotonic()
+        self.spento, self.chiuso = threading.Event(), threading.Event()  # see Config.spegni_dopo; close()
         ThreadingHTTPServer.request_queue_size = 256  # 64 clients connect at once in the large run
         self.server = ThreadingHTTPServer(indirizzo, self._handler_class())
         self.server.daemon_threads = True
@@ -122,6 +128,13 @@ class FakeLlama:
         self.close()
 
     def close(self):
+        self.chiuso.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def spegni(self):
+        """The listener closes at once (Config.spegni_dopo); the handlers in flight see `spento`."""
+        self.spento.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -214,6 +227,11 @@ class FakeLlama:
                                            "type": "server_error"}}
                 if i == max_tokens:
                     break
+                if self.spento.is_set():  # stopped: a killed server resets; one stopped with Ctrl+C never answers
+                    if self.config.spegni_uccidendo:
+                        return "reset", None
+                    self.chiuso.wait()
+                    return None, None
                 if chiusa():
                     with self.cond:
                         self.abbandonate += 1
@@ -333,6 +351,8 @@ class FakeLlama:
                     self.evento({"choices": [{"index": 0, "finish_reason": None, "delta": {"content": "parola "}}]})
 
                 status, dati = fake.completa(body, token, avvio, self.chiusa)
+                if status == "reset":
+                    return chiudi_di_colpo(self)
                 if status is None:
                     return
                 if status != 200 and avviato:  # an error after the headers: inside the stream, no [DONE]
@@ -390,6 +410,8 @@ class FakeLlama:
                     return self.wfile.write(testo)
                 if percorso in ("/v1/chat/completions", "/chat/completions") and self.command == "POST":
                     fake.arrivi.append(arrivo)
+                    if cfg.spegni_dopo is not None and len(fake.arrivi) >= cfg.spegni_dopo and not fake.spento.is_set():
+                        fake.spegni()
                     try:
                         body = json.loads(corpo)
                     except ValueError:
@@ -400,6 +422,8 @@ class FakeLlama:
                     if body.get("stream"):
                         return self.stream(body)
                     status, dati = fake.completa(body, chiusa=self.chiusa)
+                    if status == "reset":
+                        return chiudi_di_colpo(self)
                     if status is not None:
                         self.send_json(status, dati)
                     return None
@@ -435,6 +459,13 @@ def righe_kv(config: Config, swa: bool = True) -> List[str]:
 def chunk(dati: bytes) -> bytes:
     """One piece of a body in chunked transfer encoding (an empty one ends the body)."""
     return b"%x\r\n%s\r\n" % (len(dati), dati)
+
+
+def chiudi_di_colpo(h: BaseHTTPRequestHandler) -> None:
+    """Connection reset: RST instead of an answer, as the kernel does for a killed process."""
+    h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    h.connection.close()
+    h.close_connection = True
 
 
 def risposta_grezza(status: int, corpo: bytes, tipo: str = "text/html", lunghezza: Optional[int] = None):
