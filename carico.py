@@ -18,8 +18,8 @@ Ogni richiesta ha un prompt diverso e chiede al server di non usare la cache dei
 Oltre il lab: le opzioni dopo il gruppo "il lab" sono tutte facoltative e non cambiano le righe
 del lab (in fondo, qualche esempio).
 
-Codici di uscita: 0 tutto bene; 1 server non raggiungibile o almeno una richiesta fallita;
-2 opzioni sbagliate; 130 interrotto con Ctrl+C (143 con SIGTERM): si stampa e si salva comunque
+Codici di uscita: 0 tutto bene; 1 server non raggiungibile, o che smette di rispondere, o almeno una
+richiesta fallita; 2 opzioni sbagliate; 130 interrotto con Ctrl+C (143 con SIGTERM): si stampa e si salva comunque
 quello che era già stato misurato; 141 se chi legge l'uscita la chiude prima (per esempio | head).
 """
 
@@ -136,6 +136,7 @@ class InfoServer(NamedTuple):
     avvisi: tuple = ()  # Italian lines for stderr: what could not be seen
     props: Optional[dict] = None  # /props as the server gave it, for --json
     kv_unificata: bool = False  # the slots share one context (--kv-unified): known when --avvia started it
+    llama_cpp: Optional[bool] = None  # /slots or /props answered as llama.cpp's (False: another server)
 
 
 class Prova(NamedTuple):
@@ -233,7 +234,8 @@ def interroga_server(client: Client, attesa: float, stderr, con_props: bool = Fa
     aspetta_pronto(client, attesa, stderr)
     risposta = chiedi(client, "/slots")
     slots = lista_slot(leggi_json(risposta.corpo)) if risposta.status == 200 else None
-    info = InfoServer(len(slots), numero(slots[0].get("n_ctx"), int), conta_occupati(slots) is not None) if slots else None
+    info = InfoServer(len(slots), numero(slots[0].get("n_ctx"), int), conta_occupati(slots) is not None,
+                      llama_cpp=True) if slots else None
     if info is None or not info.slots_disponibile or con_props:
         info = info_da_props(client, risposta, info)  # /slots off, another server, --json: see "Oltre il lab"
     metrics = chiedi(client, "/metrics")
@@ -696,6 +698,7 @@ class Client:
         self.tls = None  # https: one ssl context for every exchange
         self._aperti, self._lock, self.annullato = set(), threading.Lock(), threading.Event()  # sockets in flight
         self.sentinella = Sentinella(self)  # during a run: is the server still there?
+        self.pezzi: Dict[int, bytes] = {}  # a tokenizer without pieces (/extras/tokenize): each id's, once
 
     def chiama(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:
         """One exchange: status and whole body. Raises ErroreRete when no answer comes."""
@@ -1011,7 +1014,8 @@ class ErroreUtente(Exception):
 
 
 class ErroreOpzione(ErroreUtente):
-    """A flag this server cannot honour (--sistema without /tokenize): one Italian line, exit 2, as a bad flag."""
+    """A flag wrong for this server (--modello it does not list): one Italian line, exit 2, as a bad flag. A flag
+    the server cannot honour (--prompt-token without a tokenizer) is the server's limit: ErroreUtente, exit 1."""
     codice = 2
 
 
@@ -1073,8 +1077,9 @@ dal log del server che cosa ha deciso (slot, contesto, cache KV; --np auto: senz
 
   python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 4,4kv --turni 4 --sistema 300
 
-Codici di uscita: 0 tutto bene; 1 una richiesta fallita, o un server che non c'è; 2 un'opzione
-sbagliata; 3 (--turni) le conversazioni hanno esaurito il contesto, e nient'altro è fallito;
+Codici di uscita: 0 tutto bene; 1 una richiesta fallita, un server che non c'è o che smette di
+rispondere, o che non sa fare ciò che un'opzione chiede (--prompt-token, --sistema o --prefisso senza
+tokenizzatore); 2 un'opzione sbagliata (anche un --modello che il server non elenca in /v1/models); 3 (--turni) le conversazioni hanno esaurito il contesto, e nient'altro è fallito;
 130 Ctrl+C, 143 SIGTERM.
 """
 
@@ -1579,6 +1584,7 @@ class SessioneOltre:
         for configurazione in o.np or [None]:
             with self.server(configurazione) as decisa:  # --avvia: with what the server decided
                 client, info = sessione.collega(decisa)
+                controlla_modello(client, extra(sessione.piani[0]).modello)
                 if extra(sessione.piani[0]).sistema and not extra(sessione.piani[0]).testo_sistema:
                     sessione.piani = con_prompt_di_sistema(client, sessione.piani)  # on the server's tokenizer
                 if any(extra(p).prompt_token or extra(p).prefisso for p in sessione.piani) and not extra(sessione.piani[0]).pezzi:
@@ -1690,8 +1696,19 @@ def note(prova: Prova) -> List[str]:
         testi.append(f"la prova è durata {fmt(s.tempo_totale, '.2f s')}, meno di due letture di /slots (--intervallo "
                     f"{prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il picco di slot occupati "
                     "può essere sottostimato")
-    if fermate_prima(prova):
+    vuote = [r for r in e.riuscite if r.token == 0]
+    if len(vuote) * 2 > len(e.riuscite):  # most answers empty: nothing was generated, the figures measure nothing
+        testi.append(frase_vuote(prova, len(vuote)))
+    elif fermate_prima(prova):
         testi.append(frase_fermate(prova))
+    if e.riuscite and all(r.prompt_ms is None and r.tps is None for r in e.riuscite):
+        testi.append("le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
+                     "dello slot e gli slot occupati provati dai tempi sono n/d")
+    chiave = sum(1 for r in e.risultati if (r.errore or "").startswith("HTTP 401"))
+    if chiave:  # any request's 401, not only /health's
+        testi.append(f"{quante(chiave, 'richiesta rifiutata', 'richieste rifiutate')} con HTTP 401: il server vuole "
+                     "una chiave API; passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY (se l'hai già "
+                     "passata, controllala)")
     dalla_cache = [r for r in e.risultati if r.oltre is not None and r.oltre.token_cache]
     if dalla_cache and not (extra(prova.piano).turni or extra(prova.piano).prefisso is not None):  # the cache as the experiment
         testi.append(f"il server ha preso dalla cache {sum(r.oltre.token_cache for r in dalla_cache)} token di prompt "
@@ -1716,7 +1733,20 @@ def frase_fermate(prova: Prova) -> str:
     if piano.oltre is not None and piano.oltre.esatti:
         return frase + ": il server non rispetta ignore_eos (--esatti)"
     return (frase + ": il throughput conta i token generati davvero, e non si confronta con prove che arrivano a "
-            "--token; --esatti li fa generare tutti")
+            "--token; " + ("--esatti li fa generare tutti" if prova.info.llama_cpp is not False else
+                           "--esatti (ignore_eos) li farebbe generare tutti su llama.cpp, ma altri server lo ignorano"))
+
+
+def frase_vuote(prova: Prova, vuote: int) -> str:
+    """Most answers had 0 tokens: the model stopped at once. The usual cause is the chat template, which
+    --esatti cannot mend (and only llama.cpp honours ignore_eos)."""
+    return (f"{vuote} risposte su {len(prova.esecuzione.riuscite)} hanno 0 token: il modello si ferma subito, e "
+            "questa prova non misura la generazione. Di solito è il template di chat del server, che non va con il "
+            "modello: prova una richiesta a mano (curl -d '{\"messages\":[{\"role\":\"user\",\"content\":"
+            "\"Ciao\"}]}' .../v1/chat/completions) e guarda il testo; per llama.cpp il template viene dal GGUF o da "
+            "--chat-template, per llama-cpp-python da --chat_format" + (
+                ". Con --esatti (ignore_eos) llama.cpp genera comunque --token token, ma il testo resta sbagliato"
+                if prova.info.llama_cpp else ""))
 
 
 def riga_kv_unificata(info: InfoServer) -> str:
@@ -1766,11 +1796,54 @@ def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoS
         if isinstance(n_slot, int) or isinstance(n_ctx, int):
             info = InfoServer(n_slot if isinstance(n_slot, int) else None, n_ctx if isinstance(n_ctx, int) else None,
                               False)
-    if info is None:
-        avvisi.append("neanche /props risponde come llama.cpp: numero di slot e contesto n/d "
-                      "(il server non sembra llama.cpp)")
-        info = InfoServer(None, None, False)
-    return info._replace(avvisi=tuple(avvisi), props=props)
+    if info is None:  # another server: what it answers, said once, and what this run can give
+        avvisi = [com_e_il_server(client, risposta_slots)]
+        return InfoServer(None, None, False, avvisi=tuple(avvisi), props=props, llama_cpp=False)
+    return info._replace(avvisi=tuple(avvisi), props=props, llama_cpp=True)
+
+
+def com_e_il_server(client: Client, risposta_slots: Risposta) -> str:
+    """For a server that is not llama.cpp (neither /slots nor /props): which of llama.cpp's endpoints it
+    answers, and so which of carico's figures this run can give. Three cheap exchanges, once."""
+    def risponde(metodo: str, percorso: str, dati=None) -> bool:
+        try:
+            return client.chiama(metodo, percorso, dati).status == 200
+        except ErroreRete:
+            return False
+
+    modelli = modelli_del_server(client)
+    si = ([f"/v1/models ({', '.join(modelli)})"] if modelli else []) + [
+        p for p, sì in (("/tokenize", risponde("POST", "/tokenize", {"content": "a"})),
+                        ("/extras/tokenize", risponde("POST", "/extras/tokenize", {"input": "a"}))) if sì]
+    no = ["/slots", "/props", "/metrics"] + (["/v1/models"] if not modelli else []) + (
+        ["/tokenize"] if not any(p.endswith("tokenize") for p in si) else [])
+    return (f"il server su {client.base} non è llama.cpp ({'/slots: ' + descrivi_errore_http(risposta_slots)}): "
+            + (f"risponde a {', '.join(si)}; " if si else "") + f"non a {', '.join(no)}. Quindi questa prova non "
+            "può dire quanti slot ha, con quanto contesto, né leggere gli slot occupati o la coda: sono n/d; gli slot "
+            "occupati e l'attesa dello slot vengono solo dai timings delle risposte, se il server li dà")
+
+
+def modelli_del_server(client: Client) -> Optional[List[str]]:
+    """The model ids /v1/models lists (the OpenAI API's; llama.cpp: the alias -a, else the model's path)."""
+    try:
+        risposta = client.chiama("GET", "/v1/models")
+    except ErroreRete:
+        return None
+    dati = leggi_json(risposta.corpo) if risposta.status == 200 else None
+    elenco = dati.get("data") if isinstance(dati, dict) else None
+    nomi = [m["id"] for m in elenco if isinstance(m, dict) and isinstance(m.get("id"), str)] if isinstance(
+        elenco, list) else []
+    return nomi or None
+
+
+def controlla_modello(client: Client, modello: Optional[str]) -> None:
+    """--modello: refused (exit 2) where the server lists its models and that one is not there. A server
+    with one model answers with it whatever the name (llama.cpp, llama-cpp-python): the run would measure
+    another model than the one named."""
+    nomi = modelli_del_server(client) if modello else None
+    if nomi and modello not in nomi:
+        raise ErroreOpzione(f"--modello {modello}: il server su {client.base} non ha questo modello; /v1/models "
+                            f"elenca {', '.join(nomi)}")
 
 
 def perche_non_risponde(client: Client, exc: ErroreRete) -> str:
@@ -3974,18 +4047,43 @@ def lanciatore(piano: Piano, primo_prompt: int):
 
 def tokenizza(client: Client, testo: str) -> List[bytes]:
     """The pieces of `testo` as the server's own tokenizer cuts it (/tokenize with_pieces), as bytes:
-    a piece may hold half of a UTF-8 character. A server without it: ErroreOpzione, exit 2."""
+    a piece may hold half of a UTF-8 character. A server without one: ErroreUtente, exit 1 (the server cannot)."""
     try:
         risposta = client.chiama("POST", "/tokenize", {"content": testo, "with_pieces": True})
     except ErroreRete as exc:
         raise ErroreUtente(f"nessuna risposta dal server {client.base} (/tokenize): {exc}") from None
+    altrove = tokenizza_extras(client, testo) if risposta.status == 404 else None  # not llama.cpp's
+    if altrove is not None:
+        return altrove
     dati = leggi_json(risposta.corpo) if risposta.status == 200 else None
     token = dati.get("tokens") if isinstance(dati, dict) else None
     try:  # a piece is text, or the bytes of half a character as a list of numbers
         return [t["piece"].encode("utf-8") if isinstance(t["piece"], str) else bytes(t["piece"]) for t in token]
     except (TypeError, KeyError, ValueError):  # no list, no pieces, not llama.cpp's /tokenize
-        raise ErroreOpzione(f"il server su {client.base} non conta i token con /tokenize ({descrivi_errore_http(risposta)}"
-                            "): --sistema e --prompt-token hanno bisogno del suo tokenizzatore") from None
+        raise ErroreUtente(f"il server su {client.base} non conta i token con /tokenize ({descrivi_errore_http(risposta)}"
+                           + ("; né con /extras/tokenize" if risposta.status == 404 else "")
+                           + "): --sistema, --prompt-token e --prefisso hanno bisogno del suo tokenizzatore") from None
+
+
+def tokenizza_extras(client: Client, testo: str) -> Optional[List[bytes]]:
+    """The tokenizer of llama-cpp-python's server: ids at /extras/tokenize (the BOS first, which llama.cpp's
+    /tokenize does not count), each id's piece from /extras/detokenize, asked once a session. None where
+    the server has no such endpoints."""
+    try:
+        risposta = client.chiama("POST", "/extras/tokenize", {"input": testo})
+        dati = leggi_json(risposta.corpo) if risposta.status == 200 else None
+        ids = dati.get("tokens") if isinstance(dati, dict) else None
+        if not isinstance(ids, list) or not all(numero(i, int) is not None for i in ids):
+            return None
+        for i in (i for i in ids if i not in client.pezzi):
+            pezzo = leggi_json(client.chiama("POST", "/extras/detokenize", {"tokens": [i]}).corpo)
+            if not isinstance(pezzo, dict) or not isinstance(pezzo.get("text"), str):
+                return None
+            client.pezzi[i] = pezzo["text"].encode("utf-8")
+    except ErroreRete:
+        return None
+    pezzi = [client.pezzi[i] for i in ids]
+    return pezzi[1:] if pezzi and not pezzi[0] else pezzi  # the BOS: an empty piece
 
 
 def pezzi_del_server(client: Client, quanti: int) -> List[bytes]:
@@ -4007,7 +4105,7 @@ def testo_di_token(client: Client, n: int) -> str:
         testo = b"".join(pezzi[:k]).decode("utf-8", "replace")
         if len(tokenizza(client, testo)) == n:
             return testo
-    raise ErroreOpzione(f"--sistema {n}: il tokenizzatore del server non dà un testo di esattamente {n} token")
+    raise ErroreUtente(f"--sistema {n}: il tokenizzatore del server non dà un testo di esattamente {n} token")
 
 
 def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
@@ -4026,7 +4124,7 @@ def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
 
 def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
     """The plans with the pieces to cut exact prompts from, made once on the first server's tokenizer;
-    each distinct single length checked by counting its first prompt again (ErroreOpzione if it fails)."""
+    each distinct single length checked by counting its first prompt again (ErroreUtente if it fails)."""
     lunghezze = [extra(p).prompt_token for p in piani if extra(p).prompt_token]
     piu_lungo = max([b for _, b in lunghezze] + [extra(p).prefisso or 0 for p in piani] + [1])
     pezzi = pezzi_del_server(client, piu_lungo + 1)
@@ -4037,16 +4135,16 @@ def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
     if prime and max(prime.values()) + piu_lungo >= len(pezzi):  # room after the last start
         pezzi = pezzi_del_server(client, max(prime.values()) + piu_lungo + 1)
     if len(prime) < 2:  # a tokenizer that keeps the blank apart, or at a word's end
-        raise ErroreOpzione("--prompt-token: il tokenizzatore del server non dà pezzi che aprano parole diverse: "
+        raise ErroreUtente("--prompt-token: il tokenizzatore del server non dà pezzi che aprano parole diverse: "
                             "non so fare prompt che non condividano l'inizio")
     fatti = b"".join(pezzi), tuple(itertools.accumulate(map(len, pezzi), initial=0)), tuple(prime.values())
     for minimo, massimo in dict.fromkeys(lunghezze):
         if minimo == massimo and len(tokenizza(client, taglia(fatti, 0, minimo))) != minimo:
-            raise ErroreOpzione(f"--prompt-token {minimo}: il tokenizzatore del server non ricompone un testo di "
+            raise ErroreUtente(f"--prompt-token {minimo}: il tokenizzatore del server non ricompone un testo di "
                                 f"esattamente {minimo} token")
     for prefisso in dict.fromkeys(extra(p).prefisso for p in piani if extra(p).prefisso):
         if len(tokenizza(client, taglia(fatti, 0, prefisso))) != prefisso:
-            raise ErroreOpzione(f"--prefisso {prefisso}: il tokenizzatore del server non ricompone un testo di "
+            raise ErroreUtente(f"--prefisso {prefisso}: il tokenizzatore del server non ricompone un testo di "
                                 f"esattamente {prefisso} token")
     return [p._replace(oltre=p.oltre._replace(pezzi=fatti)) for p in piani]
 

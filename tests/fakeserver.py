@@ -66,6 +66,11 @@ class Config:
     # with spegni_uccidendo, as a killed server: their connections reset.
     spegni_dopo: Optional[int] = None
     spegni_uccidendo: bool = False
+    # Another OpenAI-compatible server, as llama-cpp-python 0.3.36's (measured): 404 on every llama.cpp endpoint
+    # (/health, /slots, /props, /metrics, /tokenize), no timings, usage only in answers not streamed, the
+    # tokenizer at /extras/tokenize (ids, the BOS first) with /extras/detokenize, any `model` echoed back.
+    # Its chat that answers 0 tokens and ignores ignore_eos: eos_dopo=0, rispetta_ignore_eos=False.
+    altro_server: bool = False
 
     @property
     def n_ctx_slot(self) -> int:
@@ -108,6 +113,7 @@ class FakeLlama:
         self.letture_slots: List[list] = []  # every /slots answer it gave, in order
         self.inizio = time.monotonic()
         self.spento, self.chiuso = threading.Event(), threading.Event()  # see Config.spegni_dopo; close()
+        self.pezzi_per_id: Dict[int, str] = {}  # Config.altro_server: what /extras/detokenize gives back
         ThreadingHTTPServer.request_queue_size = 256  # 64 clients connect at once in the large run
         self.server = ThreadingHTTPServer(indirizzo, self._handler_class())
         self.server.daemon_threads = True
@@ -247,7 +253,7 @@ class FakeLlama:
                 self.tokens_predicted_total += max_tokens
                 self.prompt_tokens_total += n_prompt
             prompt_ms, predicted_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
-            return 200, {
+            risposta = {
                 "choices": [{"finish_reason": finish, "index": 0,
                              "message": {"role": "assistant", "content": " ".join(["parola"] * max_tokens)}}],
                 "created": int(time.time()), "model": self.config.alias, "object": "chat.completion",
@@ -261,6 +267,10 @@ class FakeLlama:
                             "predicted_per_token_ms": predicted_ms / max(max_tokens, 1),
                             "predicted_per_second": max_tokens / max(t2 - t1, 1e-9)},
             }
+            if self.config.altro_server:
+                del risposta["timings"]
+                risposta["model"] = body.get("model", self.config.alias)
+            return 200, risposta
         finally:
             self.lascia_slot(slot)
             with self.cond:
@@ -282,6 +292,12 @@ class FakeLlama:
                 out.append(d)
             self.letture_slots.append(out)
             return out
+
+    def id_pezzo(self, pezzo: str) -> int:
+        """The stand-in tokenizer's id of a piece (as /tokenize gives it), remembered for /extras/detokenize."""
+        i = 2 + sum(map(ord, pezzo)) % 262144  # 0 and 1 stay free: 1 is the BOS
+        self.pezzi_per_id[i] = pezzo
+        return i
 
     def json_props(self):
         return {"default_generation_settings": {"n_ctx": self.config.n_ctx_slot, "params": {}},
@@ -361,7 +377,8 @@ class FakeLlama:
                 if status != 200:
                     return self.send_json(status, dati)
                 self.evento({"choices": [{"index": 0, "finish_reason": dati["choices"][0]["finish_reason"], "delta": {}}]})
-                self.evento({"choices": [], "usage": dati["usage"], "timings": dati["timings"]})
+                if not fake.config.altro_server:  # another server: no usage, no timings in a stream
+                    self.evento({"choices": [], "usage": dati["usage"], "timings": dati["timings"]})
                 self.scrivi_chunk(b"data: [DONE]\n\n")
                 self.scrivi_chunk(b"")
 
@@ -377,6 +394,13 @@ class FakeLlama:
                 if percorso in fake.override:
                     return fake.override[percorso](self, corpo)
                 cfg = fake.config
+                if cfg.altro_server and percorso in ("/health", "/v1/health", "/slots", "/props", "/metrics", "/tokenize"):
+                    return self.send_json(404, {"detail": "Not Found"})
+                if cfg.altro_server and percorso in ("/extras/tokenize", "/extras/detokenize") and self.command == "POST":
+                    body = json.loads(corpo or b"{}")
+                    if percorso == "/extras/tokenize":  # ids only, the BOS (1) first, as llama-cpp-python's
+                        return self.send_json(200, {"tokens": [1] + [fake.id_pezzo(p) for p in pezzi_token(body["input"])]})
+                    return self.send_json(200, {"text": "".join(fake.pezzi_per_id.get(i, "") for i in body["tokens"])})
                 if time.monotonic() - fake.inizio < cfg.loading_s:
                     return self.errore(503, "unavailable_error", "Loading model")
                 if percorso in ("/health", "/v1/health"):
@@ -392,6 +416,8 @@ class FakeLlama:
                     return self.send_json(200, fake.json_slots())
                 if percorso == "/props":
                     return self.send_json(200, fake.json_props())
+                if percorso == "/v1/models":  # llama.cpp's: the alias
+                    return self.send_json(200, {"object": "list", "data": [{"id": cfg.alias, "object": "model"}]})
                 if percorso == "/tokenize" and self.command == "POST":
                     body = json.loads(corpo or b"{}")
                     pezzi = pezzi_token(body.get("content", ""))

@@ -214,7 +214,7 @@ def test_stream_errore_nel_flusso(fake, carica):
 
 
 def test_modello(fake, carica):
-    server = fake(n_slot=2, s_per_token=0.001)
+    server = fake(n_slot=2, s_per_token=0.001, alias="qwen-0.8b")  # one /v1/models lists (else: exit 2)
     carica(server.url, "--modello", "qwen-0.8b", "--token", "2", *VELOCE)
     assert {b.get("model") for b in server.bodies} == {"qwen-0.8b"}
 

@@ -169,3 +169,37 @@ def test_durata_senza_tetto_pieno_non_dice_nulla(fake, carica):
     assert rc == 0, out + err
     assert "in 1 s (--durata): inviate 10 richieste, 10 con risposta; l'ultimo invio" in out, out
     assert "non inviate" not in out and "nel client" not in out and "prima della fine di --durata" not in err
+
+
+# The real server ###############################################################################
+
+@pytest.mark.reale
+def test_server_fermato_con_ctrl_c_reale(llama, tmp_path):
+    """SIGINT (Ctrl+C in its terminal) to the real llama serve mid-run: its port closes at once and the
+    requests in flight are never answered (measured). carico.py ends within seconds, not after --timeout:
+    exit 1, the requests in flight marked, the line that says it, the report saved."""
+    from conftest import CIFRE
+
+    server = llama(1)
+    proc = subprocess.Popen([sys.executable, CARICO, "--url", server.url, "--richieste", "4", "--parallele", "4",
+                             "--token", "128", "--timeout", "120", "--json", str(tmp_path / "p.json")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    limite = time.monotonic() + 60
+    while not server.get_json("/slots")[0]["is_processing"] and time.monotonic() < limite:
+        time.sleep(0.05)
+    server.proc.send_signal(signal.SIGINT)
+    fermato = time.monotonic()
+    out, err = proc.communicate(timeout=150)
+    dopo = time.monotonic() - fermato
+    assert proc.returncode == 1, out + err
+    assert "Traceback" not in err
+    assert dopo < 30, (dopo, out)  # a quarter of --timeout, which it used to wait whole
+    in_volo = [r for r in out.splitlines() if r.endswith("errore: " + carico.IN_VOLO)]
+    assert in_volo, out
+    assert re.search(r"^il server ha smesso di rispondere a [\d.]+ s \(connessione rifiutata o chiusa \d volte di "
+                     r"fila, su /slots.*\): invii fermati", out, re.M), out
+    assert "ha smesso di rispondere durante la prova" in err
+    prova = json.loads((tmp_path / "p.json").read_text())["prove"][0]
+    assert prova["server_andato"] is not None and len(prova["richieste"]) == 4 - out.count("non inviat")
+    server.proc.wait(timeout=30)  # its connections closed, the server could finish exiting
+    CIFRE.append(("server fermato con SIGINT a metà prova: carico.py finito dopo", f"{dopo:.1f} s"))
