@@ -173,6 +173,7 @@ def carico_cli(url, *flags):
 
 
 @pytest.mark.reale
+@pytest.mark.altro
 def test_llama_cpp_python_reale(llama_cpp_python):
     """Against llama-cpp-python's server, as a student would bring it: with the GGUF's missing template it
     answers 0 tokens, and carico says so; with --chat_format gemma the lab's run is measured (the tokens
