@@ -489,11 +489,12 @@ def rapporto(prova: Prova) -> List[str]:
     parallele = str(piano.parallele) if piano.oltre is None else valore_parallele(piano)  # --ritmo's cap
     if e.server_andato is None:
         return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
-    for indici, cosa in ((rifiutate, "rifiutate: connessione rifiutata o chiusa dal server, nessuna risposta"),
-                         (non_inviate, "non inviate: il server non rispondeva più")):
+    for indici, una, molte, perche in (
+            (rifiutate, "rifiutata", "rifiutate", "connessione rifiutata o chiusa dal server, nessuna risposta"),
+            (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
         if indici:
-            righe.append(f"  req {indici[0]}-{indici[-1]}: {quante(len(indici), 'richiesta', 'richieste')} {cosa}"
-                         if len(indici) > 1 else f"  req {indici[0]:>{larghezza}}: {cosa}")
+            righe.append(f"  req {indici[0]}-{indici[-1]}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
+                         else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
     in_volo = sum(r.errore == IN_VOLO for r in e.risultati)
     return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info,
                                           "il server non rispondeva più") + [
