@@ -542,13 +542,14 @@ def main(argv=None):
     parser.add_argument("--muori-dopo", type=int, default=0, help="die (exit 3) at the N-th chat request")
     parser.add_argument("--registro", help="append each chat prompt to this file, one JSON string a line")
     parser.add_argument("--lento-a-fermarsi", type=float, default=0.0, help="seconds it takes to stop on SIGTERM")
+    parser.add_argument("--spegni-dopo", type=int, help="stop as on Ctrl+C at the N-th chat request (Config.spegni_dopo)")
     a = parser.parse_args(argv)
     if a.fallisci:
         print("error: failed to load model 'manca.gguf'", flush=True)
         return 1
     n_slot = 4 if a.np == -1 else a.np
     config = Config(n_slot=n_slot, n_ctx=a.c, kv_unified=a.kv_unified or a.np == -1,
-                    s_per_token=a.s_per_token, loading_s=a.loading_s)
+                    s_per_token=a.s_per_token, loading_s=a.loading_s, spegni_dopo=a.spegni_dopo)
     for riga in righe_kv(config, not a.senza_swa) if a.lv >= 4 else []:
         print(riga, flush=True)
     print(f"srv    load_model: initializing, n_slots = {n_slot}, n_ctx_slot = {config.n_ctx_slot}, "
@@ -572,6 +573,9 @@ def main(argv=None):
         fake.server.serve_forever()
     except KeyboardInterrupt:
         pass
+    if fake.spento.is_set():  # as llama serve on Ctrl+C: its last line, then it exits once its connections end
+        print("srv    operator(): cleaning up before exit...", flush=True)
+        time.sleep(0.5)
     return 0
 
 

@@ -203,3 +203,20 @@ def test_server_fermato_con_ctrl_c_reale(llama, tmp_path):
     assert prova["server_andato"] is not None and len(prova["richieste"]) == 4 - out.count("non inviat")
     server.proc.wait(timeout=30)  # its connections closed, the server could finish exiting
     CIFRE.append(("server fermato con SIGINT a metà prova: carico.py finito dopo", f"{dopo:.1f} s"))
+
+
+def test_avvia_server_che_si_ferma_codice_e_log(capsys):
+    """--avvia: the server stopped as with Ctrl+C mid-run: the error line has its exit code and its log's tail."""
+    from aiuti import FAKE, porta_libera
+
+    url = f"http://127.0.0.1:{porta_libera()}"
+    inizio = time.monotonic()
+    rc = carico.main(["--url", url, "--avvia", f"{sys.executable} {FAKE} serve -c 2048 --s-per-token 0.01 "
+                      "--spegni-dopo 2", "--np", "1,2", "--token", "20", "--timeout", "60", *VELOCE])
+    out, err = capsys.readouterr()
+    assert rc == 1, out + err
+    assert time.monotonic() - inizio < 30, err
+    assert "il server ha smesso di rispondere a " in out
+    assert "il server (-np 1) si è fermato durante la prova (codice 0); ultime righe del suo log:" in err, err
+    assert "cleaning up before exit..." in err
+    assert "punto 2 di 2" not in out  # the session stopped: no second server
