@@ -297,8 +297,9 @@ class Campionatore:
                 return
 
     def _leggi(self, percorso: str, interpreta):
-        try:
-            risposta = self._client.chiama("GET", percorso)
+        try:  # a reading that hangs (a server stopped with it in flight) is a gap after a few periods, not 10 s
+            risposta = self._client.chiama("GET", percorso, timeout=min(self._client.timeout_info,
+                                                                         max(2.0, 4 * self._intervallo)))
         except ErroreRete:
             return None
         return interpreta(risposta.corpo) if risposta.status == 200 else None
@@ -816,8 +817,13 @@ class Sentinella:
         """An exchange that failed; True when it was a refusal (or a reset) that counts."""
         import http.client
 
-        if not self.armata or self._client.annullato.is_set() or not isinstance(
-                exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError, http.client.IncompleteRead)):
+        if not self.armata or self._client.annullato.is_set():
+            return False
+        if isinstance(exc, socket.timeout):  # no answer in time: refused only if the port no longer listens
+            if self._client.in_ascolto():
+                return False
+        elif not isinstance(exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError,
+                                  http.client.IncompleteRead)):
             return False
         with self._lock:
             self.di_fila += 1

@@ -49,6 +49,31 @@ def test_server_fermato_con_richieste_in_volo(fake, carica, tmp_path):
     assert prova["server_andato"]["perche"].startswith("connessione rifiutata o chiusa 3 volte")
 
 
+def test_server_fermato_con_una_lettura_di_slots_in_volo(fake, carica):
+    """The server stops while a /slots reading is in flight (it is never answered, as on the real server
+    where it was measured: 10 s lost to that reading's timeout). The reading gives up after a few periods,
+    the port is knocked at, and the run ends well within the 10 s a reading used to wait."""
+    letture = []
+
+    def slots_che_si_ferma(h, _corpo):
+        fake_ = h.server.fake
+        letture.append(1)
+        if len(letture) == 5:
+            fake_.spegni()
+            fake_.chiuso.wait()  # never answered
+            return None
+        return h.send_json(200, fake_.json_slots())
+
+    server = fake(n_slot=1, s_per_token=0.01, override={"/slots": slots_che_si_ferma})
+    inizio = time.monotonic()
+    rc, out, err = carica(server.url, "--richieste", "3", "--parallele", "1", "--token", "100", "--timeout", "60",
+                          *VELOCE)
+    assert time.monotonic() - inizio < 0.7 * carico.TIMEOUT_INFO, out
+    assert rc == 1, out + err
+    assert re.search(r"^il server ha smesso di rispondere a [\d.]+ s .*: invii fermati, 1 richiesta in volo", out,
+                     re.M), out
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_server_ucciso_sotto_durata_non_martellato(fake, carica, stream):
     """Killed 3 requests into --durata 30 --parallele 1 (the closed loop): it used to send thousands of
