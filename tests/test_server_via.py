@@ -38,8 +38,8 @@ def test_server_fermato_con_richieste_in_volo(fake, carica, tmp_path):
     assert "richieste fallite: 1 su 4 (il riepilogo conta solo 1 riuscita)" in righe
     assert "richieste non completate: 2 su 4 (il server non rispondeva più)" in righe
     (andato,) = [r for r in righe if r.startswith("il server ha smesso di rispondere")]
-    assert re.fullmatch(r"il server ha smesso di rispondere a [\d.]+ s \(connessione rifiutata o chiusa 3 volte di "
-                        r"fila, su /slots, e la porta non è più in ascolto\): invii fermati, 1 richiesta in volo "
+    assert re.fullmatch(r"il server ha smesso di rispondere \(accertato a [\d.]+ s: connessione rifiutata o "
+                        r"chiusa 3 volte di fila, su /slots, e la porta non è più in ascolto\): invii fermati, 1 richiesta in volo "
                         r"rimasta senza risposta", andato), andato
     assert f"carico.py: errore: il server {server.url} ha smesso di rispondere durante la prova" in err
     assert "Traceback" not in err
@@ -70,8 +70,8 @@ def test_server_fermato_con_una_lettura_di_slots_in_volo(fake, carica):
                           *VELOCE)
     assert time.monotonic() - inizio < 0.7 * carico.TIMEOUT_INFO, out
     assert rc == 1, out + err
-    assert re.search(r"^il server ha smesso di rispondere a [\d.]+ s .*: invii fermati, 1 richiesta in volo", out,
-                     re.M), out
+    assert re.search(r"^il server ha smesso di rispondere \(accertato a [\d.]+ s: .*\): invii fermati, 1 richiesta "
+                     r"in volo", out, re.M), out
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
@@ -91,7 +91,7 @@ def test_server_ucciso_sotto_durata_non_martellato(fake, carica, stream):
     n = int(re.search(r"(\d+) richieste rifiutate", riga).group(1)) if "richieste" in riga else 1
     assert 1 <= n <= carico.RIFIUTI_DI_FILA, riga
     assert re.search(r"in 30 s \(--durata\): inviate \d+ richieste, 2 con risposta", out), out
-    assert "il server ha smesso di rispondere a " in out
+    assert "il server ha smesso di rispondere (accertato a " in out
     assert "Traceback" not in err
 
 
@@ -116,7 +116,7 @@ def test_il_ritmo_si_ferma_quando_il_server_va_via(fake, carica):
                           "--silenzioso", *VELOCE)
     assert time.monotonic() - inizio < 10, out
     assert rc == 1
-    assert "il server ha smesso di rispondere a " in out
+    assert "il server ha smesso di rispondere (accertato a " in out
     assert len([r for r in out.splitlines() if r.startswith("  req ")]) <= 6, out
 
 
@@ -221,8 +221,8 @@ def test_server_fermato_con_ctrl_c_reale(llama, tmp_path):
     assert dopo < 30, (dopo, out)  # a quarter of --timeout, which it used to wait whole
     in_volo = [r for r in out.splitlines() if r.endswith("errore: " + carico.IN_VOLO)]
     assert in_volo, out
-    assert re.search(r"^il server ha smesso di rispondere a [\d.]+ s \(connessione rifiutata o chiusa \d volte di "
-                     r"fila, su /slots.*\): invii fermati", out, re.M), out
+    assert re.search(r"^il server ha smesso di rispondere \(accertato a [\d.]+ s: connessione rifiutata o chiusa "
+                     r"\d volte di fila, su /slots.*\): invii fermati", out, re.M), out
     assert "ha smesso di rispondere durante la prova" in err
     prova = json.loads((tmp_path / "p.json").read_text())["prove"][0]
     assert prova["server_andato"] is not None and len(prova["richieste"]) == 4 - out.count("non inviat")
@@ -241,7 +241,7 @@ def test_avvia_server_che_si_ferma_codice_e_log(capsys):
     out, err = capsys.readouterr()
     assert rc == 1, out + err
     assert time.monotonic() - inizio < 30, err
-    assert "il server ha smesso di rispondere a " in out
+    assert "il server ha smesso di rispondere (accertato a " in out
     assert "il server (-np 1) si è fermato durante la prova (codice 0); ultime righe del suo log:" in err, err
     assert "cleaning up before exit..." in err
     assert "punto 2 di 2" not in out  # the session stopped: no second server
