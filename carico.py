@@ -500,7 +500,8 @@ def rapporto(prova: Prova) -> List[str]:
     return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info,
                                           "il server non rispondeva più") + [
         f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s: {e.server_andato[1]}): invii "
-        f"fermati, {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"]
+        "fermati" + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
+                     if in_volo else "")]
 
 
 def rifiutata(r: Risultato) -> bool:
