@@ -18,8 +18,8 @@ Ogni richiesta ha un prompt diverso e chiede al server di non usare la cache dei
 Oltre il lab: le opzioni dopo il gruppo "il lab" sono tutte facoltative e non cambiano le righe
 del lab (in fondo, qualche esempio).
 
-Codici di uscita: 0 tutto bene; 1 server non raggiungibile o almeno una richiesta fallita;
-2 opzioni sbagliate; 130 interrotto con Ctrl+C (143 con SIGTERM): si stampa e si salva comunque
+Codici di uscita: 0 tutto bene; 1 server non raggiungibile, o che smette di rispondere, o almeno una
+richiesta fallita; 2 opzioni sbagliate; 130 interrotto con Ctrl+C (143 con SIGTERM): si stampa e si salva comunque
 quello che era già stato misurato; 141 se chi legge l'uscita la chiude prima (per esempio | head).
 """
 
@@ -120,6 +120,7 @@ class Esecuzione(NamedTuple):
     n_richieste: int  # the requests the run numbered: the plan's (with --durata, those sent)
     interruzione: Optional[int] = None  # the exit code when Ctrl+C (130) or SIGTERM (143) cut it short
     oltre: Optional[EsecuzioneOltre] = None  # --ritmo: requests the cap held back
+    server_andato: Optional[Tuple[float, str]] = None  # the server stopped answering: when (s from the start), why
 
     @property
     def riuscite(self) -> List[Risultato]:
@@ -135,6 +136,7 @@ class InfoServer(NamedTuple):
     avvisi: tuple = ()  # Italian lines for stderr: what could not be seen
     props: Optional[dict] = None  # /props as the server gave it, for --json
     kv_unificata: bool = False  # the slots share one context (--kv-unified): known when --avvia started it
+    llama_cpp: Optional[bool] = None  # /slots or /props answered as llama.cpp's (False: another server)
 
 
 class Prova(NamedTuple):
@@ -243,7 +245,8 @@ def interroga_server(client: Client, attesa: float, stderr, con_props: bool = Fa
     aspetta_pronto(client, attesa, stderr)
     risposta = chiedi(client, "/slots")
     slots = lista_slot(leggi_json(risposta.corpo)) if risposta.status == 200 else None
-    info = InfoServer(len(slots), numero(slots[0].get("n_ctx"), int), conta_occupati(slots) is not None) if slots else None
+    info = InfoServer(len(slots), numero(slots[0].get("n_ctx"), int), conta_occupati(slots) is not None,
+                      llama_cpp=True) if slots else None
     if info is None or not info.slots_disponibile or con_props:
         info = info_da_props(client, risposta, info)  # /slots off, another server, --json: see "Oltre il lab"
     metrics = chiedi(client, "/metrics")
@@ -278,9 +281,8 @@ class Campionatore:
         self._thread = threading.Thread(target=self._ciclo, name="campionatore", daemon=True)
 
     def avvia(self, t0: float) -> None:
-        if self._info.slots_disponibile or self._info.metrics_disponibile:
-            self._t0 = t0
-            self._thread.start()
+        self._t0 = t0
+        self._thread.start()
 
     def ferma(self) -> None:
         self._stop.set()
@@ -289,21 +291,26 @@ class Campionatore:
 
     def _ciclo(self) -> None:
         prossimo = self._timer()
+        legge = self._info.slots_disponibile or self._info.metrics_disponibile
         while True:
             dati = self._leggi("/slots", leggi_json) if self._info.slots_disponibile else None
             in_coda = self._leggi("/metrics", richieste_in_coda) if self._info.metrics_disponibile else None
+            if not legge:  # nothing to read: only whether the server is still there (see Sentinella)
+                self._leggi("/health", leggi_json)
             # The sample's time is when the answers arrived: what they say is the state then.
             campione = Campione(self._timer() - self._t0, conta_occupati(dati), in_coda)
             if self._al_campione is not None:  # the live line (the extras add each slot's context)
                 campione = self._al_campione(campione, dati)
-            self.campioni.append(campione)
+            if legge:
+                self.campioni.append(campione)
             prossimo += self._intervallo
             if self._stop.wait(max(0.0, prossimo - self._timer())):
                 return
 
     def _leggi(self, percorso: str, interpreta):
-        try:
-            risposta = self._client.chiama("GET", percorso)
+        try:  # a reading that hangs (a server stopped with it in flight) is a gap after a few periods, not 10 s
+            risposta = self._client.chiama("GET", percorso, timeout=min(self._client.timeout_info,
+                                                                         max(2.0, 4 * self._intervallo)))
         except ErroreRete:
             return None
         return interpreta(risposta.corpo) if risposta.status == 200 else None
@@ -324,6 +331,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     campionatore = Campionatore(client, piano.intervallo, info, timer, al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     aggiunte = interruzione = None
+    client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
         if domande and not extra(piano).da_lanciare:  # the workers started before the clock, not one per submit
             pronti = threading.Barrier(min(piano.parallele, len(domande)) + 1)
@@ -354,12 +362,13 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
             campionatore.ferma()
             if osservatore:
                 osservatore.cancella()
+            andato, _ = client.sentinella.andato, client.sentinella.arma(False)
         interruzione = interruzione or next(iter(notati), None)
     # What the interruption closed is not a measurement: keep only the requests that ended by themselves.
     finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
     n_richieste = piano.richieste if piano.richieste is not None else len(futuri)
-    return Esecuzione([r for r in finite if r.errore != ANNULLATA], campionatore.campioni, n_richieste,
-                      interruzione, aggiunte)
+    return Esecuzione([r for r in finite if r.errore not in (ANNULLATA, NON_INVIATA)], campionatore.campioni,
+                      n_richieste, interruzione, aggiunte, andato and (andato[0] - t0, andato[1]))
 
 
 # 5. The report: pure formatting, data -> lines, then the print ################################
@@ -469,7 +478,8 @@ def riga_richiesta(r: Risultato, larghezza: int = 1) -> str:
     return riga
 
 
-def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServer) -> List[str]:
+def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServer,
+                    perche_non_completate: str = "interrotto") -> List[str]:
     righe = [
         f"richieste={richieste} parallele={parallele} slot={fmt(info.n_slot, 'd')}"
         f"  picco slot occupati insieme={fmt(s.picco, 'd')}",
@@ -491,7 +501,7 @@ def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServ
         righe.append(f"  di cui interrotte dal server a metà risposta: {s.interrotte} (nessun chunk con "
                      "finish_reason: fuori da latenze e throughput)")
     if s.non_completate:
-        righe.append(f"richieste non completate: {s.non_completate} su {richieste} (interrotto)")
+        righe.append(f"richieste non completate: {s.non_completate} su {richieste} ({perche_non_completate})")
     return righe
 
 
@@ -501,14 +511,36 @@ def rapporto(prova: Prova) -> List[str]:
     e, piano = prova.esecuzione, prova.piano
     larghezza = len(str(max(e.n_richieste - 1, 0)))
     per_indice = {r.indice: r for r in e.risultati}
-    righe = []
+    righe, rifiutate, non_inviate = [], [], []  # with the server gone: refused and unsent in one line each
     for i in range(e.n_richieste):
-        if i in per_indice:
+        if i in per_indice and e.server_andato and rifiutata(per_indice[i]):
+            rifiutate.append(i)
+        elif i in per_indice:
             righe.append(riga_richiesta(per_indice[i], larghezza))
         elif e.interruzione:
             righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
+        elif e.server_andato:
+            non_inviate.append(i)
     parallele = str(piano.parallele) if piano.oltre is None else valore_parallele(piano)  # --ritmo's cap
-    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
+    if e.server_andato is None:
+        return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
+    for indici, una, molte, perche in (
+            (rifiutate, "rifiutata", "rifiutate", "connessione rifiutata o chiusa dal server, nessuna risposta"),
+            (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
+        if indici:
+            righe.append(f"  req {indici[0]}-{indici[-1]}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
+                         else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
+    in_volo = sum(r.errore == IN_VOLO for r in e.risultati)
+    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info,
+                                          "il server non rispondeva più") + [
+        f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s: {e.server_andato[1]}): invii "
+        "fermati" + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
+                     if in_volo else "")]
+
+
+def rifiutata(r: Risultato) -> bool:
+    """A request the server refused or reset without an answer (see Sentinella)."""
+    return r.errore in (descrivi_errore_rete(ConnectionRefusedError(), 0), descrivi_errore_rete(ConnectionResetError(), 0))
 
 
 def stampa_prova(prova: Prova) -> None:
@@ -607,7 +639,7 @@ class Sessione:
         """One run: look at the machine, write the `server:` line, fire the load, print the report."""
         macchina = guarda_la_macchina()
         print(riga_server(info) + (riga_kv_unificata(info) if info.kv_unificata else ""), flush=True)  # step 5
-        osservatore = Diretta(sys.stderr, info.n_slot) if sys.stderr.isatty() else None  # the live line
+        osservatore = Diretta(sys.stderr, info.n_slot, client.sentinella) if sys.stderr.isatty() else None  # live line
         osservatore = self.oltre.osservatore(osservatore) if self.oltre else osservatore  # each slot's context too
         esecuzione = esegui_carico(client, piano, info, primo_prompt, osservatore=osservatore)
         prova = Prova(info, esecuzione, piano, configurazione, macchina)
@@ -617,6 +649,9 @@ class Sessione:
             self.oltre.dopo_la_prova(prova)  # its pace, figures, picture, explanation
         if esecuzione.interruzione:
             raise Interruzione(esecuzione.interruzione)
+        if esecuzione.server_andato:  # the session ends: what was measured is saved (exit 1)
+            raise ServerAndato(f"il server {client.base} ha smesso di rispondere durante la prova: controlla che "
+                               "cosa l'ha fermato, riavvialo e ripeti la prova")
         return prova
 
     def codice(self) -> int:
@@ -701,6 +736,8 @@ class Client:
         self._aperti, self._lock, self.annullato = set(), threading.Lock(), threading.Event()  # sockets in flight
         self.pronte: List[socket.socket] = []  # --stream: connections opened before the clock (see "Oltre il lab")
         self.richieste_pronte: Dict[int, bytes] = {}  # --stream: id of a request's JSON -> its bytes, made before the clock
+        self.sentinella = Sentinella(self)  # during a run: is the server still there?
+        self.pezzi: Dict[int, bytes] = {}  # a tokenizer without pieces (/extras/tokenize): each id's, once
 
     def chiama(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:
         """One exchange: status and whole body. Raises ErroreRete when no answer comes."""
@@ -714,6 +751,8 @@ class Client:
         import http.client  # here, not at the top: see the note under the imports
 
         timeout = self.timeout_info if timeout is None else timeout
+        if self.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
+            raise NonInviata(NON_INVIATA)
         scadenza = time.monotonic() + timeout
         corpo = None if dati is None else json.dumps(dati).encode("utf-8")
         intestazioni = dict(self._intestazioni, **({"Content-Type": "application/json"} if corpo else {}))
@@ -721,13 +760,21 @@ class Client:
         try:
             connessione.sock = self._connetti(scadenza)  # http.client sends on it, and does not connect again
             connessione.request(metodo, percorso, corpo, intestazioni)
-            yield RispostaHttp(connessione, scadenza, timeout)
+            risposta = RispostaHttp(connessione, scadenza, timeout)
+            self.sentinella.risposta()
+            yield risposta
         except (OSError, http.client.HTTPException) as exc:
-            raise ErroreRete(descrivi_errore_rete(exc, timeout)) from None
+            raise self.errore_di_rete(percorso, exc, descrivi_errore_rete(exc, timeout)) from None
         finally:
             if connessione.sock is not None:
                 self.lascia(connessione.sock)
             connessione.close()
+
+    def errore_di_rete(self, percorso: str, exc: Exception, testo: str) -> ErroreRete:
+        """A failed exchange as an ErroreRete; a refusal is that request's own error, and the sentinel counts it."""
+        errore = ErroreRete(testo)
+        errore.rifiuto = self.sentinella.rifiuto(percorso, exc)
+        return errore
 
     def _connetti(self, scadenza: float) -> socket.socket:
         """socket.create_connection's loop, written out only to register the socket before it connects."""
@@ -758,6 +805,16 @@ class Client:
             self._aperti.discard(sock)
         sock.close()
 
+    def in_ascolto(self) -> bool:
+        """Whether anything accepts a connection at the server's port (a bare TCP knock, within 2 s)."""
+        try:
+            socket.create_connection((self.host, self._porta), timeout=2.0).close()
+            return True
+        except socket.timeout:
+            return True  # slow is not gone
+        except OSError:
+            return False
+
     def annulla(self) -> None:
         """Shut every socket in flight, connecting ones included, from any thread; later ones fail too."""
         self.annullato.set()
@@ -766,6 +823,65 @@ class Client:
         for sock in aperti:
             with contextlib.suppress(OSError):  # already closed
                 sock.shutdown(socket.SHUT_RDWR)
+
+
+# A server that goes away #######################################################################
+# Stopped with Ctrl+C, llama serve closes its port at once but never answers the requests in flight,
+# and keeps their connections open until they close (measured: ../shared/llama-server-api.md); a
+# server that is killed resets them. Either way nothing more will come: waiting out --timeout, or
+# sending more requests to a closed port (a closed loop does, thousands a second), measures nothing.
+
+RIFIUTI_DI_FILA = 3  # exchanges refused (or reset) in a row, with no answer between, before knocking at the port
+
+
+class Sentinella:
+    """During a run, watches the client's exchanges (requests, and the sampler's readings of /slots or
+    /health): after RIFIUTI_DI_FILA refused or reset in a row with no HTTP answer between, it knocks
+    once at the server's port; refused there too, the server is gone: `andato` says when and why, and
+    every exchange in flight is closed at once (Client.annulla), so the run ends within seconds."""
+
+    def __init__(self, client: Client):
+        self._client, self._lock = client, threading.Lock()
+        self.armata = False  # only during a run: a server still starting refuses too
+        self.di_fila, self.percorsi = 0, set()  # refusals since the last answer, and on which paths
+        self.andato: Optional[Tuple[float, str]] = None  # (time.perf_counter() when it was found gone, why)
+
+    def arma(self, armata: bool = True) -> None:
+        with self._lock:
+            self.armata, self.di_fila, self.percorsi, self.andato = armata, 0, set(), None
+
+    def risposta(self) -> None:
+        """An HTTP answer, any status: the server is there."""
+        self.di_fila = 0
+
+    def rifiuto(self, percorso: str, exc: Exception) -> bool:
+        """An exchange that failed; True when it was a refusal (or a reset) that counts."""
+        import http.client
+
+        if not self.armata or self._client.annullato.is_set():
+            return False
+        if isinstance(exc, socket.timeout):  # no answer in time: refused only if the port no longer listens
+            if self._client.in_ascolto():
+                return False
+        elif not isinstance(exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError,
+                                  http.client.IncompleteRead)):
+            return False
+        with self._lock:
+            self.di_fila += 1
+            self.percorsi.add(percorso)
+            if self.di_fila < RIFIUTI_DI_FILA or self.andato is not None:
+                return True
+            if self._client.in_ascolto():  # a few resets from a server that is still there
+                self.di_fila = 0
+                return True
+            volte = f"{self.di_fila} volte di fila, su {', '.join(sorted(self.percorsi))}"
+            self.andato = (time.perf_counter(), f"connessione rifiutata o chiusa {volte}, e la porta non è più in ascolto")
+        self._client.annulla()
+        return True
+
+
+NON_INVIATA = "non inviata: la prova era già ferma"
+IN_VOLO = "in volo quando il server ha smesso di rispondere: nessuna risposta"
 
 
 class RispostaHttp:
@@ -942,8 +1058,13 @@ class ErroreUtente(Exception):
 
 
 class ErroreOpzione(ErroreUtente):
-    """A flag this server cannot honour (--sistema without /tokenize): one Italian line, exit 2, as a bad flag."""
+    """A flag wrong for this server (--modello it does not list): one Italian line, exit 2, as a bad flag. A flag
+    the server cannot honour (--prompt-token without a tokenizer) is the server's limit: ErroreUtente, exit 1."""
     codice = 2
+
+
+class ServerAndato(ErroreUtente):
+    """The server stopped answering during a run (see Sentinella): what was measured is reported and saved."""
 
 
 class Interruzione(BaseException):
@@ -960,6 +1081,10 @@ class ErroreRichiesta(Exception):
 
 class ErroreRete(ErroreRichiesta):
     """No HTTP answer at all: refused, unknown host, timeout, connection closed."""
+
+
+class NonInviata(ErroreRete):
+    """A request that was never sent: Ctrl+C or a server gone had already stopped the run."""
 
 
 EPILOGO = """\
@@ -997,8 +1122,9 @@ dal log del server che cosa ha deciso (slot, contesto, cache KV; --np auto: senz
 
   python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 4,4kv --turni 4 --sistema 300
 
-Codici di uscita: 0 tutto bene; 1 una richiesta fallita, o un server che non c'è; 2 un'opzione
-sbagliata; 3 (--turni) le conversazioni hanno esaurito il contesto, e nient'altro è fallito;
+Codici di uscita: 0 tutto bene; 1 una richiesta fallita, un server che non c'è o che smette di
+rispondere, o che non sa fare ciò che un'opzione chiede (--prompt-token, --sistema o --prefisso senza
+tokenizzatore); 2 un'opzione sbagliata (anche un --modello che il server non elenca in /v1/models); 3 (--turni) le conversazioni hanno esaurito il contesto, e nient'altro è fallito;
 130 Ctrl+C, 143 SIGTERM.
 """
 
@@ -1320,6 +1446,7 @@ class RisultatoOltre(NamedTuple):
 class EsecuzioneOltre(NamedTuple):
     trattenute: int = 0  # --ritmo: requests sent late because --parallele were already in flight
     ultimo_invio: Optional[float] = None  # --durata: when the last request left
+    non_inviate: int = 0  # --ritmo with --durata: the schedule's requests the cap kept from leaving in time
 
 
 class OpzioniOltre(NamedTuple):
@@ -1517,6 +1644,7 @@ class SessioneOltre:
         for configurazione in o.np or [None]:
             with self.server(configurazione) as decisa:  # --avvia: with what the server decided
                 client, info = sessione.collega(decisa)
+                controlla_modello(client, extra(sessione.piani[0]).modello)
                 if extra(sessione.piani[0]).sistema and not extra(sessione.piani[0]).testo_sistema:
                     sessione.piani = con_prompt_di_sistema(client, sessione.piani)  # on the server's tokenizer
                 if any(extra(p).prompt_token or extra(p).prefisso for p in sessione.piani) and not extra(sessione.piani[0]).pezzi:
@@ -1549,13 +1677,18 @@ class SessioneOltre:
             self.avviato = server
             deciso = server.decisioni()
             print(riga_decisioni(configurazione, deciso), flush=True)
-            yield configurazione._replace(deciso=deciso, kv_unificata=configurazione.kv_unificata or bool(
-                deciso.kv_unificata))
+            quando = f"il server (-np {configurazione.etichetta}) si è fermato durante la prova"
+            try:
+                yield configurazione._replace(deciso=deciso, kv_unificata=configurazione.kv_unificata or bool(
+                    deciso.kv_unificata))
+            except ServerAndato:  # its exit code and its log say why
+                server.controlla(quando, attesa=5.0)
+                raise ServerAndato(f"il server (-np {configurazione.etichetta}) ha smesso di rispondere durante la "
+                                   f"prova ma non è uscito; ultime righe del suo log:\n{server.coda_log()}") from None
             self.avviato = None
             # A request that failed may have seen the server die before its process had finished exiting.
             fallite = any(not r.riuscita for p in self.sessione.prove[-1:] for r in p.esecuzione.risultati)
-            server.controlla(f"il server (-np {configurazione.etichetta}) si è fermato durante la prova",
-                             attesa=2.0 if fallite else 0.0)
+            server.controlla(quando, attesa=2.0 if fallite else 0.0)
 
     def intestazione(self, piano: Piano, configurazione: Optional[Configurazione], ripetizione: int) -> None:
         """Before a run: which point of a sweep (every value that varies, np included), which repeat."""
@@ -1636,13 +1769,24 @@ def note(prova: Prova) -> List[str]:
         testi.append(f"la prova è durata {fmt(s.tempo_totale, '.2f s')}, meno di due letture di /slots (--intervallo "
                     f"{prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il picco di slot occupati "
                     "può essere sottostimato")
-    if fermate_prima(prova):
+    vuote = [r for r in e.riuscite if r.token == 0]
+    if len(vuote) * 2 > len(e.riuscite):  # most answers empty: nothing was generated, the figures measure nothing
+        testi.append(frase_vuote(prova, len(vuote)))
+    elif fermate_prima(prova):
         testi.append(frase_fermate(prova))
     stimate = [r for r in e.riuscite if extra(r).token_stimati]  # --stream from a server without usage
     if stimate:
         testi.append(f"il server non ha detto nel flusso quanti token ha generato (né usage né timings) per "
                      f"{quante(len(stimate), 'richiesta', 'richieste')}: i loro token (segnati ~) sono i chunk con "
                      "testo, uno per chunk, una stima (un chunk può portarne più d'uno)")
+    if e.riuscite and all(r.prompt_ms is None and r.tps is None for r in e.riuscite):
+        testi.append("le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
+                     "dello slot e gli slot occupati provati dai tempi sono n/d")
+    chiave = sum(1 for r in e.risultati if (r.errore or "").startswith("HTTP 401"))
+    if chiave:  # any request's 401, not only /health's
+        testi.append(f"{quante(chiave, 'richiesta rifiutata', 'richieste rifiutate')} con HTTP 401: il server vuole "
+                     "una chiave API; passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY (se l'hai già "
+                     "passata, controllala)")
     dalla_cache = [r for r in e.risultati if r.oltre is not None and r.oltre.token_cache]
     if dalla_cache and not (extra(prova.piano).turni or extra(prova.piano).prefisso is not None):  # the cache as the experiment
         testi.append(f"il server ha preso dalla cache {sum(r.oltre.token_cache for r in dalla_cache)} token di prompt "
@@ -1670,7 +1814,20 @@ def frase_fermate(prova: Prova) -> str:
     if piano.oltre is not None and piano.oltre.esatti:
         return frase + ": il server non rispetta ignore_eos (--esatti)"
     return (frase + ": il throughput conta i token generati davvero, e non si confronta con prove che arrivano a "
-            "--token; --esatti li fa generare tutti")
+            "--token; " + ("--esatti li fa generare tutti" if prova.info.llama_cpp is not False else
+                           "--esatti (ignore_eos) li farebbe generare tutti su llama.cpp, ma altri server lo ignorano"))
+
+
+def frase_vuote(prova: Prova, vuote: int) -> str:
+    """Most answers had 0 tokens: the model stopped at once. The usual cause is the chat template, which
+    --esatti cannot mend (and only llama.cpp honours ignore_eos)."""
+    return (f"{vuote} risposte su {len(prova.esecuzione.riuscite)} hanno 0 token: il modello si ferma subito, e "
+            "questa prova non misura la generazione. Di solito è il template di chat del server, che non va con il "
+            "modello: prova una richiesta a mano (curl -d '{\"messages\":[{\"role\":\"user\",\"content\":"
+            "\"Ciao\"}]}' .../v1/chat/completions) e guarda il testo; per llama.cpp il template viene dal GGUF o da "
+            "--chat-template, per llama-cpp-python da --chat_format" + (
+                ". Con --esatti (ignore_eos) llama.cpp genera comunque --token token, ma il testo resta sbagliato"
+                if prova.info.llama_cpp else ""))
 
 
 def riga_kv_unificata(info: InfoServer) -> str:
@@ -1720,11 +1877,54 @@ def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoS
         if isinstance(n_slot, int) or isinstance(n_ctx, int):
             info = InfoServer(n_slot if isinstance(n_slot, int) else None, n_ctx if isinstance(n_ctx, int) else None,
                               False)
-    if info is None:
-        avvisi.append("neanche /props risponde come llama.cpp: numero di slot e contesto n/d "
-                      "(il server non sembra llama.cpp)")
-        info = InfoServer(None, None, False)
-    return info._replace(avvisi=tuple(avvisi), props=props)
+    if info is None:  # another server: what it answers, said once, and what this run can give
+        avvisi = [com_e_il_server(client, risposta_slots)]
+        return InfoServer(None, None, False, avvisi=tuple(avvisi), props=props, llama_cpp=False)
+    return info._replace(avvisi=tuple(avvisi), props=props, llama_cpp=True)
+
+
+def com_e_il_server(client: Client, risposta_slots: Risposta) -> str:
+    """For a server that is not llama.cpp (neither /slots nor /props): which of llama.cpp's endpoints it
+    answers, and so which of carico's figures this run can give. Three cheap exchanges, once."""
+    def risponde(metodo: str, percorso: str, dati=None) -> bool:
+        try:
+            return client.chiama(metodo, percorso, dati).status == 200
+        except ErroreRete:
+            return False
+
+    modelli = modelli_del_server(client)
+    si = ([f"/v1/models ({', '.join(modelli)})"] if modelli else []) + [
+        p for p, sì in (("/tokenize", risponde("POST", "/tokenize", {"content": "a"})),
+                        ("/extras/tokenize", risponde("POST", "/extras/tokenize", {"input": "a"}))) if sì]
+    no = ["/slots", "/props", "/metrics"] + (["/v1/models"] if not modelli else []) + (
+        ["/tokenize"] if not any(p.endswith("tokenize") for p in si) else [])
+    return (f"il server su {client.base} non è llama.cpp ({'/slots: ' + descrivi_errore_http(risposta_slots)}): "
+            + (f"risponde a {', '.join(si)}; " if si else "") + f"non a {', '.join(no)}. Quindi questa prova non "
+            "può dire quanti slot ha, con quanto contesto, né leggere gli slot occupati o la coda: sono n/d; gli slot "
+            "occupati e l'attesa dello slot vengono solo dai timings delle risposte, se il server li dà")
+
+
+def modelli_del_server(client: Client) -> Optional[List[str]]:
+    """The model ids /v1/models lists (the OpenAI API's; llama.cpp: the alias -a, else the model's path)."""
+    try:
+        risposta = client.chiama("GET", "/v1/models")
+    except ErroreRete:
+        return None
+    dati = leggi_json(risposta.corpo) if risposta.status == 200 else None
+    elenco = dati.get("data") if isinstance(dati, dict) else None
+    nomi = [m["id"] for m in elenco if isinstance(m, dict) and isinstance(m.get("id"), str)] if isinstance(
+        elenco, list) else []
+    return nomi or None
+
+
+def controlla_modello(client: Client, modello: Optional[str]) -> None:
+    """--modello: refused (exit 2) where the server lists its models and that one is not there. A server
+    with one model answers with it whatever the name (llama.cpp, llama-cpp-python): the run would measure
+    another model than the one named."""
+    nomi = modelli_del_server(client) if modello else None
+    if nomi and modello not in nomi:
+        raise ErroreOpzione(f"--modello {modello}: il server su {client.base} non ha questo modello; /v1/models "
+                            f"elenca {', '.join(nomi)}")
 
 
 def perche_non_risponde(client: Client, exc: ErroreRete) -> str:
@@ -1887,8 +2087,8 @@ class LettoreFlusso:
                 if len(self._buffer) > 65536:
                     raise ErroreRete("risposta HTTP non valida (intestazioni troppo lunghe)")
                 self._t, dati = self._leggi()
-                if not dati:
-                    raise ErroreRete("connessione chiusa dal server prima della risposta")
+                if not dati:  # as http.client's RemoteDisconnected: a reset, for the sentinel too
+                    raise ConnectionResetError("connessione chiusa dal server prima della risposta")
                 self._buffer += dati
                 fine = self._buffer.find(b"\r\n\r\n")
             testa, self._buffer = self._buffer[:fine].decode("latin-1"), self._buffer[fine + 4:]
@@ -1992,6 +2192,8 @@ def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
 def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0: float, timer) -> Risultato:
     """One streamed request, timed from its send (the connection is opened before): every chunk's time,
     and the end, are when their bytes arrived."""
+    if client.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
+        raise NonInviata(NON_INVIATA)
     richiesta = client.richieste_pronte.pop(id(domanda), None) or richiesta_in_flusso(client, domanda)
     scadenza, status = time.monotonic() + timeout, None
     try:
@@ -2002,15 +2204,17 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
             lettore = LettoreFlusso(sock, scadenza, timeout, timer)
             lettore.invia(richiesta)
             status = lettore.testata()
+            client.sentinella.risposta()
             if status != 200:
                 raise ErroreRichiesta(descrivi_errore_http(Risposta(status, lettore.corpo())))
             dati, chunk, fine = leggi_flusso(lettore.blocchi())
         finally:
             client.lascia(sock)
-    except socket.timeout:
-        raise ErroreRete(f"{'nessuna risposta' if status is None else 'risposta non completa'} entro {timeout:g} s") from None
+    except socket.timeout as exc:
+        tardi = f"{'nessuna risposta' if status is None else 'risposta non completa'} entro {timeout:g} s"
+        raise client.errore_di_rete(CHAT, exc, tardi) from None
     except OSError as exc:
-        raise ErroreRete(descrivi_errore_rete(exc, timeout)) from None
+        raise client.errore_di_rete(CHAT, exc, descrivi_errore_rete(exc, timeout)) from None
     if dati is None:
         raise ErroreRichiesta("risposta non JSON dal server")
     inizio = lettore.inviata - t0
@@ -2128,22 +2332,29 @@ class Programma:
         posti = threading.Semaphore(piano.parallele)
         tempi = (orari(piano_oltre) if piano_oltre.ritmo else
                  (t for _, _, t in itertools.cycle(piano_oltre.dataset)) if piano_oltre.traccia else itertools.repeat(None))
-        trattenute, ultimo = 0, None
+        durata = piano_oltre.durata
+        trattenute, ultimo, non_inviate = 0, None, 0
         for i, previsto in enumerate(tempi):
-            if i == piano.richieste or (previsto is not None and piano_oltre.durata is not None and previsto >= piano_oltre.durata):
+            if i == piano.richieste or (previsto is not None and durata is not None and previsto >= durata):
                 break
-            if previsto is not None:
-                time.sleep(max(0.0, t0 + previsto - timer()))
-            if not posti.acquire(blocking=False):  # --parallele already in flight: wait for a place
-                trattenute += previsto is not None
-                posti.acquire()
-            if i and previsto is None and piano_oltre.durata is not None and timer() - t0 >= piano_oltre.durata:
+            if previsto is not None and client.annullato.wait(max(0.0, t0 + previsto - timer())):
+                break  # the server went away (Ctrl+C interrupts the wait itself)
+            # --durata is a promise: no request leaves after it, and no wait for a place lasts past it
+            preso = posti.acquire(blocking=False)
+            trattenuta = not preso and previsto is not None
+            if not preso:  # --parallele already in flight: wait for a place
+                preso = posti.acquire(timeout=None if durata is None else max(0.0, t0 + durata - timer()))
+            if client.annullato.is_set() or not preso or (i and durata is not None and timer() - t0 >= durata):
+                if preso:
+                    posti.release()
+                if previsto is not None and not client.annullato.is_set():  # what the cap kept from the schedule
+                    non_inviate = 1 + sum(1 for _ in itertools.takewhile(lambda t: t < durata, tempi))
                 break
             futuro = esecutore.submit(self.invia_al_tempo, client, i, previsto, t0, timer)
             futuro.add_done_callback(lambda _: posti.release())
             futuri.append(futuro)
-            ultimo = timer() - t0
-        return EsecuzioneOltre(trattenute, ultimo)
+            ultimo, trattenute = timer() - t0, trattenute + trattenuta
+        return EsecuzioneOltre(trattenute, ultimo, non_inviate)
 
     def invia_al_tempo(self, client: Client, indice: int, previsto: Optional[float], t0: float, timer) -> Risultato:
         """One request, its prompt made here, as it leaves: never all of them alive at once (and the
@@ -2194,8 +2405,12 @@ def righe_ritmo(prova: Prova) -> List[str]:
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
     if piano.durata:
         risposte = sum(r.riuscita for r in e.risultati)
+        non_inviate = extra(e).non_inviate
         righe.append(f"in {piano.durata:g} s (--durata): inviate {quante(e.n_richieste, 'richiesta', 'richieste')}, "
                      f"{risposte} con risposta; "
+                     + (f"{non_inviate} del programma non inviate (il tetto di --parallele {prova.piano.parallele} era "
+                        "pieno fino alla fine); " if non_inviate else "")
+                     + 
                      f"l'ultimo invio a {fmt(extra(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
                      f"{fmt(prova.riepilogo.tempo_totale, '.2f s')} (il tempo totale)")
     return righe
@@ -2207,7 +2422,7 @@ def ritmo_tenuto(prova: Prova) -> bool:
     p99 = percentile(ritardi_invio(prova.esecuzione), 99)
     ritmo = extra(prova.piano).ritmo or ritmo_di([extra(r).previsto for r in prova.esecuzione.risultati
                                                   if extra(r).previsto is not None])  # a trace: its mean rate
-    return not extra(prova.esecuzione).trattenute and (p99 is None or not ritmo or p99 <= max(0.010, 0.1 / ritmo))
+    return not extra(prova.esecuzione).trattenute and not extra(prova.esecuzione).non_inviate and (p99 is None or not ritmo or p99 <= max(0.010, 0.1 / ritmo))
 
 
 def note_ritmo(prova: Prova) -> List[str]:
@@ -2217,16 +2432,29 @@ def note_ritmo(prova: Prova) -> List[str]:
         return []
     inviate, chiesto = fmt(invii_al_secondo(e), ".2f req/s"), (f"{piano.oltre.ritmo:g} req/s" if piano.oltre.ritmo
                                                                  else "gli orari della traccia")
-    trattenute = extra(e).trattenute
-    if trattenute:
+    trattenute, non_inviate = extra(e).trattenute, extra(e).non_inviate
+    if trattenute or non_inviate:
+        mai = (f"; {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima della fine di --durata"
+               if non_inviate else "")
         return [f"{quante(trattenute, 'richiesta', 'richieste')} su {len(e.risultati)} "
                 f"{'ha' if trattenute == 1 else 'hanno'} trovato già {piano.parallele} in volo (il tetto di --parallele) "
-                f"e {'è partita' if trattenute == 1 else 'sono partite'} dopo l'orario previsto: si sono inviate "
+                f"e {'è partita' if trattenute == 1 else 'sono partite'} dopo l'orario previsto{mai}: si sono inviate "
                 f"{inviate}, non {chiesto}. Alza --parallele per tenere il ritmo"]
     ritardi = ritardi_invio(e)
     return [f"il client non ha tenuto il ritmo chiesto: gli invii sono partiti in ritardo sul programma (p99 "
             f"{ms(percentile(ritardi, 99)):.1f} ms, max {ms(max(ritardi)):.1f} ms): le cifre valgono per "
             f"{inviate} inviate, non per {chiesto}"]
+
+
+def attese_del_tetto(prova: Prova) -> Dict[int, float]:
+    """--ritmo with the --parallele cap full: each request the cap held in the client, and how late it
+    left against the schedule (beyond the lateness ritmo_tenuto forgives). Its user waited that long too."""
+    e, ritmo = prova.esecuzione, extra(prova.piano).ritmo
+    if not extra(e).trattenute:
+        return {}
+    soglia = max(0.010, 0.1 / ritmo) if ritmo else 0.010
+    ritardi = {r.indice: r.inizio - extra(r).previsto for r in e.riuscite if extra(r).previsto is not None}
+    return {i: ritardo for i, ritardo in ritardi.items() if ritardo > soglia}
 
 
 def latenza_dal_previsto(r: Risultato) -> float:
@@ -2262,6 +2490,8 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     if extra(prova.piano).ritmo or extra(prova.piano).traccia:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
     valori["attesa dello slot"] = [a for a in map(attesa_dello_slot, ok) if a is not None]
+    if extra(prova.esecuzione).trattenute:  # the cap's wait, in the client before the send: a wait too
+        valori["attesa del tetto"] = [r.inizio - extra(r).previsto for r in ok if extra(r).previsto is not None]
     if any(extra(r).chunk_s is not None for r in ok):  # --stream
         valori["primo token"] = [extra(r).primo_token for r in ok if extra(r).primo_token is not None]
         valori["TPOT"] = [t for t in map(tpot, ok) if t is not None]
@@ -2427,8 +2657,8 @@ class Diretta:
     readings (no extra request) and is cleared at the end, so stdout and the lab's lines stay as
     they are."""
 
-    def __init__(self, stderr, n_slot: Optional[int]):
-        self.stderr, self.n_slot = stderr, n_slot
+    def __init__(self, stderr, n_slot: Optional[int], sentinella: Optional[Sentinella] = None):
+        self.stderr, self.n_slot, self.sentinella = stderr, n_slot, sentinella
         self._futuri: list = []
         self._piano = Piano()
         self._generati = 0  # the tokens shown last
@@ -2450,6 +2680,10 @@ class Diretta:
             stima_coda = max(0, min(len(futuri) - len(finite), self._piano.parallele) - c.occupati)
         totale = self._piano.richieste if self._piano.richieste is not None else len(futuri)
         larghezza = len(str(totale))
+        if self.sentinella is not None and (self.sentinella.andato or self.sentinella.di_fila):  # said while it happens
+            return (f"[{len(finite):>{larghezza}}/{totale}] il server " + ("ha smesso di rispondere: fermo gli invii"
+                    if self.sentinella.andato else f"non risponde ({quante(self.sentinella.di_fila, 'rifiuto', 'rifiuti')}"
+                    " di fila)") + f"  {c.t:.1f} s")
         return (f"[{len(finite):>{larghezza}}/{totale}] slot occupati {fmt(c.occupati, 'd')}/{fmt(self.n_slot, 'd')}"
                 f"  in coda {fmt(stima_coda, 'd')}  generati {generati} token  "
                 f"{generati / c.t if c.t > 0 else 0:.1f} t/s  {c.t:.1f} s")
@@ -3523,6 +3757,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
                       "ritardo_p99_s": percentile(ritardi_invio(p.esecuzione), 99),
                       "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
                       "trattenute_dal_tetto": extra(p.esecuzione).trattenute,
+                      "non_inviate_dal_tetto": extra(p.esecuzione).non_inviate,
                       "inviate": p.esecuzione.n_richieste} if extra(p.piano).al_tempo else None,
             "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": kv_condivisa(p),
                        "props": p.info.props},
@@ -3531,6 +3766,8 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "richieste": [riga_dati(r) for r in p.esecuzione.risultati],
             "campioni": [c._asdict() for c in p.esecuzione.campioni],
             "interrotta": p.esecuzione.interruzione is not None,
+            "server_andato": dict(zip(("t_s", "perche"), p.esecuzione.server_andato)) if p.esecuzione.server_andato
+            else None,
         } for p in prove],
     }
     if capacita:  # --capacita: each server's answer and the points tried
@@ -3610,9 +3847,19 @@ def spiegazione(prova: Prova) -> List[str]:
                          f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
                          f"sfortunata è la req {r.indice}: {attese[r.indice]:.2f} s di attesa su {r.latenza:.2f} s di "
                          f"latenza ({attese[r.indice] / r.latenza:.0%}).")
-        else:
+        elif not attese_del_tetto(prova):
             frasi.append(f"Nessuna richiesta ha aspettato uno slot: ognuna ne ha trovato uno libero (fra l'invio e lo "
                          f"slot al massimo {max(attese.values()):.2f} s, il viaggio della richiesta).")
+    tetto = attese_del_tetto(prova)
+    if tetto:  # a wait too: before the send, in the client
+        peggiore = max(tetto, key=tetto.get)
+        frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "
+                     f"aspettato nel client un posto fra le {piano.parallele} in volo (il tetto di --parallele), prima "
+                     f"ancora di partire: la req {peggiore} è partita {tetto[peggiore]:.2f} s dopo l'orario previsto"
+                     + (f", e {quante(extra(e).non_inviate, 'altra non è partita', 'altre non sono partite')} prima "
+                        "della fine di --durata" if extra(e).non_inviate else "") + ". "
+                     f"Chi l'ha mandata ha aspettato anche quel tempo: la latenza dal previsto, che lo conta, ha p50 "
+                     f"{percentile([latenza_dal_previsto(r) for r in ok], 50):.2f} s.")
     velocita = [r.tps for r in ok if r.tps is not None]
     if velocita and s.throughput is not None:
         media_slot = media(velocita)
@@ -4138,18 +4385,43 @@ def lanciatore(piano: Piano, primo_prompt: int):
 
 def tokenizza(client: Client, testo: str) -> List[bytes]:
     """The pieces of `testo` as the server's own tokenizer cuts it (/tokenize with_pieces), as bytes:
-    a piece may hold half of a UTF-8 character. A server without it: ErroreOpzione, exit 2."""
+    a piece may hold half of a UTF-8 character. A server without one: ErroreUtente, exit 1 (the server cannot)."""
     try:
         risposta = client.chiama("POST", "/tokenize", {"content": testo, "with_pieces": True})
     except ErroreRete as exc:
         raise ErroreUtente(f"nessuna risposta dal server {client.base} (/tokenize): {exc}") from None
+    altrove = tokenizza_extras(client, testo) if risposta.status == 404 else None  # not llama.cpp's
+    if altrove is not None:
+        return altrove
     dati = leggi_json(risposta.corpo) if risposta.status == 200 else None
     token = dati.get("tokens") if isinstance(dati, dict) else None
     try:  # a piece is text, or the bytes of half a character as a list of numbers
         return [t["piece"].encode("utf-8") if isinstance(t["piece"], str) else bytes(t["piece"]) for t in token]
     except (TypeError, KeyError, ValueError):  # no list, no pieces, not llama.cpp's /tokenize
-        raise ErroreOpzione(f"il server su {client.base} non conta i token con /tokenize ({descrivi_errore_http(risposta)}"
-                            "): --sistema e --prompt-token hanno bisogno del suo tokenizzatore") from None
+        raise ErroreUtente(f"il server su {client.base} non conta i token con /tokenize ({descrivi_errore_http(risposta)}"
+                           + ("; né con /extras/tokenize" if risposta.status == 404 else "")
+                           + "): --sistema, --prompt-token e --prefisso hanno bisogno del suo tokenizzatore") from None
+
+
+def tokenizza_extras(client: Client, testo: str) -> Optional[List[bytes]]:
+    """The tokenizer of llama-cpp-python's server: ids at /extras/tokenize (the BOS first, which llama.cpp's
+    /tokenize does not count), each id's piece from /extras/detokenize, asked once a session. None where
+    the server has no such endpoints."""
+    try:
+        risposta = client.chiama("POST", "/extras/tokenize", {"input": testo})
+        dati = leggi_json(risposta.corpo) if risposta.status == 200 else None
+        ids = dati.get("tokens") if isinstance(dati, dict) else None
+        if not isinstance(ids, list) or not all(numero(i, int) is not None for i in ids):
+            return None
+        for i in (i for i in ids if i not in client.pezzi):
+            pezzo = leggi_json(client.chiama("POST", "/extras/detokenize", {"tokens": [i]}).corpo)
+            if not isinstance(pezzo, dict) or not isinstance(pezzo.get("text"), str):
+                return None
+            client.pezzi[i] = pezzo["text"].encode("utf-8")
+    except ErroreRete:
+        return None
+    pezzi = [client.pezzi[i] for i in ids]
+    return pezzi[1:] if pezzi and not pezzi[0] else pezzi  # the BOS: an empty piece
 
 
 def pezzi_del_server(client: Client, quanti: int) -> List[bytes]:
@@ -4171,7 +4443,7 @@ def testo_di_token(client: Client, n: int) -> str:
         testo = b"".join(pezzi[:k]).decode("utf-8", "replace")
         if len(tokenizza(client, testo)) == n:
             return testo
-    raise ErroreOpzione(f"--sistema {n}: il tokenizzatore del server non dà un testo di esattamente {n} token")
+    raise ErroreUtente(f"--sistema {n}: il tokenizzatore del server non dà un testo di esattamente {n} token")
 
 
 def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
@@ -4190,7 +4462,7 @@ def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
 
 def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
     """The plans with the pieces to cut exact prompts from, made once on the first server's tokenizer;
-    each distinct single length checked by counting its first prompt again (ErroreOpzione if it fails)."""
+    each distinct single length checked by counting its first prompt again (ErroreUtente if it fails)."""
     lunghezze = [extra(p).prompt_token for p in piani if extra(p).prompt_token]
     piu_lungo = max([b for _, b in lunghezze] + [extra(p).prefisso or 0 for p in piani] + [1])
     pezzi = pezzi_del_server(client, piu_lungo + 1)
@@ -4201,16 +4473,16 @@ def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
     if prime and max(prime.values()) + piu_lungo >= len(pezzi):  # room after the last start
         pezzi = pezzi_del_server(client, max(prime.values()) + piu_lungo + 1)
     if len(prime) < 2:  # a tokenizer that keeps the blank apart, or at a word's end
-        raise ErroreOpzione("--prompt-token: il tokenizzatore del server non dà pezzi che aprano parole diverse: "
+        raise ErroreUtente("--prompt-token: il tokenizzatore del server non dà pezzi che aprano parole diverse: "
                             "non so fare prompt che non condividano l'inizio")
     fatti = b"".join(pezzi), tuple(itertools.accumulate(map(len, pezzi), initial=0)), tuple(prime.values())
     for minimo, massimo in dict.fromkeys(lunghezze):
         if minimo == massimo and len(tokenizza(client, taglia(fatti, 0, minimo))) != minimo:
-            raise ErroreOpzione(f"--prompt-token {minimo}: il tokenizzatore del server non ricompone un testo di "
+            raise ErroreUtente(f"--prompt-token {minimo}: il tokenizzatore del server non ricompone un testo di "
                                 f"esattamente {minimo} token")
     for prefisso in dict.fromkeys(extra(p).prefisso for p in piani if extra(p).prefisso):
         if len(tokenizza(client, taglia(fatti, 0, prefisso))) != prefisso:
-            raise ErroreOpzione(f"--prefisso {prefisso}: il tokenizzatore del server non ricompone un testo di "
+            raise ErroreUtente(f"--prefisso {prefisso}: il tokenizzatore del server non ricompone un testo di "
                                 f"esattamente {prefisso} token")
     return [p._replace(oltre=p.oltre._replace(pezzi=fatti)) for p in piani]
 
@@ -4682,8 +4954,10 @@ def messaggio_chiave(client: Client) -> str:
 def fallita(client: Client, indice: int, inizio: float, fine: float, exc: Exception) -> Risultato:
     """The Risultato of a request that raised. What the server or the network said is printed as
     it is; anything else is a bug of carico.py, and says so rather than blame the server."""
-    if client.annullato.is_set():
-        return Risultato(indice, inizio, fine, errore=ANNULLATA)
+    if client.annullato.is_set() and not getattr(exc, "rifiuto", False):
+        perso = client.sentinella.andato is not None  # else Ctrl+C: not a measurement
+        return Risultato(indice, inizio, fine, errore=(NON_INVIATA if isinstance(exc, NonInviata) else IN_VOLO)
+                         if perso else ANNULLATA)
     errore = str(exc) if isinstance(exc, ErroreRichiesta) else f"errore interno: {type(exc).__name__}: {exc}"
     return Risultato(indice, inizio, fine, errore=errore)
 

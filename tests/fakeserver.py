@@ -65,6 +65,16 @@ class Config:
     # after this many tokens and no finish_reason in any chunk; and streams with neither usage nor timings.
     flusso_interrotto_dopo: Optional[int] = None
     usage_nei_flussi: bool = True
+    # Stopped mid-run, as llama serve on Ctrl+C (measured): at the N-th chat request the listener closes (new
+    # connections refused) and the requests in flight are never answered, their connections left open;
+    # with spegni_uccidendo, as a killed server: their connections reset.
+    spegni_dopo: Optional[int] = None
+    spegni_uccidendo: bool = False
+    # Another OpenAI-compatible server, as llama-cpp-python 0.3.36's (measured): 404 on every llama.cpp endpoint
+    # (/health, /slots, /props, /metrics, /tokenize), no timings, usage only in answers not streamed, the
+    # tokenizer at /extras/tokenize (ids, the BOS first) with /extras/detokenize, any `model` echoed back.
+    # Its chat that answers 0 tokens and ignores ignore_eos: eos_dopo=0, rispetta_ignore_eos=False.
+    altro_server: bool = False
 
     @property
     def n_ctx_slot(self) -> int:
@@ -106,6 +116,8 @@ class FakeLlama:
         self.kv_esaurito = 0  # --kv-unified: how many times the busy slots outgrew the shared buffer
         self.letture_slots: List[list] = []  # every /slots answer it gave, in order
         self.inizio = time.monotonic()
+        self.spento, self.chiuso = threading.Event(), threading.Event()  # see Config.spegni_dopo; close()
+        self.pezzi_per_id: Dict[int, str] = {}  # Config.altro_server: what /extras/detokenize gives back
         ThreadingHTTPServer.request_queue_size = 256  # 64 clients connect at once in the large run
         self.server = ThreadingHTTPServer(indirizzo, self._handler_class())
         self.server.daemon_threads = True
@@ -126,6 +138,13 @@ class FakeLlama:
         self.close()
 
     def close(self):
+        self.chiuso.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def spegni(self):
+        """The listener closes at once (Config.spegni_dopo); the handlers in flight see `spento`."""
+        self.spento.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -218,6 +237,11 @@ class FakeLlama:
                                            "type": "server_error"}}
                 if i == max_tokens:
                     break
+                if self.spento.is_set():  # stopped: a killed server resets; one stopped with Ctrl+C never answers
+                    if self.config.spegni_uccidendo:
+                        return "reset", None
+                    self.chiuso.wait()
+                    return None, None
                 if chiusa():
                     with self.cond:
                         self.abbandonate += 1
@@ -236,7 +260,7 @@ class FakeLlama:
             velocita = max_tokens / max(t2 - t1, 1e-9)
             if max_tokens == 1:  # as llama.cpp: the one token is sampled with the prompt, no step to time
                 prompt_ms, predicted_ms, velocita = (t2 - t0) * 1000, 0.001, 0.0
-            return 200, {
+            risposta = {
                 "choices": [{"finish_reason": finish, "index": 0,
                              "message": {"role": "assistant", "content": " ".join(["parola"] * max_tokens)}}],
                 "created": int(time.time()), "model": self.config.alias, "object": "chat.completion",
@@ -250,6 +274,10 @@ class FakeLlama:
                             "predicted_per_token_ms": predicted_ms / max(max_tokens, 1),
                             "predicted_per_second": velocita},
             }
+            if self.config.altro_server:
+                del risposta["timings"]
+                risposta["model"] = body.get("model", self.config.alias)
+            return 200, risposta
         finally:
             self.lascia_slot(slot)
             with self.cond:
@@ -271,6 +299,12 @@ class FakeLlama:
                 out.append(d)
             self.letture_slots.append(out)
             return out
+
+    def id_pezzo(self, pezzo: str) -> int:
+        """The stand-in tokenizer's id of a piece (as /tokenize gives it), remembered for /extras/detokenize."""
+        i = 2 + sum(map(ord, pezzo)) % 262144  # 0 and 1 stay free: 1 is the BOS
+        self.pezzi_per_id[i] = pezzo
+        return i
 
     def json_props(self):
         return {"default_generation_settings": {"n_ctx": self.config.n_ctx_slot, "params": {}},
@@ -346,6 +380,8 @@ class FakeLlama:
                 except Interrotto:  # ended early: [DONE], and no chunk ever said why
                     self.scrivi_chunk(b"data: [DONE]\n\n")
                     return self.scrivi_chunk(b"")
+                if status == "reset":
+                    return chiudi_di_colpo(self)
                 if status is None:
                     return
                 if status != 200 and avviato:  # an error after the headers: inside the stream, no [DONE]
@@ -354,7 +390,7 @@ class FakeLlama:
                 if status != 200:
                     return self.send_json(status, dati)
                 self.evento({"choices": [{"index": 0, "finish_reason": dati["choices"][0]["finish_reason"], "delta": {}}]})
-                if fake.config.usage_nei_flussi:
+                if fake.config.usage_nei_flussi and not fake.config.altro_server:  # another server: no usage in a stream
                     self.evento({"choices": [], "usage": dati["usage"], "timings": dati["timings"]})
                 self.scrivi_chunk(b"data: [DONE]\n\n")
                 self.scrivi_chunk(b"")
@@ -371,6 +407,13 @@ class FakeLlama:
                 if percorso in fake.override:
                     return fake.override[percorso](self, corpo)
                 cfg = fake.config
+                if cfg.altro_server and percorso in ("/health", "/v1/health", "/slots", "/props", "/metrics", "/tokenize"):
+                    return self.send_json(404, {"detail": "Not Found"})
+                if cfg.altro_server and percorso in ("/extras/tokenize", "/extras/detokenize") and self.command == "POST":
+                    body = json.loads(corpo or b"{}")
+                    if percorso == "/extras/tokenize":  # ids only, the BOS (1) first, as llama-cpp-python's
+                        return self.send_json(200, {"tokens": [1] + [fake.id_pezzo(p) for p in pezzi_token(body["input"])]})
+                    return self.send_json(200, {"text": "".join(fake.pezzi_per_id.get(i, "") for i in body["tokens"])})
                 if time.monotonic() - fake.inizio < cfg.loading_s:
                     return self.errore(503, "unavailable_error", "Loading model")
                 if percorso in ("/health", "/v1/health"):
@@ -386,6 +429,8 @@ class FakeLlama:
                     return self.send_json(200, fake.json_slots())
                 if percorso == "/props":
                     return self.send_json(200, fake.json_props())
+                if percorso == "/v1/models":  # llama.cpp's: the alias
+                    return self.send_json(200, {"object": "list", "data": [{"id": cfg.alias, "object": "model"}]})
                 if percorso == "/tokenize" and self.command == "POST":
                     body = json.loads(corpo or b"{}")
                     pezzi = pezzi_token(body.get("content", ""))
@@ -404,6 +449,8 @@ class FakeLlama:
                     return self.wfile.write(testo)
                 if percorso in ("/v1/chat/completions", "/chat/completions") and self.command == "POST":
                     fake.arrivi.append(arrivo)
+                    if cfg.spegni_dopo is not None and len(fake.arrivi) >= cfg.spegni_dopo and not fake.spento.is_set():
+                        fake.spegni()
                     try:
                         body = json.loads(corpo)
                     except ValueError:
@@ -414,6 +461,8 @@ class FakeLlama:
                     if body.get("stream"):
                         return self.stream(body)
                     status, dati = fake.completa(body, chiusa=self.chiusa)
+                    if status == "reset":
+                        return chiudi_di_colpo(self)
                     if status is not None:
                         self.send_json(status, dati)
                     return None
@@ -454,6 +503,13 @@ def righe_kv(config: Config, swa: bool = True) -> List[str]:
 def chunk(dati: bytes) -> bytes:
     """One piece of a body in chunked transfer encoding (an empty one ends the body)."""
     return b"%x\r\n%s\r\n" % (len(dati), dati)
+
+
+def chiudi_di_colpo(h: BaseHTTPRequestHandler) -> None:
+    """Connection reset: RST instead of an answer, as the kernel does for a killed process."""
+    h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    h.connection.close()
+    h.close_connection = True
 
 
 def risposta_grezza(status: int, corpo: bytes, tipo: str = "text/html", lunghezza: Optional[int] = None):
@@ -504,13 +560,14 @@ def main(argv=None):
     parser.add_argument("--muori-dopo", type=int, default=0, help="die (exit 3) at the N-th chat request")
     parser.add_argument("--registro", help="append each chat prompt to this file, one JSON string a line")
     parser.add_argument("--lento-a-fermarsi", type=float, default=0.0, help="seconds it takes to stop on SIGTERM")
+    parser.add_argument("--spegni-dopo", type=int, help="stop as on Ctrl+C at the N-th chat request (Config.spegni_dopo)")
     a = parser.parse_args(argv)
     if a.fallisci:
         print("error: failed to load model 'manca.gguf'", flush=True)
         return 1
     n_slot = 4 if a.np == -1 else a.np
     config = Config(n_slot=n_slot, n_ctx=a.c, kv_unified=a.kv_unified or a.np == -1,
-                    s_per_token=a.s_per_token, loading_s=a.loading_s)
+                    s_per_token=a.s_per_token, loading_s=a.loading_s, spegni_dopo=a.spegni_dopo)
     for riga in righe_kv(config, not a.senza_swa) if a.lv >= 4 else []:
         print(riga, flush=True)
     print(f"srv    load_model: initializing, n_slots = {n_slot}, n_ctx_slot = {config.n_ctx_slot}, "
@@ -534,6 +591,9 @@ def main(argv=None):
         fake.server.serve_forever()
     except KeyboardInterrupt:
         pass
+    if fake.spento.is_set():  # as llama serve on Ctrl+C: its last line, then it exits once its connections end
+        print("srv    operator(): cleaning up before exit...", flush=True)
+        time.sleep(0.5)
     return 0
 
 

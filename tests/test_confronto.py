@@ -229,11 +229,13 @@ def test_opzioni_sbagliate_delle_lunghezze(fake, capsys, argomenti, messaggio):
     assert messaggio in rifiutata(fake(), capsys, argomenti)
 
 
-def test_prompt_token_senza_tokenize_esce_2(fake, capsys):
+def test_prompt_token_senza_tokenize_esce_1(fake, capsys):
+    """A server without a tokenizer cannot honour --prompt-token: its limit (exit 1), not a bad option (2)."""
     server = fake(override={"/tokenize": lambda h, _: h.errore(404, "not_found_error", "File Not Found")})
     rc = carico.main(["--url", server.url, "--prompt-token", "64"])
-    assert rc == 2
-    assert "--sistema e --prompt-token hanno bisogno del suo tokenizzatore" in capsys.readouterr().err
+    assert rc == 1
+    assert ("(HTTP 404 not_found_error: File Not Found; né con /extras/tokenize): --sistema, --prompt-token e "
+            "--prefisso hanno bisogno del suo tokenizzatore") in capsys.readouterr().err
     assert server.bodies == []
 
 
@@ -259,7 +261,7 @@ def test_diecimila_prompt_da_1024_token_sotto_i_100_mb(fake):
 def test_prompt_token_con_un_tokenizzatore_senza_inizi_di_parola(fake, capsys):
     pezzi = {"tokens": [{"id": i, "piece": p} for i, p in enumerate(["ab", "cd", "ef"] * 400)]}
     server = fake(override={"/tokenize": lambda h, _: h.send_json(200, pezzi)})
-    assert carico.main(["--url", server.url, "--prompt-token", "64"]) == 2
+    assert carico.main(["--url", server.url, "--prompt-token", "64"]) == 1  # the server's limit, not a bad option
     assert "non dà pezzi che aprano parole diverse" in capsys.readouterr().err
     assert server.bodies == []
 
