@@ -20,13 +20,15 @@ from aiuti import CARICO, VELOCE
 from fakeserver import chiudi_di_colpo
 
 
-def test_server_fermato_con_richieste_in_volo(fake, carica, tmp_path):
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_server_fermato_con_richieste_in_volo(fake, carica, tmp_path, stream):
     """The listener closes while request 1 is in flight (never answered): /slots is refused, the run
-    ends long before --timeout, request 1 is marked, 2 and 3 are never sent, the one answer is kept."""
+    ends long before --timeout, request 1 is marked, 2 and 3 are never sent, the one answer is kept.
+    The same with --stream, whose requests carico reads with its own reader, not http.client."""
     server = fake(n_slot=1, s_per_token=0.01, spegni_dopo=2)
     inizio = time.monotonic()
     rc, out, err = carica(server.url, "--richieste", "4", "--parallele", "1", "--token", "10", "--timeout", "60",
-                          "--json", str(tmp_path / "p.json"), *VELOCE)
+                          "--json", str(tmp_path / "p.json"), *(["--stream"] if stream else []), *VELOCE)
     durata = time.monotonic() - inizio
     assert rc == 1, out + err
     assert durata < 20, durata  # a third of --timeout: it used to wait all of it for request 1
