@@ -150,12 +150,39 @@ def test_grande_carico_memoria_limitata_e_campionamento_regolare(fake):
     assert picco_memoria < 50 * 1024 * 1024
     tempi = [c.t for c in esecuzione.campioni]
     assert len(tempi) >= 3, tempi
-    intervalli = sorted(b - a for a, b in zip(tempi, tempi[1:]))
-    # On a fixed schedule: even while 64 workers are busy, the readings keep the period (a late reading is
-    # followed by an early one, never by a gap that piles up). A loaded machine may stretch a gap or two, so
-    # the test asserts the typical gap and that the readings kept up with the clock over the whole run.
-    assert 0.15 < intervalli[len(intervalli) // 2] < 0.4, intervalli
-    assert len(intervalli) >= 0.75 * (tempi[-1] - tempi[0]) / 0.25, intervalli
+    # The readings went on while 64 workers were busy (their schedule: test_campionatore_a_orario_fisso;
+    # here the fake shares the interpreter with the workers, and a loaded machine stretches its answers).
+    assert tempi == sorted(tempi) and tempi[-1] > tempi[0], tempi
+
+
+def test_campionatore_a_orario_fisso():
+    """The sampler keeps a fixed schedule, on a clock of the test's own: a reading that takes 0.2 s of a
+    0.25 s period is followed by a wait of 0.05 s, not 0.25 (a slow reading does not stretch the period),
+    and one that takes longer than the period by no wait at all (it catches up)."""
+    orologio = [0.0]
+    durate = iter([0.2, 0.0, 0.2, 0.0, 0.4, 0.0, 0.0, 0.0])  # seconds each reading takes
+
+    class ClientLento:
+        timeout_info = 10.0
+
+        def chiama(self, metodo, percorso, timeout=None):
+            orologio[0] += next(durate)
+            return carico.Risposta(200, b'[{"id": 0, "n_ctx": 512, "is_processing": true}]')
+
+    attese = []
+
+    class Fermo:  # the sampler's stop event, on the same clock
+        def wait(self, secondi):
+            attese.append(round(secondi, 6))
+            orologio[0] += secondi
+            return len(attese) == 8
+
+    campionatore = carico.Campionatore(ClientLento(), 0.25, carico.InfoServer(1, 512, True), timer=lambda: orologio[0])
+    campionatore._stop = Fermo()
+    campionatore._ciclo()
+    assert attese == [0.05, 0.25, 0.05, 0.25, 0.0, 0.1, 0.25, 0.25], attese
+    assert [c.t for c in campionatore.campioni] == pytest.approx([0.2, 0.25, 0.7, 0.75, 1.4, 1.4, 1.5, 1.75])
+    assert all(c.occupati == 1 for c in campionatore.campioni)
 
 
 def test_un_errore_di_carico_non_e_colpa_del_server(fake, carica, monkeypatch):
