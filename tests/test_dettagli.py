@@ -145,21 +145,22 @@ def test_flusso_senza_usage_ne_timings(fake, carica):
 # --slo and goodput ############################################################################
 
 def test_slo_goodput_contato_a_mano(fake, carica, tmp_path):
-    ritardi = [0.01 * (i + 1) for i in range(20)]  # 10 to 200 ms
+    ritardi = [0.02 * (i + 1) for i in range(20)]  # 20 to 400 ms
     server = fake(override=latenze_scritte(ritardi))
-    rc, out, err = carica(server.url, "--richieste", "20", "--parallele", "20", "--slo", "latenza=0.105",
+    rc, out, err = carica(server.url, "--richieste", "20", "--parallele", "20", "--slo", "latenza=0.21",
                           "--json", str(tmp_path / "g.json"))
     assert rc == 0, out + err
     prova = json.loads((tmp_path / "g.json").read_text())["prove"][0]
-    buone = [r for r in prova["richieste"] if r["latenza_s"] <= 0.105]
-    assert 8 <= len(buone) <= 10  # 10 to 100 ms plus a few ms of HTTP
+    buone = [r for r in prova["richieste"] if r["latenza_s"] <= 0.21]
+    # 20 to 200 ms plus HTTP: at most 10, fewer on a loaded machine (the count is the test, not the speed)
+    assert 1 <= len(buone) <= 10
     totale = prova["riepilogo"]["tempo_totale"]
     slo = prova["dettagli"]["slo"]
     assert slo["rispettate"] == len(buone) and slo["quota"] == len(buone) / 20
     assert slo["goodput_richieste_s"] == pytest.approx(len(buone) / totale)
     assert slo["goodput_token_s"] == pytest.approx(len(buone) / totale)  # one token each
     riga = next(r for r in out.splitlines() if r.startswith("SLO "))
-    assert riga == (f"SLO (latenza <= 0.105 s): rispettati da {len(buone)} richieste su 20 ({len(buone) / 20:.0%}); "
+    assert riga == (f"SLO (latenza <= 0.21 s): rispettati da {len(buone)} richieste su 20 ({len(buone) / 20:.0%}); "
                     f"goodput {len(buone) / totale:.2f} req/s, {len(buone) / totale:.1f} token/s")
 
 
