@@ -2190,19 +2190,23 @@ def token_in_corso(dati) -> Optional[int]:
 # --ripeti and --tabella: the same load again, and the deliverable's table ######################
 
 def righe_ripetute(prove: List[Prova]) -> List[str]:
-    """--ripeti: one line per figure, mean and spread over the runs (a run cut short is left out)."""
-    cifre = (("latenza media", "s", lambda s: s.latenza_media), ("latenza max", "s", lambda s: s.latenza_max),
+    """--ripeti: one line per figure, the mean over the runs with its 95% confidence interval (Student's t:
+    the lab's "repeat and average", with the noise measured), the spread, min-max (a run cut short is left
+    out). "latenza max" is the mean of the runs' maxima, as in the table's mean row: said in the line."""
+    cifre = (("latenza media", "s", lambda s: s.latenza_media),
+             ("latenza max (media dei massimi)", "s", lambda s: s.latenza_max),
              ("throughput aggregato", "token/s", lambda s: s.throughput))
     intere = [p for p in prove if not p.esecuzione.interruzione]
     riepiloghi = [p.riepilogo for p in intere]
-    righe = [f"su {quante(len(intere), 'prova', 'prove')}: media (deviazione standard, min-max)"]
+    righe = [f"su {quante(len(intere), 'prova', 'prove')}: media ±intervallo di confidenza al 95% (t di Student; "
+             "deviazione standard, min-max)"]
     for nome, unita, prendi in cifre:
         valori = [v for v in map(prendi, riepiloghi) if v is not None]
         if not valori:
-            righe.append(f"  {nome:<21} n/d")
+            righe.append(f"  {nome:<31} n/d")
             continue
-        righe.append(f"  {nome:<21} {media(valori):7.2f} {unita:<8} (dev.std {dispersione(valori):.2f}, "
-                     f"{min(valori):.2f}-{max(valori):.2f})"
+        righe.append(f"  {nome:<31} {media(valori):7.2f} {unita:<8} ±{fmt(ic95(valori), '.2f')} (dev.std "
+                     f"{dispersione(valori):.2f}, {min(valori):.2f}-{max(valori):.2f})"
                      + ("" if len(valori) == len(intere) else f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"))
     return righe
 
@@ -2335,7 +2339,8 @@ class Punto(NamedTuple):
 
     @property
     def latenza_max(self) -> Optional[float]:
-        return max(self.valori(lambda p: p.riepilogo.latenza_max), default=None)
+        """The mean of its runs' maxima: one meaning of "latenza max" in every line (--ripeti's summary too)."""
+        return media(self.valori(lambda p: p.riepilogo.latenza_max))
 
     @property
     def picco(self) -> Optional[int]:
@@ -2391,6 +2396,26 @@ def dispersione(valori: List[float]) -> float:
     return statistics.stdev(valori) if len(valori) > 1 else 0.0
 
 
+def t_critico(gl: float) -> float:
+    """Student's two-sided 95% t for `gl` degrees of freedom, from T_CRITICO (the next lower row)."""
+    return T_CRITICO[max([g for g in T_CRITICO if g <= gl], default=1)]
+
+
+def ic95(valori: List[float]) -> Optional[float]:
+    """Half the width of the 95% confidence interval of the mean of `valori` (Student's t); None with
+    fewer than two: one value has no measured noise."""
+    return t_critico(len(valori) - 1) * dispersione(valori) / len(valori) ** 0.5 if len(valori) > 1 else None
+
+
+def diversi(a: List[float], b: List[float]) -> Optional[bool]:
+    """Whether the means of b and a differ beyond the noise of their repeats (Welch, 95%, as --confronta);
+    None when either has fewer than two values: the noise is not measured."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    t, gl = welch(a, b)
+    return abs(t) > t_critico(gl)
+
+
 def punti_di(prove: List[Prova]) -> List[Punto]:
     """The runs grouped by point (the same plan on the same server), in the order they ran."""
     gruppi: Dict[tuple, List[Prova]] = {}
@@ -2443,7 +2468,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
         p = punto.prove[0]
         ripetute = len(punto.intere) > 1
         throughput = fmt(punto.throughput, ".2f token/s") + (
-            f" ±{dispersione(punto.valori(lambda q: q.riepilogo.throughput)):.2f}" if ripetute else "")
+            f" ±{fmt(ic95(punto.valori(lambda q: q.riepilogo.throughput)), '.2f')}" if ripetute else "")
         celle = [valore_punto(punto, c) for c in chiavi] + ([fmt(p.info.n_ctx_slot, "d")] if "np" in chiavi else []) + [
             throughput, fmt(punto.latenza, ".2f s"), fmt(punto.latenza_p90, ".2f s"), fmt(punto.latenza_max, ".2f s"),
             *([fmt(media([extra(r).token_cache for q in punto.intere for r in q.esecuzione.riuscite
@@ -2463,6 +2488,9 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
         righe.append("| " + " | ".join(celle) + " |")
     righe.append("picco coda: richieste in attesa di uno slot, dai tempi del server (e da requests_deferred con "
                  "--metrics, il maggiore dei due)")
+    if any(len(punto.intere) > 1 for punto in punti):
+        righe.append("(media di N): le medie delle N prove, latenza max compresa (la media dei massimi); ±: "
+                     "l'intervallo di confidenza al 95% del throughput (t di Student)")
     return righe
 
 
@@ -2496,16 +2524,62 @@ def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]
             prima = punto
 
 
+def latenze_medie(punto: Punto) -> List[float]:
+    return punto.valori(lambda p: p.riepilogo.latenza_media)
+
+
+def throughput_delle_prove(punto: Punto) -> List[float]:
+    return punto.valori(lambda p: p.riepilogo.throughput)
+
+
 def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
-    """Where the server stopped taking more load, along a load axis: the first step (before, after)
+    """Where the server seems to stop taking more load, along a load axis: the first step (before, after)
     where the load grew by 10% at least, the throughput gained less than a quarter of it (load x2,
-    throughput under +25%), and the mean latency rose by more than the noise: 10% of it, or the spread
-    of the repeats where it is larger. Along --token or np there is no load step, and no saturation."""
+    throughput under +25%), and the mean latency rose: beyond the noise of the repeats (Welch, 95%) where
+    both points have them, else by more than 10%. A candidate: dubbio_saturazione says whether the evidence
+    holds it. Along --token or np there is no load step, and no saturation."""
     for prima, dopo, crescita in passi(punti, asse):
         guadagno = dopo.throughput / prima.throughput - 1
-        rumore = max(0.1 * prima.latenza, prima.rumore_latenza + dopo.rumore_latenza)
-        if crescita >= PASSO_MINIMO and guadagno < 0.25 * (crescita - 1) and dopo.latenza - prima.latenza > rumore:
+        salita = diversi(latenze_medie(prima), latenze_medie(dopo))
+        if salita is None:
+            salita = dopo.latenza - prima.latenza > 0.1 * prima.latenza
+        if crescita >= PASSO_MINIMO and guadagno < 0.25 * (crescita - 1) and salita and dopo.latenza > prima.latenza:
             return prima, dopo
+    return None
+
+
+def differenza_ic(a: List[float], b: List[float]) -> Tuple[float, float]:
+    """The difference of two means (b - a) and half its 95% confidence interval (Welch)."""
+    import statistics
+
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    return statistics.fmean(b) - statistics.fmean(a), t_critico(welch(a, b)[1]) * (va + vb) ** 0.5
+
+
+def dubbio_saturazione(punti: List[Punto], asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
+    """Why the evidence cannot tell the saturation between `prima` and `dopo` from the noise, or None when it
+    can: a later point whose throughput rose again with the load (one line of the output would contradict
+    the other), one run on either point (the noise is not measured: one noisy step makes a saturation), or
+    a gain in throughput that, within its 95% interval, may reach a quarter of the load's growth."""
+    dopo_il_passo = punti[punti.index(dopo) + 1:] if dopo in punti else []
+    for poi in dopo_il_passo:
+        if not poi.throughput or not poi.carico(asse) or poi.carico(asse) < PASSO_MINIMO * dopo.carico(asse):
+            continue
+        crescita = poi.carico(asse) / dopo.carico(asse)
+        risalito = poi.throughput / dopo.throughput - 1 >= 0.25 * (crescita - 1)
+        if risalito and diversi(throughput_delle_prove(dopo), throughput_delle_prove(poi)) is not False:
+            return (f"a {asse}={valore_punto(poi, asse)} il throughput è risalito a {poi.throughput:.1f} token/s "
+                    f"({poi.throughput / dopo.throughput - 1:+.0%} per un carico ×{crescita:.1f}): il passo può essere "
+                    "stato rumore")
+    singole = [p for p in (prima, dopo) if len(p.intere) < 2]
+    if singole:
+        return "una prova per punto: il rumore non è misurato, e un solo passo rumoroso basta a farla sembrare"
+    a, b = throughput_delle_prove(prima), throughput_delle_prove(dopo)
+    differenza, mezzo = differenza_ic(a, b)
+    soglia = 0.25 * (dopo.carico(asse) / prima.carico(asse) - 1) * prima.throughput
+    if differenza + mezzo >= soglia:
+        return (f"il guadagno di throughput ({differenza:+.1f} ±{mezzo:.1f} token/s al 95%) può arrivare a un quarto "
+                f"del carico in più ({soglia:.1f} token/s)")
     return None
 
 
@@ -2528,12 +2602,53 @@ def indicativo(*punti: Punto) -> str:
         " (indicativo: una prova per punto; con --ripeti 3 si misura anche il rumore)")
 
 
-def frase_saturazione(asse: str, prima: Punto, dopo: Punto) -> str:
+class Saturazione(NamedTuple):
+    """The saturation along a curve: the step (before, after) and why it is not certain (None: it is).
+    `sovraccarico`: under --ritmo, `dopo` is the first rate the server did not keep up with (its queue
+    grew): the saturation is there at the latest, whatever the throughput did beyond it."""
+    prima: Optional[Punto]
+    dopo: Punto
+    dubbio: Optional[str]
+    sovraccarico: bool = False
+
+
+def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]:
+    """The one verdict on saturation a curve's lines, marks and explanation all say: the step saturazione
+    finds, with its doubt; under --ritmo, no later than the first overloaded point."""
+    misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
+    satura = saturazione(misurati, asse)
+    if asse == "ritmo":
+        for i, punto in enumerate(misurati):
+            visti = [v for v in map(sovraccarico, punto.intere) if v]
+            if visti and (satura is None or misurati.index(satura[1]) > i):
+                dubbio = None if any(v.certo for v in visti) else visti[0].dubbio
+                return Saturazione(misurati[i - 1] if i else None, punto, dubbio, True)
+    if satura is None:
+        return None
+    return Saturazione(*satura, dubbio_saturazione(misurati, asse, *satura))
+
+
+def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
+    """The saturation said with its certainty: categorical only when the evidence separates it from the
+    noise; else "forse", why not, and what would settle it."""
+    prima, dopo = verdetto.prima, verdetto.dopo
+    if verdetto.sovraccarico:
+        fra = f" (fra {asse}={valore_punto(prima, asse)} e {asse}={valore_punto(dopo, asse)})" if prima else ""
+        frase = (f"saturazione entro {asse}={valore_punto(dopo, asse)}{fra}: lì il server non tiene più il ritmo degli "
+                 f"arrivi (sovraccarico: la coda cresce lungo la prova), e oltre il throughput non può crescere")
+        return frase if verdetto.dubbio is None else (
+            f"forse {frase}; ma non è accertato: {verdetto.dubbio}")
     crescita = dopo.carico(asse) / prima.carico(asse)
-    return (f"saturazione a {asse}={valore_punto(dopo, asse)}: da {asse}={valore_punto(prima, asse)} il carico è "
-            f"cresciuto ×{crescita:.1f} e il throughput solo da {prima.throughput:.1f} a {dopo.throughput:.1f} token/s "
-            f"({dopo.throughput / prima.throughput - 1:+.1%}), mentre la latenza media è salita da {prima.latenza:.2f} a "
-            f"{dopo.latenza:.2f} s ({dopo.latenza / prima.latenza - 1:+.0%}, oltre il rumore)" + indicativo(prima, dopo))
+    numeri = (f"da {asse}={valore_punto(prima, asse)} il carico è cresciuto ×{crescita:.1f} e il throughput solo da "
+              f"{prima.throughput:.1f} a {dopo.throughput:.1f} token/s ({dopo.throughput / prima.throughput - 1:+.1%}), "
+              f"mentre la latenza media è salita da {prima.latenza:.2f} a {dopo.latenza:.2f} s "
+              f"({dopo.latenza / prima.latenza - 1:+.0%}")
+    if verdetto.dubbio is None:
+        return (f"saturazione a {asse}={valore_punto(dopo, asse)}: {numeri}, oltre il rumore: Welch 95% su "
+                f"{len(prima.intere)} e {len(dopo.intere)} prove)")
+    consiglio = "--ripeti 3" if min(len(prima.intere), len(dopo.intere)) < 3 else "--ripeti 5, o più richieste per punto"
+    return (f"forse saturazione a {asse}={valore_punto(dopo, asse)}, non accertata: {numeri}); ma {verdetto.dubbio}. "
+            f"Per deciderlo: {consiglio}")
 
 
 def perche_satura(prima: Punto, dopo: Punto) -> str:
@@ -2542,8 +2657,9 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
     speed of a request in its own slot fell (by more than 10%: the slots share the cores)."""
     n_slot = dopo.prove[0].info.n_slot
     attese, velocita = (prima.attesa_media, dopo.attesa_media), (prima.velocita_slot, dopo.velocita_slot)
-    frasi = [f"Lì gli slot occupati insieme erano al massimo {fmt(dopo.picco, 'd')} su {fmt(n_slot, 'd')}, e la coda "
-             f"è arrivata a {fmt(dopo.picco_coda, 'd')} (prima {fmt(prima.picco_coda, 'd')})"]
+    coda = (", e la coda è rimasta vuota" if dopo.picco_coda == 0 and prima.picco_coda in (0, None) else
+            f", e la coda è arrivata a {fmt(dopo.picco_coda, 'd')} (prima {fmt(prima.picco_coda, 'd')})")
+    frasi = [f"Lì gli slot occupati insieme erano al massimo {fmt(dopo.picco, 'd')} su {fmt(n_slot, 'd')}{coda}"]
     if None not in attese:
         cresciuta = attese[1] - attese[0] > 0.1 * dopo.latenza
         frasi.append(f"l'attesa media di uno slot è passata da {attese[0]:.2f} a {attese[1]:.2f} s" + (
@@ -2554,15 +2670,32 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
     return "; ".join(frasi) + "."
 
 
-def sovraccarico(prova: Prova) -> Optional[Tuple[float, float, float, float]]:
-    """(completed, sent) requests per second over the send window, and the mean wait for a slot of the
-    first and of the last third of the requests, when an open-loop run (--ritmo)
-    overloaded the server: while the requests were being sent (not during the drain after the last),
-    fewer were completed than arrived, by more than 10%, and the wait for a slot grew along the run
-    (the last third of the requests waited longer than the first third, by more than one request's
-    time in its slot). A burst that made a few wait, or answers still on their way at the end, is not
-    an overload: the queue did not grow."""
+class Sovraccarico(NamedTuple):
+    """What the overload rule saw: requests completed and sent per second over the send window, the mean
+    wait for a slot of the first and of the last third of the requests, and whether that growth is beyond
+    the noise of those waits (Welch, 95%)."""
+    completate: float
+    arrivate: float
+    attesa_prima: float
+    attesa_dopo: float
+    certo: bool = True
+
+    @property
+    def dubbio(self) -> Optional[str]:
+        return None if self.certo else ("l'attesa cresciuta non si separa dal rumore delle attese (Welch 95%): una "
+                                        "--durata più lunga lo decide")
+
+
+def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
+    """The overload, where there is an arrival process (--ritmo, --durata, a trace; a batch sent at once has no
+    arrival rate): while the requests were being sent (not during the drain after the last), fewer were
+    completed than arrived, by more than 10%, and the wait for a slot grew along the run (the last third
+    of the requests waited longer than the first third, by more than one request's time in its slot). A
+    burst that made a few wait, or answers still on their way at the end, is not an overload: the queue
+    did not grow. `certo` when the growth is beyond the noise of the waits."""
     e = prova.esecuzione
+    if not extra(prova.piano).al_tempo:
+        return None
     ok = sorted(e.riuscite, key=lambda r: r.inizio)
     inizi = sorted(r.inizio for r in e.risultati)
     if len(ok) < 6 or inizi[-1] <= inizi[0]:
@@ -2575,15 +2708,21 @@ def sovraccarico(prova: Prova) -> Optional[Tuple[float, float, float, float]]:
     terzo, servizi = len(in_ordine) // 3, [t for t in map(servizio, ok) if t]
     if completate >= 0.9 * arrivate or terzo < 2 or not servizi:
         return None
-    prima, dopo = media(in_ordine[:terzo]), media(in_ordine[-terzo:])
-    return (completate, arrivate, prima, dopo) if dopo - prima > media(servizi) else None
+    prima, dopo = in_ordine[:terzo], in_ordine[-terzo:]
+    if media(dopo) - media(prima) <= media(servizi):
+        return None
+    return Sovraccarico(completate, arrivate, media(prima), media(dopo), bool(diversi(prima, dopo)))
 
 
-def frase_sovraccarico(completate: float, arrivate: float, attesa_prima: float, attesa_dopo: float) -> str:
-    return (f"finché si inviava, il server ha completato {completate:.2f} richieste al secondo mentre ne arrivavano "
-            f"{arrivate:.2f}, e l'attesa di uno slot è cresciuta lungo la prova (da {attesa_prima:.2f} s in media per "
-            f"il primo terzo delle richieste a {attesa_dopo:.2f} s per l'ultimo): il server è più lento degli arrivi, "
-            "e la coda cresce finché dura la prova (sovraccarico); la latenza dipende allora da quanto è lunga la prova.")
+def frase_sovraccarico(visto: Sovraccarico) -> str:
+    frase = (f"finché si inviava, il server ha completato {visto.completate:.2f} richieste al secondo mentre ne "
+             f"arrivavano {visto.arrivate:.2f}, e l'attesa di uno slot è cresciuta lungo la prova (da "
+             f"{visto.attesa_prima:.2f} s in media per il primo terzo delle richieste a {visto.attesa_dopo:.2f} s per "
+             "l'ultimo)")
+    if not visto.certo:
+        return frase + f": forse sovraccarico, non accertato: {visto.dubbio}."
+    return (frase + ": il server è più lento degli arrivi, e la coda cresce finché dura la prova (sovraccarico); la "
+            "latenza dipende allora da quanto è lunga la prova.")
 
 
 def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
@@ -2656,7 +2795,8 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
     lettere = "abcdefghijklmnopqrstuvwxyz" if len(gruppi) > 1 else ""
     sature, con_ttft = [], False
     for n, (titolo, punti) in enumerate(gruppi):
-        satura = saturazione(punti, asse)
+        verdetto = verdetto_saturazione(punti, asse)
+        satura = verdetto if verdetto is not None and verdetto.dubbio is None else None  # marked only when certain
         for p in punti:
             ttft = percentile(p.figure.get("primo token", []), 50) if p.throughput is not None else None  # --stream
             if ttft is not None:
@@ -2667,10 +2807,10 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
         for p in punti:
             if p.throughput is None or p.latenza is None:
                 continue
-            marca = marche["saturazione"] if satura and p is satura[1] else (lettere[n % 26] if lettere else marche["media"])
+            marca = marche["saturazione"] if satura and p is satura.dopo else (lettere[n % 26] if lettere else marche["media"])
             metti(p.throughput, p.latenza, marca + valore_punto(p, asse))
-        if satura is not None:
-            sature.append((titolo, *satura))
+        if verdetto is not None:
+            sature.append((titolo, verdetto))
     righe = [f"curva di capacità: throughput aggregato e latenza, un punto per valore di {asse}", "latenza"]
     for i, riga in enumerate(tela):
         etichetta = f"{scala.y_a:5.2f} s" if i == 0 else ("   0 s " if i == altezza - 1 else "")
@@ -2681,9 +2821,9 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
     voci = ("  ".join(f"{lettere[n % 26]}N: {titolo}" for n, (titolo, _) in enumerate(gruppi)) if lettere
             else f"{marche['media']}N latenza media al valore N")
     righe.append(f"legenda: {voci}  {marche['p90']} latenza p90" + (f"  {marche['ttft']} primo token p50" if con_ttft else "")
-                 + (f"  {marche['saturazione']} saturazione" if sature else ""))
+                 + (f"  {marche['saturazione']} saturazione" if any(v.dubbio is None for _, v in sature) else ""))
     if frasi:  # with --spiega the sentence is in the explanation, once
-        righe += [(f"{titolo}: " if titolo else "") + frase_saturazione(asse, a, b) for titolo, a, b in sature]
+        righe += [(f"{titolo}: " if titolo else "") + frase_saturazione(asse, v) for titolo, v in sature]
     return righe
 
 
@@ -2719,7 +2859,8 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
                      + " ".join(f"{a:.1f},{b:.1f}" for a, b in medie) + '"/>')
         parti.append(f'<polyline fill="none" stroke="{colore}" stroke-dasharray="4 3" points="'
                      + " ".join(f"{a:.1f},{b:.1f}" for a, b in p90) + '"/>')
-        satura = saturazione(punti, asse)
+        verdetto = verdetto_saturazione(punti, asse)
+        satura = verdetto.dopo if verdetto is not None and verdetto.dubbio is None else None  # ringed only when certain
         for a, b in p90:
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="white" stroke="{colore}"/>')
         for p in punti:  # --stream: the first token's median, a small square under the point
@@ -2732,11 +2873,14 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
             cifre = (f"{asse}={valore_punto(p, asse)}: {p.throughput:.1f} token/s, latenza media {p.latenza:.2f} s, "
                      f"p90 {fmt(p.latenza_p90, '.2f s')}, prove {len(p.intere)}")
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="4" fill="{colore}"><title>{testo_xml(cifre)}</title></circle>')
-            parti.append(f'<text x="{a + (12 if satura and p is satura[1] else 7):.1f}" y="{b + 4:.1f}" '
+            parti.append(f'<text x="{a + (12 if p is satura else 7):.1f}" y="{b + 4:.1f}" '
                          f'fill="{colore}">{valore_punto(p, asse)}</text>')
-            if satura and p is satura[1]:
+            if p is satura:
                 parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="9" fill="none" stroke="#e63946" stroke-width="2"/>')
                 parti.append(f'<text x="{a - 13:.1f}" y="{b + 4:.1f}" text-anchor="end" fill="#e63946">saturazione</text>')
+            elif verdetto is not None and p is verdetto.dopo:  # not certain: said as such, not ringed
+                parti.append(f'<text x="{a - 8:.1f}" y="{b + 4:.1f}" text-anchor="end" fill="#888">forse saturazione'
+                             f'<title>{testo_xml(verdetto.dubbio)}</title></text>')
         if titolo:
             parti.append(f'<text x="{larghezza - destra}" y="{y + 40 + 16 * n}" text-anchor="end" fill="{colore}">'
                          f'{testo_xml(titolo)}</text>')
@@ -2761,20 +2905,22 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
             frasi.append(f"Curva{dove}: lungo {asse} il carico non cresce, e non si parla di saturazione. "
                          + confronto_velocita(asse, misurati[0], misurati[-1]))
             continue
-        satura = saturazione(misurati, asse)
-        if satura is None:
+        verdetto = verdetto_saturazione(misurati, asse)
+        if verdetto is None:
             a, b = misurati[0], misurati[-1]
             frasi.append(f"Curva{dove}: nessuna saturazione fino a {asse}={valore_punto(b, asse)} (il throughput è "
                          f"passato da {a.throughput:.1f} a {b.throughput:.1f} token/s): a ogni passo di carico è cresciuto "
                          "almeno di un quarto del carico, o la latenza non è salita oltre il rumore." + indicativo(*misurati))
             continue
-        frasi.append(f"Curva{dove}: " + frase_saturazione(asse, *satura) + ". " + perche_satura(*satura))
+        frasi.append(f"Curva{dove}: " + frase_saturazione(asse, verdetto) + "."
+                     + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
+                        else ""))
     for titolo, punti in gruppi:
         for punto in punti:  # open loop: a server slower than the arrivals has a queue that grows all along
             visto = next((v for v in map(sovraccarico, punto.intere) if v), None)
             if visto:
                 chiavi = f"{asse}={valore_punto(punto, asse)}" + (f", {titolo}" if titolo else "")
-                frasi.append(f"A {chiavi}, " + frase_sovraccarico(*visto))
+                frasi.append(f"A {chiavi}, " + frase_sovraccarico(visto))
                 break
     return frasi  # Little's law: in each run's own explanation
 
@@ -2912,7 +3058,7 @@ class Capacita:
             punto, richieste = Punto(prove), sum(len(p.esecuzione.risultati) for p in prove)
             righe.append(f"| {ritmo:.3g} | {fmt(inviate_davvero(punto), '.2f req/s')} | {richieste} "
                          f"| {quota_slo(prove, o.slo):.0%} | {fmt(punto.throughput, '.1f token/s')} "
-                         f"| {fmt(punto.latenza_p90, '.2f s')} | {'sì' if any(map(sovraccarico, prove)) else 'no'} "
+                         f"| {fmt(punto.latenza_p90, '.2f s')} | {segno_sovraccarico(prove)} "
                          f"| {'regge' if regge else 'no'} |")
         righe += self.incertezza(tiene)
         if o.grafico and len(self.punti) > 1:
@@ -2941,6 +3087,12 @@ class Capacita:
 def inviate_davvero(punto: Punto) -> Optional[float]:
     """The requests a point really sent per second (the mean over its runs)."""
     return media(punto.valori(lambda q: invii_al_secondo(q.esecuzione)))
+
+
+def segno_sovraccarico(prove: List[Prova]) -> str:
+    """--capacita's table: 'sì' for an overload beyond the noise, 'forse' for one within it, else 'no'."""
+    visti = [v for v in map(sovraccarico, prove) if v]
+    return "sì" if any(v.certo for v in visti) else "forse" if visti else "no"
 
 
 def quota_slo(prove: List[Prova], slo: Dict[str, float]) -> float:
@@ -3338,9 +3490,9 @@ def spiegazione(prova: Prova) -> List[str]:
                      "stesso momento" + (f" (le letture di requests_deferred in /metrics ne hanno viste al massimo "
                                          f"{s.coda_letta}: nessuna è caduta nel momento peggiore)."
                                          if (s.coda_letta or 0) < s.picco_coda else " (requests_deferred)."))
-    visto = sovraccarico(prova) if extra(piano).ritmo else None
+    visto = sovraccarico(prova)
     if visto:
-        frasi.append(maiuscola(frase_sovraccarico(*visto)))
+        frasi.append(maiuscola(frase_sovraccarico(visto)))
     little = riga_little(prova)
     if little:
         frasi.append(little + ".")
@@ -3557,10 +3709,9 @@ def oltre_il_rumore(a: List[float], b: List[float]) -> str:
     if len(a) < 2 or len(b) < 2:
         return "indicativa: meno di due prove con questa cifra in un file (con --ripeti 3 si misura il rumore)"
     t, gl = welch(a, b)
-    tabellato = max([g for g in T_CRITICO if g <= gl], default=1)  # the next lower degrees of freedom
     gradi = "inf" if gl == float("inf") else f"{gl:.2f}"
-    return (("oltre il rumore" if abs(t) > T_CRITICO[tabellato] else "entro il rumore")
-            + f" (Welch 95%: t {t:.2f}, gl {gradi}, soglia {T_CRITICO[tabellato]:.2f})")
+    return (("oltre il rumore" if abs(t) > t_critico(gl) else "entro il rumore")
+            + f" (Welch 95%: t {t:.2f}, gl {gradi}, soglia {t_critico(gl):.2f})")
 
 
 def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> List[str]:

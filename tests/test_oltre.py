@@ -30,13 +30,14 @@ def test_ripeti_tre_prove_media_e_dispersione(fake, carica):
     assert out.count("server: 2 slot, n_ctx per slot = 1024") == 3
     assert len(latenze(out)) == 12
     coda = out[out.index("su 3 prove"):].splitlines()
-    assert coda[0] == "su 3 prove: media (deviazione standard, min-max)"
+    assert coda[0] == ("su 3 prove: media ±intervallo di confidenza al 95% (t di Student; deviazione standard, "
+                       "min-max)")
     medie = [float(x) for x in re.findall(r"latenza media ([\d.]+) s", out)]
-    riga_media = re.match(r"  latenza media +([\d.]+) s +\(dev.std ([\d.]+), ([\d.]+)-([\d.]+)\)$", coda[1])
+    riga_media = re.match(r"  latenza media +([\d.]+) s +±[\d.]+ \(dev.std ([\d.]+), ([\d.]+)-([\d.]+)\)$", coda[1])
     assert riga_media, coda[1]
     assert float(riga_media.group(1)) == pytest.approx(sum(medie) / 3, abs=0.011)
     assert float(riga_media.group(3)) == pytest.approx(min(medie), abs=0.006)
-    assert coda[2].startswith("  latenza max ") and coda[3].startswith("  throughput aggregato ")
+    assert coda[2].startswith("  latenza max (media dei massimi) ") and coda[3].startswith("  throughput aggregato ")
     # Every run sends prompts no earlier run sent: the server's prompt cache cannot flatter a repeat.
     assert len(set(server.prompts)) == 12
 
