@@ -2939,30 +2939,64 @@ def riga_little(prova: Prova) -> Optional[str]:
     counts them, against those the server says it holds (busy slots + requests_deferred: only with
     --metrics), at the same readings taken during the load. The difference is what the client had
     sent and the server did not hold yet: on its way, being read and tokenized, or waiting for a
-    connection."""
+    connection. Said with its 95% interval over the readings: "coincidono" only when the whole interval
+    is within one request; with fewer than three readings, or readings phase-locked to constant
+    arrivals (each one the same moment of the cycle), no verdict, and what would give one."""
     import bisect
     import statistics
 
     e, s = prova.esecuzione, prova.riepilogo
     inizi, fini = sorted(r.inizio for r in e.risultati), sorted(r.fine for r in e.risultati)
+    letture = [c for c in e.campioni if c.occupati is not None and c.in_coda is not None and inizi and
+               inizi[0] <= c.t <= fini[-1]]
     coppie = [(bisect.bisect_right(inizi, c.t) - bisect.bisect_right(fini, c.t), c.occupati + c.in_coda)
-              for c in e.campioni if c.occupati is not None and c.in_coda is not None and inizi and
-              inizi[0] <= c.t <= fini[-1]]  # (in flight for the client, held by the server) at each reading
+              for c in letture]  # (in flight for the client, held by the server) at each reading
     if len(coppie) < 2 or not s.n_riuscite or not s.tempo_totale or s.latenza_media is None:
         return None
     al_secondo = s.n_riuscite / s.tempo_totale
     client, server = (statistics.fmean(v) for v in zip(*coppie))
     scarti = [c - v for c, v in coppie]
-    rumore = max(0.1, 2 * statistics.stdev(scarti) / len(scarti) ** 0.5)
+    differenza, mezzo = statistics.fmean(scarti), ic95(scarti)
     riga = (f"Legge di Little (L = λ × W): in volo {al_secondo * s.latenza_media:.2f} ({al_secondo:.2f} completate/s × "
             f"{s.latenza_media:.2f} s); alle stesse {len(coppie)} letture il client ne aveva in volo {client:.2f} e il "
             f"server ne contava {server:.2f} (slot occupati + requests_deferred): ")
-    if abs(client - server) <= rumore:
-        return riga + "coincidono, entro il rumore delle letture"
-    if client > server:
-        return riga + (f"{client - server:.2f} in media erano inviate ma non ancora nel server: in viaggio, lette e "
-                       "tokenizzate, o in attesa di una connessione")
-    return riga + "il server ne contava di più: c'erano richieste di un altro client?"
+    fase = letture_in_fase(prova, [c.t for c in letture], inizi)
+    if fase is not None:
+        ritardo, periodo = fase
+        return riga + (f"non si confrontano: le letture (ogni {prova.piano.intervallo:g} s) cadono tutte a circa "
+                       f"{ritardo:.2f} s dall'ultimo invio (uno ogni {periodo:.2f} s, arrivi costanti), in fase con gli "
+                       "arrivi: vedono sempre lo stesso momento del ciclo, non la media. Con un --intervallo che non "
+                       f"divide {periodo:g} s (per esempio {round(0.74 * prova.piano.intervallo, 2):g}) si confrontano")
+    if len(coppie) < 3:
+        return riga + (f"con {len(coppie)} letture il rumore non si misura, e non si conclude: una prova più lunga "
+                       "(--durata) o un --intervallo più breve ne danno di più")
+    quanto = f"{differenza:+.2f} ±{mezzo:.2f} al 95% su {len(coppie)} letture"
+    if abs(differenza) > mezzo and abs(differenza) >= 0.1:
+        if differenza > 0:
+            return riga + (f"{differenza:.2f} in media erano inviate ma non ancora nel server ({quanto}): in viaggio, "
+                           "lette e tokenizzate, o in attesa di una connessione")
+        return riga + f"il server ne contava di più ({quanto}): c'erano richieste di un altro client?"
+    if abs(differenza) + mezzo < 1:
+        return riga + f"coincidono, entro il rumore delle letture ({quanto}: meno di una richiesta)"
+    return riga + (f"la differenza ({quanto}) non si separa dal rumore delle letture, e non si conclude: una prova più "
+                   "lunga (--durata) o un --intervallo più breve danno più letture")
+
+
+def letture_in_fase(prova: Prova, tempi: List[float], inizi: List[float]) -> Optional[Tuple[float, float]]:
+    """Readings phase-locked to constant arrivals (--arrivi costanti): each falls at about the same point
+    of the send period (the mean resultant length of their phases, 1 when all coincide, about 1/√n when
+    spread, above 0.8). Returns (their mean delay after the last send, the period), or None."""
+    import bisect
+    import math
+
+    o = extra(prova.piano)
+    if not o.ritmo or o.arrivi != "costanti" or len(tempi) < 3 or not inizi:
+        return None
+    periodo = 1 / o.ritmo
+    angoli = [2 * math.pi * ((t - inizi[0]) % periodo) / periodo for t in tempi]
+    if math.hypot(media([math.cos(x) for x in angoli]), media([math.sin(x) for x in angoli])) < 0.8:
+        return None
+    return media([t - inizi[bisect.bisect_right(inizi, t) - 1] for t in tempi]), periodo
 
 
 # --capacita: the highest rate the server holds within the objective ############################
