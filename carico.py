@@ -1571,10 +1571,13 @@ def quante(n: int, una: str, molte: str) -> str:
 def note(prova: Prova) -> List[str]:
     e, s = prova.esecuzione, prova.riepilogo
     testi = []
-    if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (s.tempo_totale or 0) < 2 * prova.piano.intervallo:
-        testi.append(f"la prova è durata {fmt(s.tempo_totale, '.2f s')}, meno di due letture di /slots (--intervallo "
-                    f"{prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il picco di slot occupati "
-                    "può essere sottostimato")
+    letti = [c for c in e.campioni if c.occupati is not None]
+    breve = s.tempo_totale is not None and s.tempo_totale < 2 * prova.piano.intervallo
+    if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (breve or len(letti) < 2):
+        durata = (f"la prova è durata {s.tempo_totale:.2f} s, meno di due letture di /slots" if breve else
+                  f"la prova ha avuto {quante(len(letti), 'lettura', 'letture')} di /slots")  # cut short: no duration
+        testi.append(f"{durata} (--intervallo {prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il "
+                     "picco di slot occupati può essere sottostimato")
     if fermate_prima(prova):
         testi.append(frase_fermate(prova))
     dalla_cache = [r for r in e.risultati if r.oltre is not None and r.oltre.token_cache]
@@ -1966,7 +1969,7 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     valori = {"latenza": [r.latenza for r in ok]}
     if extra(prova.piano).ritmo or extra(prova.piano).traccia:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
-    valori["attesa dello slot"] = [a for a in map(attesa_dello_slot, ok) if a is not None]
+    valori["attesa dello slot"] = list(attese_a_slot_pieni(ok, prova.info.n_slot).values())  # every slot busy
     if any(extra(r).chunk_s is not None for r in ok):  # --stream
         valori["primo token"] = [extra(r).primo_token for r in ok if extra(r).primo_token is not None]
         valori["TPOT"] = [t for t in map(tpot, ok) if t is not None]
@@ -2372,8 +2375,8 @@ class Punto(NamedTuple):
 
     @property
     def attesa_media(self) -> Optional[float]:
-        """The mean wait before a slot took a request, from the server's times."""
-        return media([a for p in self.intere for a in map(attesa_dello_slot, p.esecuzione.risultati) if a is not None])
+        """The mean wait for a slot (every slot busy) before one took a request, from the server's times."""
+        return media([a for p in self.intere for a in attese_a_slot_pieni(p.esecuzione.riuscite, p.info.n_slot).values()])
 
     def carico(self, asse: str) -> Optional[float]:
         """The load this point put on the server: the requests really in flight together
@@ -3138,25 +3141,36 @@ def quota_slo(prove: List[Prova], slo: Dict[str, float]) -> float:
 
 # The picture: --grafico (terminal) and --svg ###################################################
 
-MARCHE_UNICODE = {"coda": "░", "prompt": "▒", "generazione": "█", "errore": "×", "ignoto": "▬",
+MARCHE_UNICODE = {"viaggio": "·", "coda": "░", "prompt": "▒", "generazione": "█", "errore": "×", "ignoto": "▬",
                   "media": "●", "p90": "+", "saturazione": "◆",  # these three: the capacity curve
                   "livelli": " ▁▂▃▄▅▆▇█", "ttft": "▴"}  # a slot's context, empty to full; the curve's first token
-MARCHE_ASCII = {"coda": ".", "prompt": "-", "generazione": "#", "errore": "x", "ignoto": "=",
+MARCHE_ASCII = {"viaggio": ",", "coda": ".", "prompt": "-", "generazione": "#", "errore": "x", "ignoto": "=",
                 "media": "o", "p90": "+", "saturazione": "*", "livelli": " .:-=+*%@", "ttft": "^"}
-LEGENDA = (("coda", "in coda"), ("prompt", "prompt"), ("generazione", "generazione"),
+LEGENDA = (("viaggio", "prima dello slot, con slot liberi"), ("coda", "in coda"), ("prompt", "prompt"), ("generazione", "generazione"),
            ("errore", "fallita"), ("ignoto", "dettagli n/d"))
 
 
-def fasi(r: Risultato) -> List[Tuple[str, float, float]]:
-    """(phase, start, end) of a request: queue wait, prompt, generation, from the server's own
-    times laid back from the answer's arrival. Without timings the whole span is 'ignoto'."""
+def fasi(r: Risultato, attese: Optional[Dict[int, float]] = None) -> List[Tuple[str, float, float]]:
+    """(phase, start, end) of a request: before its slot, prompt, generation, from the server's own
+    times laid back from the answer's arrival. Before the slot, only the time while every slot was busy
+    (`attese`, from attese_a_slot_pieni) is the queue; the rest is the trip and the server reading it,
+    with a slot free. Without timings the whole span is 'ignoto'. Phases of no length are left out."""
     if not r.riuscita:
         return [("errore", r.inizio, r.fine)]
     slot = in_slot(r)
     if slot is None:
         return [("ignoto", r.inizio, r.fine)]
     fine_prompt = r.fine - r.predicted_ms / 1000
-    return [("coda", r.inizio, slot[0]), ("prompt", slot[0], fine_prompt), ("generazione", fine_prompt, r.fine)]
+    in_coda = slot[0] - r.inizio if attese is None else attese.get(r.indice, 0.0)
+    coda_da = max(r.inizio, slot[0] - in_coda)
+    tutte = [("viaggio", r.inizio, coda_da), ("coda", coda_da, slot[0]), ("prompt", slot[0], fine_prompt),
+             ("generazione", fine_prompt, r.fine)]
+    return [f for f in tutte if f[2] > f[1] or f[0] == "generazione"]
+
+
+def attese_di(prova: Prova) -> Dict[int, float]:
+    """Each successful request's time in the queue (every slot busy), for the pictures."""
+    return attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
 
 
 def slot_nel_tempo(prova: Prova):
@@ -3201,7 +3215,8 @@ def fine_asse(e: Esecuzione) -> float:
 
 def voci_legenda(prove: List[Prova]) -> List[Tuple[str, str]]:
     """(phase, name) of what a picture shows: the phases its requests went through."""
-    usate = {fase for p in prove for r in p.esecuzione.risultati for fase, _, _ in fasi(r)}
+    usate = {fase for p in prove for attese in [attese_di(p)] for r in p.esecuzione.risultati
+             for fase, da, a in fasi(r, attese) if fase != "viaggio" or a - da >= fine_asse(p.esecuzione) / 80}  # seen
     return [(fase, nome) for fase, nome in LEGENDA if fase in usate]
 
 
@@ -3213,9 +3228,10 @@ def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[s
     fine = fine_asse(e)
     passo = fine / colonne
     righe = [f"{'':<{etichetta}}0 s{f'{fine:.2f} s':>{colonne - 3}}"]
+    attese = attese_di(prova)
     for r in e.risultati:
         barra = [" "] * colonne
-        for fase, da, a in fasi(r):
+        for fase, da, a in fasi(r, attese):
             primo, ultimo = round(da / passo), min(colonne, round(a / passo))
             if fase in ("generazione", "errore", "ignoto"):
                 primo = min(primo, ultimo - 1)  # always visible, however short
@@ -3244,7 +3260,7 @@ def a_capo(prima: str, voci: List[str], larghezza: int) -> List[str]:
     return righe
 
 
-COLORI_SVG = {"coda": "#d9d9d9", "prompt": "#f4a261", "generazione": "#2a9d8f", "errore": "#e63946",
+COLORI_SVG = {"viaggio": "#f2f2f2", "coda": "#d9d9d9", "prompt": "#f4a261", "generazione": "#2a9d8f", "errore": "#e63946",
               "ignoto": "#8d99ae", "slot": "#264653", "contesto": "#8ab17d"}
 
 
@@ -3270,9 +3286,10 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
         titolo += "".join(f"  {c}={valore_di(c, prova.piano, prova.configurazione)}" for c in chiavi if c != "np")
         parti = [f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">{testo_xml(titolo)}</text>']
         y += 22
+        attese = attese_di(prova)
         for r in e.risultati:
             parti.append(f'<text x="4" y="{y + 13}">req {r.indice}</text>')
-            for fase, da, a in fasi(r):
+            for fase, da, a in fasi(r, attese):
                 parti.append(f'<rect x="{sinistra + da * scala:.1f}" y="{y + 2}" width="{max(a - da, 0) * scala:.1f}" '
                              f'height="{riga - 4}" fill="{COLORI_SVG[fase]}"><title>{fase} {a - da:.3f} s</title></rect>')
             y += riga
@@ -3519,7 +3536,11 @@ def spiegazione(prova: Prova) -> List[str]:
         frasi.append(frase + ".")
     if fermate_prima(prova):
         frasi.append(maiuscola(frase_fermate(prova)) + ".")
-    if s.picco_coda is not None and info.metrics_disponibile:
+    if s.picco_coda == 0:  # never "al massimo 0 richieste": said once, and not twice when the timings said it
+        if info.metrics_disponibile and not attese:
+            frasi.append("Nessuna richiesta ha aspettato uno slot: le letture di requests_deferred in /metrics hanno "
+                         "sempre trovato la coda vuota.")
+    elif s.picco_coda is not None and info.metrics_disponibile:
         frasi.append(f"Al massimo {quante(s.picco_coda, 'richiesta ha', 'richieste hanno')} aspettato uno slot nello "
                      "stesso momento" + (f" (le letture di requests_deferred in /metrics ne hanno viste al massimo "
                                          f"{s.coda_letta}: nessuna è caduta nel momento peggiore)."
