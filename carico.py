@@ -1578,6 +1578,9 @@ def note(prova: Prova) -> List[str]:
                   f"la prova ha avuto {quante(len(letti), 'lettura', 'letture')} di /slots")  # cut short: no duration
         testi.append(f"{durata} (--intervallo {prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il "
                      "picco di slot occupati può essere sottostimato")
+    if not prova.info.slots_disponibile and e.riuscite and all(in_slot(r) is None for r in e.riuscite):
+        testi.append("il server non ha dato né /slots né i suoi tempi (timings): slot occupati e attese di uno slot "
+                     "restano n/d")  # the note at the start said "se li dà": it did not
     if fermate_prima(prova):
         testi.append(frase_fermate(prova))
     dalla_cache = [r for r in e.risultati if r.oltre is not None and r.oltre.token_cache]
@@ -2564,16 +2567,13 @@ def dubbio_saturazione(punti: List[Punto], asse: str, prima: Punto, dopo: Punto)
     can: a later point whose throughput rose again with the load (one line of the output would contradict
     the other), one run on either point (the noise is not measured: one noisy step makes a saturation), or
     a gain in throughput that, within its 95% interval, may reach a quarter of the load's growth."""
-    dopo_il_passo = punti[punti.index(dopo) + 1:] if dopo in punti else []
-    for poi in dopo_il_passo:
-        if not poi.throughput or not poi.carico(asse) or poi.carico(asse) < PASSO_MINIMO * dopo.carico(asse):
-            continue
-        crescita = poi.carico(asse) / dopo.carico(asse)
-        risalito = poi.throughput / dopo.throughput - 1 >= 0.25 * (crescita - 1)
-        if risalito and diversi(throughput_delle_prove(dopo), throughput_delle_prove(poi)) is not False:
-            return (f"a {asse}={valore_punto(poi, asse)} il throughput è risalito a {poi.throughput:.1f} token/s "
-                    f"({poi.throughput / dopo.throughput - 1:+.0%} per un carico ×{crescita:.1f}): il passo può essere "
-                    "stato rumore")
+    dal_passo = punti[punti.index(dopo):] if dopo in punti else []
+    for a, b, crescita in passi(dal_passo, asse):  # the steps beyond: one that followed the load again
+        risalito = b.throughput / a.throughput - 1 >= 0.25 * (crescita - 1) and crescita >= PASSO_MINIMO
+        if risalito and diversi(throughput_delle_prove(a), throughput_delle_prove(b)) is not False:
+            return (f"da {asse}={valore_punto(a, asse)} a {asse}={valore_punto(b, asse)} il throughput è risalito da "
+                    f"{a.throughput:.1f} a {b.throughput:.1f} token/s ({b.throughput / a.throughput - 1:+.0%} per un "
+                    f"carico ×{crescita:.1f}): il passo può essere stato rumore")
     singole = [p for p in (prima, dopo) if len(p.intere) < 2]
     if singole:
         return "una prova per punto: il rumore non è misurato, e un solo passo rumoroso basta a farla sembrare"
@@ -3076,7 +3076,8 @@ class Capacita:
         if tutte and not any(r.riuscita for r in tutte):
             risposta = "n/d: tutte le richieste sono fallite (vedi le righe req)"
         elif tiene is None:
-            risposta = f"nessun ritmo provato lo rispetta (fino a {min(r for r, _, _ in self.punti):.3g} req/s)"
+            risposta = (f"nessun ritmo provato lo rispetta (fino a {min(r for r, _, _ in self.punti):.3g} req/s)"
+                        + self.neanche_da_sola())
         elif cade is None:
             risposta = (f"almeno {tiene:.3g} req/s: nessun punto provato è caduto (fino a "
                         f"{max(r for r, _, _ in self.punti):.3g} req/s, {MAX_PUNTI_CAPACITA} punti)")
@@ -3102,6 +3103,17 @@ class Capacita:
             punti = punti_di([p for _, prove, _ in sorted(self.punti, key=lambda x: x[0]) for p in prove])
             righe += [""] + curva(*serie(punti, ["ritmo"]), marche_per(sys.stdout), frasi=False)
         return righe
+
+    def neanche_da_sola(self) -> str:
+        """When even the fastest request measured misses an objective, no rate can meet it: said, with that
+        request's own time (a request alone, in no queue, cannot be faster)."""
+        for chiave, soglia in self.oltre.opzioni.slo.items():
+            valori = [v for _, prove, _ in self.punti for p in prove for v in valori_figure(p).get(CHIAVI_SLO[chiave], [])]
+            if valori and min(valori) > soglia:
+                return (f": anche la richiesta più veloce misurata ha {CHIAVI_SLO[chiave]} {min(valori):.2f} s, oltre i "
+                        f"{soglia:g} s dello SLO; una richiesta da sola non è più veloce, e nessun ritmo può rispettarlo "
+                        "(uno SLO più largo, o meno --token)")
+        return ""
 
     def incertezza(self, tiene: Optional[float]) -> List[str]:
         """Why the answer may not hold: too few requests at the point that held, or a share within noise."""
@@ -3520,6 +3532,10 @@ def spiegazione(prova: Prova) -> List[str]:
         else:
             frasi.append(f"Nessuna richiesta ha aspettato uno slot: ognuna ne ha trovato uno libero (fra l'invio e lo "
                          f"slot al massimo {max(attese.values()):.2f} s, il viaggio della richiesta).")
+    if s.occupati_dai_tempi is None and s.occupati_letti is None:
+        in_fila = una_alla_volta(ok)
+        if in_fila:
+            frasi.append(frase_una_alla_volta(in_fila))
     velocita = [r.tps for r in ok if r.tps is not None]
     if velocita and s.throughput is not None:
         media_slot = media(velocita)
@@ -3559,6 +3575,30 @@ def spiegazione(prova: Prova) -> List[str]:
         else:
             frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(prova.macchina)}).")
     return frasi
+
+
+def una_alla_volta(ok: List[Risultato]) -> Optional[List[Risultato]]:
+    """From the client's side alone (no /slots, no timings): requests in flight together whose answers came
+    back one after another, each at least half the fastest latency after the one before (sent before the
+    one before came back): a server that serves one at a time, and a queue. Returns them in the order
+    they came back, or None (answers that came back together: served together)."""
+    ordinate = sorted(ok, key=lambda r: r.fine)
+    coppie = [(a, b) for a, b in zip(ordinate, ordinate[1:]) if b.inizio < a.fine]  # b was in flight while a was
+    if len(ordinate) < 3 or len(coppie) < 2:
+        return None
+    piu_veloce = min(r.latenza for r in ordinate)
+    if piu_veloce <= 0 or min(b.fine - a.fine for a, b in coppie) < 0.5 * piu_veloce:
+        return None
+    return ordinate
+
+
+def frase_una_alla_volta(ordinate: List[Risultato]) -> str:
+    distacchi = [b.fine - a.fine for a, b in zip(ordinate, ordinate[1:])]
+    latenze = ", ".join(f"{r.latenza:.2f}" for r in ordinate[:6]) + (", ..." if len(ordinate) > 6 else "")
+    return (f"Dal lato del client (il server non dà né /slots né i suoi tempi): le richieste erano in volo insieme, "
+            f"ma le risposte sono arrivate una dopo l'altra, circa {media(distacchi):.2f} s l'una dall'altra (latenze "
+            f"{latenze} s: ognuna la precedente più il tempo di servirne una). Se ne deduce che il server le ha servite una alla "
+            "volta, e le altre aspettavano in coda: è una deduzione dalle latenze, non una misura del server.")
 
 
 def maiuscola(frase: str) -> str:
