@@ -2911,9 +2911,22 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
         verdetto = verdetto_saturazione(misurati, asse)
         if verdetto is None:
             a, b = misurati[0], misurati[-1]
-            frasi.append(f"Curva{dove}: nessuna saturazione fino a {asse}={valore_punto(b, asse)} (il throughput è "
-                         f"passato da {a.throughput:.1f} a {b.throughput:.1f} token/s): a ogni passo di carico è cresciuto "
-                         "almeno di un quarto del carico, o la latenza non è salita oltre il rumore." + indicativo(*misurati))
+            piatto = next(((x, y) for x, y, crescita in passi(misurati, asse) if crescita >= PASSO_MINIMO
+                           and y.throughput / x.throughput - 1 < 0.25 * (crescita - 1)), None)
+            if piatto is None:
+                frasi.append(f"Curva{dove}: nessuna saturazione fino a {asse}={valore_punto(b, asse)}: a ogni passo il "
+                             f"throughput è cresciuto almeno di un quarto del carico (da {a.throughput:.1f} a "
+                             f"{b.throughput:.1f} token/s)." + indicativo(*misurati))
+            else:  # the throughput stopped following the load, and the latency did not rise beyond its noise
+                x, y = piatto
+                frasi.append(f"Curva{dove}: nessuna saturazione accertata fino a {asse}={valore_punto(b, asse)}: da "
+                             f"{asse}={valore_punto(x, asse)} a {asse}={valore_punto(y, asse)} il throughput non ha seguito "
+                             f"il carico (da {x.throughput:.1f} a {y.throughput:.1f} token/s), ma la latenza media (da "
+                             f"{x.latenza:.2f} a {y.latenza:.2f} s) "
+                             + ("non è salita oltre il rumore delle ripetute (Welch 95%): con più prove (--ripeti 5) si "
+                                "decide." if min(len(x.intere), len(y.intere)) > 1 else
+                                "è salita meno del 10% (una prova per punto: il rumore non è misurato): con --ripeti 3 si "
+                                "decide."))
             continue
         frasi.append(f"Curva{dove}: " + frase_saturazione(asse, verdetto) + "."
                      + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico

@@ -84,6 +84,19 @@ def test_una_sola_prova_dice_forse():
                                "sembrare")
 
 
+def test_nessuna_saturazione_solo_se_il_throughput_ha_seguito_il_carico():
+    """"Nessuna saturazione" is a verdict too: plain when every step's throughput followed the load; when one
+    step's did not and the latency stayed within the repeats' noise, "non accertata", and how to decide."""
+    segue = punti("parallele", (1, [(10, 1.0), (10.1, 1.0)]), (2, [(19, 1.0), (19.2, 1.01)]))
+    (frase,) = carico.spiegazione_griglia("parallele", [("", segue)])
+    assert frase.startswith("Curva: nessuna saturazione fino a parallele=2: a ogni passo il throughput è cresciuto"), frase
+    piatta = punti("parallele", (2, [(130, 0.26), (100, 0.2), (160, 0.32)]), (4, [(116, 0.42), (100, 0.3), (130, 0.55)]))
+    (frase,) = carico.spiegazione_griglia("parallele", [("", piatta)])
+    assert frase.startswith("Curva: nessuna saturazione accertata fino a parallele=4: da parallele=2 a parallele=4 il "
+                            "throughput non ha seguito il carico") and frase.endswith(
+        "non è salita oltre il rumore delle ripetute (Welch 95%): con più prove (--ripeti 5) si decide."), frase
+
+
 # Overload ####################################################################################
 
 def in_fila(arrivi, servizio, n_slot, ritmo=1.0, rumore=()):
@@ -313,3 +326,23 @@ def test_la_nota_sui_tempi_non_resta_se_non_li_ha_dati():
     assert nota in carico.note(senza_nulla([0.93, 1.84, 2.86, 3.74]))
     con_tempi = senza_nulla([1.0])._replace(esecuzione=Esecuzione([Risultato(0, 0.0, 1.0, 32, 40.0, 5.0, 990.0)], [], 1))
     assert nota not in carico.note(con_tempi)
+
+
+# The real server: the phase-locked readings, as the issue saw them ##########################
+
+@pytest.mark.reale
+def test_reale_letture_in_fase_con_gli_arrivi_costanti(llama, carica):
+    """On the real server (--metrics), --ritmo 2 --arrivi costanti with readings every 0.5 s: no Little's-law
+    verdict ("in viaggio" was the phase, not a finding), and the --intervallo that gives one; readings every
+    0.37 s on the same load are not phase-locked, and give a verdict."""
+    server = llama(2, "--metrics")
+    rc, out, err = carica(server.url, "--ritmo", "2", "--arrivi", "costanti", "--durata", "5", "--token", "8",
+                          "--spiega")
+    assert rc == 0, out + err
+    (riga,) = [r for r in out.splitlines() if r.startswith("Legge di Little")]
+    assert "in fase con gli arrivi" in riga and "(per esempio 0.37)" in riga and "in viaggio" not in riga, riga
+    rc, out, err = carica(server.url, "--ritmo", "2", "--arrivi", "costanti", "--durata", "5", "--token", "8",
+                          "--spiega", "--intervallo", "0.37")
+    assert rc == 0, out + err
+    (riga,) = [r for r in out.splitlines() if r.startswith("Legge di Little")]
+    assert "in fase" not in riga and "al 95% su" in riga, riga
