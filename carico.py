@@ -2335,11 +2335,6 @@ class Punto(NamedTuple):
         return media(self.valori(lambda p: p.riepilogo.latenza_media))
 
     @property
-    def rumore_latenza(self) -> float:
-        """The spread of the mean latency over the repeats (0 with one run)."""
-        return dispersione(self.valori(lambda p: p.riepilogo.latenza_media))
-
-    @property
     def latenza_p90(self) -> Optional[float]:
         return media(self.valori(latenza_p90))
 
@@ -2750,11 +2745,18 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
         righe.append(f"throughput{f' a {titolo}' if titolo else ''}: " + ", ".join(voci)
                      + ("" if altre else " (nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)"))
     if altre == ["token"] and len(vantaggi) > 1:
-        (da, r_da, *_), (a, r_a, *_) = vantaggi[0], vantaggi[-1]
-        verso = ("è cresciuto" if r_a > 1.1 * r_da else "è calato" if r_a < r_da / 1.1
-                 else "è rimasto lo stesso, entro il 10%")
+        (da, r_da, *pd), (a, r_a, *pa) = vantaggi[0], vantaggi[-1]
+        # The noise of a ratio of ratios: the four means' relative 95% intervals, added in quadrature.
+        relativi = [ic95(throughput_delle_prove(p)) for p in pd + pa]
+        rumore = (None if None in relativi else
+                  sum((h / p.throughput) ** 2 for h, p in zip(relativi, pd + pa)) ** 0.5)
+        soglia = max(0.1, rumore or 0.0)
+        entro = "entro il 10%" if rumore is None or rumore <= 0.1 else f"entro il rumore (±{rumore:.0%} al 95%)"
+        verso = ("è cresciuto" if r_a > (1 + soglia) * r_da else "è calato" if r_a < r_da / (1 + soglia)
+                 else f"è rimasto lo stesso, {entro}")
         righe.append(f"con risposte più lunghe ({da} -> {a}) il vantaggio del batching {verso}: ×{r_da:.2f} -> ×{r_a:.2f}"
-                     + indicativo(*[v[2] for v in vantaggi] + [v[3] for v in vantaggi]))
+                     + (f" (oltre il rumore: ±{rumore:.0%} al 95%)" if rumore is not None and "rimasto" not in verso
+                        else "") + indicativo(*pd, *pa))
     return righe
 
 
