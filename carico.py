@@ -2658,7 +2658,9 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
     coda = (", e la coda è rimasta vuota" if dopo.picco_coda == 0 and prima.picco_coda in (0, None) else
             f", e la coda è arrivata a {fmt(dopo.picco_coda, 'd')} (prima {fmt(prima.picco_coda, 'd')})")
     frasi = [f"Lì gli slot occupati insieme erano al massimo {fmt(dopo.picco, 'd')} su {fmt(n_slot, 'd')}{coda}"]
-    if None not in attese:
+    if None not in attese and max(attese) < 0.005:  # 0.00 s both: none waited, said as such
+        frasi.append("nessuna richiesta ha aspettato uno slot")
+    elif None not in attese:
         cresciuta = attese[1] - attese[0] > 0.1 * dopo.latenza
         frasi.append(f"l'attesa media di uno slot è passata da {attese[0]:.2f} a {attese[1]:.2f} s" + (
             ": una richiesta in più non trova uno slot libero e aspetta" if cresciuta else ", poco"))

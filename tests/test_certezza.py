@@ -282,13 +282,15 @@ def test_nota_letture_conta_le_letture_non_la_durata():
 
 def test_mai_zero_richieste_in_coda_nelle_frasi():
     """Item 14: with metrics and an empty queue, no "Al massimo 0 richieste", no "arrivata a 0 (prima 0)"."""
-    risultati = [Risultato(i, 0.0, 0.5, 8, 40.0, 5.0, 495.0) for i in range(2)]
+    risultati = [Risultato(i, 0.0, 0.5, 8, 40.0, 5.0, 445.0) for i in range(2)]  # 0.05 s to a free slot
     vuota = Prova(InfoServer(4, 512, True, True), Esecuzione(risultati, [Campione(0.2, 2, 0), Campione(0.4, 2, 0)], 2),
                   Piano(2, 2, 8))
     assert vuota.riepilogo.picco_coda == 0
     assert not any("Al massimo 0" in f for f in carico.spiegazione(vuota))
     a, b = Punto([vuota]), Punto([vuota])
-    assert "la coda è rimasta vuota" in carico.perche_satura(a, b) and "(prima 0)" not in carico.perche_satura(a, b)
+    perche = carico.perche_satura(a, b)
+    assert "la coda è rimasta vuota" in perche and "(prima 0)" not in perche, perche
+    assert "nessuna richiesta ha aspettato uno slot" in perche and "da 0.00 a 0.00 s" not in perche, perche
 
 
 def test_in_coda_solo_a_slot_pieni():
