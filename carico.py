@@ -3005,12 +3005,14 @@ def riga_little(prova: Prova) -> Optional[str]:
 def letture_in_fase(prova: Prova, tempi: List[float], inizi: List[float]) -> Optional[Tuple[float, float]]:
     """Readings phase-locked to constant arrivals (--arrivi costanti): each falls at about the same point
     of the send period (the mean resultant length of their phases, 1 when all coincide, about 1/√n when
-    spread, above 0.8). Returns (their mean delay after the last send, the period), or None."""
+    spread, above 0.8), among the readings taken while the requests were being sent. Returns (their mean
+    delay after the last send, the period), or None."""
     import bisect
     import math
 
     o = extra(prova.piano)
-    if not o.ritmo or o.arrivi != "costanti" or len(tempi) < 3 or not inizi:
+    tempi = [t for t in tempi if inizi and inizi[0] <= t <= inizi[-1]]  # while sending: after, nothing to lock to
+    if not o.ritmo or o.arrivi != "costanti" or len(tempi) < 3:
         return None
     periodo = 1 / o.ritmo
     angoli = [2 * math.pi * ((t - inizi[0]) % periodo) / periodo for t in tempi]
