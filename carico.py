@@ -2618,7 +2618,7 @@ def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]
     if asse == "ritmo":
         for i, punto in enumerate(misurati):
             visti = [v for v in map(sovraccarico, punto.intere) if v]
-            if visti and (satura is None or misurati.index(satura[1]) > i):
+            if visti and (satura is None or misurati.index(satura[1]) >= i):  # the overload is the stronger evidence
                 dubbio = None if any(v.certo for v in visti) else visti[0].dubbio
                 return Saturazione(misurati[i - 1] if i else None, punto, dubbio, True)
     if satura is None:
