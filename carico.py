@@ -1765,10 +1765,18 @@ def quante(n: int, una: str, molte: str) -> str:
 def note(prova: Prova) -> List[str]:
     e, s = prova.esecuzione, prova.riepilogo
     testi = []
-    if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (s.tempo_totale or 0) < 2 * prova.piano.intervallo:
-        testi.append(f"la prova è durata {fmt(s.tempo_totale, '.2f s')}, meno di due letture di /slots (--intervallo "
-                    f"{prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il picco di slot occupati "
-                    "può essere sottostimato")
+    letti = [c for c in e.campioni if c.occupati is not None]
+    breve = s.tempo_totale is not None and s.tempo_totale < 2 * prova.piano.intervallo
+    if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (breve or len(letti) < 2):
+        durata = (f"la prova è durata {s.tempo_totale:.2f} s, meno di due letture di /slots" if breve else
+                  f"la prova ha avuto {quante(len(letti), 'lettura', 'letture')} di /slots")  # cut short: no duration
+        testi.append(f"{durata} (--intervallo {prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il "
+                     "picco di slot occupati può essere sottostimato")
+    if e.riuscite and all(in_slot(r) is None and r.tps is None for r in e.riuscite):  # not llama.cpp's answers
+        testi.append("il server non ha dato né /slots né i suoi tempi (timings): slot occupati e attese di uno slot "
+                     "restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
+                     "le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
+                     "dello slot e gli slot occupati provati dai tempi sono n/d")
     vuote = [r for r in e.riuscite if r.token == 0]
     if len(vuote) * 2 > len(e.riuscite):  # most answers empty: nothing was generated, the figures measure nothing
         testi.append(frase_vuote(prova, len(vuote)))
@@ -1779,9 +1787,6 @@ def note(prova: Prova) -> List[str]:
         testi.append(f"il server non ha detto nel flusso quanti token ha generato (né usage né timings) per "
                      f"{quante(len(stimate), 'richiesta', 'richieste')}: i loro token (segnati ~) sono i chunk con "
                      "testo, uno per chunk, una stima (un chunk può portarne più d'uno)")
-    if e.riuscite and all(r.prompt_ms is None and r.tps is None for r in e.riuscite):
-        testi.append("le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
-                     "dello slot e gli slot occupati provati dai tempi sono n/d")
     chiave = sum(1 for r in e.risultati if (r.errore or "").startswith("HTTP 401"))
     if chiave:  # any request's 401, not only /health's
         testi.append(f"{quante(chiave, 'richiesta rifiutata', 'richieste rifiutate')} con HTTP 401: il server vuole "
@@ -2489,7 +2494,7 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     valori = {"latenza": [r.latenza for r in ok]}
     if extra(prova.piano).ritmo or extra(prova.piano).traccia:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
-    valori["attesa dello slot"] = [a for a in map(attesa_dello_slot, ok) if a is not None]
+    valori["attesa dello slot"] = list(attese_a_slot_pieni(ok, prova.info.n_slot).values())  # every slot busy
     if extra(prova.esecuzione).trattenute:  # the cap's wait, in the client before the send: a wait too
         valori["attesa del tetto"] = [r.inizio - extra(r).previsto for r in ok if extra(r).previsto is not None]
     if any(extra(r).chunk_s is not None for r in ok):  # --stream
@@ -2719,19 +2724,23 @@ def token_in_corso(dati) -> Optional[int]:
 # --ripeti and --tabella: the same load again, and the deliverable's table ######################
 
 def righe_ripetute(prove: List[Prova]) -> List[str]:
-    """--ripeti: one line per figure, mean and spread over the runs (a run cut short is left out)."""
-    cifre = (("latenza media", "s", lambda s: s.latenza_media), ("latenza max", "s", lambda s: s.latenza_max),
+    """--ripeti: one line per figure, the mean over the runs with its 95% confidence interval (Student's t:
+    the lab's "repeat and average", with the noise measured), the spread, min-max (a run cut short is left
+    out). "latenza max" is the mean of the runs' maxima, as in the table's mean row: said in the line."""
+    cifre = (("latenza media", "s", lambda s: s.latenza_media),
+             ("latenza max (media dei massimi)", "s", lambda s: s.latenza_max),
              ("throughput aggregato", "token/s", lambda s: s.throughput))
     intere = [p for p in prove if not p.esecuzione.interruzione]
     riepiloghi = [p.riepilogo for p in intere]
-    righe = [f"su {quante(len(intere), 'prova', 'prove')}: media (deviazione standard, min-max)"]
+    righe = [f"su {quante(len(intere), 'prova', 'prove')}: media ±intervallo di confidenza al 95% (t di Student; "
+             "deviazione standard, min-max)"]
     for nome, unita, prendi in cifre:
         valori = [v for v in map(prendi, riepiloghi) if v is not None]
         if not valori:
-            righe.append(f"  {nome:<21} n/d")
+            righe.append(f"  {nome:<31} n/d")
             continue
-        righe.append(f"  {nome:<21} {media(valori):7.2f} {unita:<8} (dev.std {dispersione(valori):.2f}, "
-                     f"{min(valori):.2f}-{max(valori):.2f})"
+        righe.append(f"  {nome:<31} {media(valori):7.2f} {unita:<8} ±{fmt(ic95(valori), '.2f')} (dev.std "
+                     f"{dispersione(valori):.2f}, {min(valori):.2f}-{max(valori):.2f})"
                      + ("" if len(valori) == len(intere) else f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"))
     return righe
 
@@ -2854,17 +2863,13 @@ class Punto(NamedTuple):
         return media(self.valori(lambda p: p.riepilogo.latenza_media))
 
     @property
-    def rumore_latenza(self) -> float:
-        """The spread of the mean latency over the repeats (0 with one run)."""
-        return dispersione(self.valori(lambda p: p.riepilogo.latenza_media))
-
-    @property
     def latenza_p90(self) -> Optional[float]:
         return media(self.valori(latenza_p90))
 
     @property
     def latenza_max(self) -> Optional[float]:
-        return max(self.valori(lambda p: p.riepilogo.latenza_max), default=None)
+        """The mean of its runs' maxima: one meaning of "latenza max" in every line (--ripeti's summary too)."""
+        return media(self.valori(lambda p: p.riepilogo.latenza_max))
 
     @property
     def picco(self) -> Optional[int]:
@@ -2896,8 +2901,8 @@ class Punto(NamedTuple):
 
     @property
     def attesa_media(self) -> Optional[float]:
-        """The mean wait before a slot took a request, from the server's times."""
-        return media([a for p in self.intere for a in map(attesa_dello_slot, p.esecuzione.risultati) if a is not None])
+        """The mean wait for a slot (every slot busy) before one took a request, from the server's times."""
+        return media([a for p in self.intere for a in attese_a_slot_pieni(p.esecuzione.riuscite, p.info.n_slot).values()])
 
     def carico(self, asse: str) -> Optional[float]:
         """The load this point put on the server: the requests really in flight together
@@ -2918,6 +2923,26 @@ def dispersione(valori: List[float]) -> float:
     import statistics
 
     return statistics.stdev(valori) if len(valori) > 1 else 0.0
+
+
+def t_critico(gl: float) -> float:
+    """Student's two-sided 95% t for `gl` degrees of freedom, from T_CRITICO (the next lower row)."""
+    return T_CRITICO[max([g for g in T_CRITICO if g <= gl], default=1)]
+
+
+def ic95(valori: List[float]) -> Optional[float]:
+    """Half the width of the 95% confidence interval of the mean of `valori` (Student's t); None with
+    fewer than two: one value has no measured noise."""
+    return t_critico(len(valori) - 1) * dispersione(valori) / len(valori) ** 0.5 if len(valori) > 1 else None
+
+
+def diversi(a: List[float], b: List[float]) -> Optional[bool]:
+    """Whether the means of b and a differ beyond the noise of their repeats (Welch, 95%, as --confronta);
+    None when either has fewer than two values: the noise is not measured."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    t, gl = welch(a, b)
+    return abs(t) > t_critico(gl)
 
 
 def punti_di(prove: List[Prova]) -> List[Punto]:
@@ -2972,7 +2997,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
         p = punto.prove[0]
         ripetute = len(punto.intere) > 1
         throughput = fmt(punto.throughput, ".2f token/s") + (
-            f" ±{dispersione(punto.valori(lambda q: q.riepilogo.throughput)):.2f}" if ripetute else "")
+            f" ±{fmt(ic95(punto.valori(lambda q: q.riepilogo.throughput)), '.2f')}" if ripetute else "")
         celle = [valore_punto(punto, c) for c in chiavi] + ([fmt(p.info.n_ctx_slot, "d")] if "np" in chiavi else []) + [
             throughput, fmt(punto.latenza, ".2f s"), fmt(punto.latenza_p90, ".2f s"), fmt(punto.latenza_max, ".2f s"),
             *([fmt(media([extra(r).token_cache for q in punto.intere for r in q.esecuzione.riuscite
@@ -2992,6 +3017,9 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
         righe.append("| " + " | ".join(celle) + " |")
     righe.append("picco coda: richieste in attesa di uno slot, dai tempi del server (e da requests_deferred con "
                  "--metrics, il maggiore dei due)")
+    if any(len(punto.intere) > 1 for punto in punti):
+        righe.append("(media di N): le medie delle N prove, latenza max compresa (la media dei massimi); ±: "
+                     "l'intervallo di confidenza al 95% del throughput (t di Student)")
     return righe
 
 
@@ -3025,16 +3053,59 @@ def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]
             prima = punto
 
 
+def latenze_medie(punto: Punto) -> List[float]:
+    return punto.valori(lambda p: p.riepilogo.latenza_media)
+
+
+def throughput_delle_prove(punto: Punto) -> List[float]:
+    return punto.valori(lambda p: p.riepilogo.throughput)
+
+
 def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
-    """Where the server stopped taking more load, along a load axis: the first step (before, after)
+    """Where the server seems to stop taking more load, along a load axis: the first step (before, after)
     where the load grew by 10% at least, the throughput gained less than a quarter of it (load x2,
-    throughput under +25%), and the mean latency rose by more than the noise: 10% of it, or the spread
-    of the repeats where it is larger. Along --token or np there is no load step, and no saturation."""
+    throughput under +25%), and the mean latency rose: beyond the noise of the repeats (Welch, 95%) where
+    both points have them, else by more than 10%. A candidate: dubbio_saturazione says whether the evidence
+    holds it. Along --token or np there is no load step, and no saturation."""
     for prima, dopo, crescita in passi(punti, asse):
         guadagno = dopo.throughput / prima.throughput - 1
-        rumore = max(0.1 * prima.latenza, prima.rumore_latenza + dopo.rumore_latenza)
-        if crescita >= PASSO_MINIMO and guadagno < 0.25 * (crescita - 1) and dopo.latenza - prima.latenza > rumore:
+        salita = diversi(latenze_medie(prima), latenze_medie(dopo))
+        if salita is None:
+            salita = dopo.latenza - prima.latenza > 0.1 * prima.latenza
+        if crescita >= PASSO_MINIMO and guadagno < 0.25 * (crescita - 1) and salita and dopo.latenza > prima.latenza:
             return prima, dopo
+    return None
+
+
+def differenza_ic(a: List[float], b: List[float]) -> Tuple[float, float]:
+    """The difference of two means (b - a) and half its 95% confidence interval (Welch)."""
+    import statistics
+
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    return statistics.fmean(b) - statistics.fmean(a), t_critico(welch(a, b)[1]) * (va + vb) ** 0.5
+
+
+def dubbio_saturazione(punti: List[Punto], asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
+    """Why the evidence cannot tell the saturation between `prima` and `dopo` from the noise, or None when it
+    can: a later point whose throughput rose again with the load (one line of the output would contradict
+    the other), one run on either point (the noise is not measured: one noisy step makes a saturation), or
+    a gain in throughput that, within its 95% interval, may reach a quarter of the load's growth."""
+    dal_passo = punti[punti.index(dopo):] if dopo in punti else []
+    for a, b, crescita in passi(dal_passo, asse):  # the steps beyond: one that followed the load again
+        risalito = b.throughput / a.throughput - 1 >= 0.25 * (crescita - 1) and crescita >= PASSO_MINIMO
+        if risalito and diversi(throughput_delle_prove(a), throughput_delle_prove(b)) is not False:
+            return (f"da {asse}={valore_punto(a, asse)} a {asse}={valore_punto(b, asse)} il throughput è risalito da "
+                    f"{a.throughput:.1f} a {b.throughput:.1f} token/s ({b.throughput / a.throughput - 1:+.0%} per un "
+                    f"carico ×{crescita:.1f}): il passo può essere stato rumore")
+    singole = [p for p in (prima, dopo) if len(p.intere) < 2]
+    if singole:
+        return "una prova per punto: il rumore non è misurato, e un solo passo rumoroso basta a farla sembrare"
+    a, b = throughput_delle_prove(prima), throughput_delle_prove(dopo)
+    differenza, mezzo = differenza_ic(a, b)
+    soglia = 0.25 * (dopo.carico(asse) / prima.carico(asse) - 1) * prima.throughput
+    if differenza + mezzo >= soglia:
+        return (f"il guadagno di throughput ({differenza:+.1f} ±{mezzo:.1f} token/s al 95%) può arrivare a un quarto "
+                f"del carico in più ({soglia:.1f} token/s)")
     return None
 
 
@@ -3057,12 +3128,53 @@ def indicativo(*punti: Punto) -> str:
         " (indicativo: una prova per punto; con --ripeti 3 si misura anche il rumore)")
 
 
-def frase_saturazione(asse: str, prima: Punto, dopo: Punto) -> str:
+class Saturazione(NamedTuple):
+    """The saturation along a curve: the step (before, after) and why it is not certain (None: it is).
+    `sovraccarico`: under --ritmo, `dopo` is the first rate the server did not keep up with (its queue
+    grew): the saturation is there at the latest, whatever the throughput did beyond it."""
+    prima: Optional[Punto]
+    dopo: Punto
+    dubbio: Optional[str]
+    sovraccarico: bool = False
+
+
+def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]:
+    """The one verdict on saturation a curve's lines, marks and explanation all say: the step saturazione
+    finds, with its doubt; under --ritmo, no later than the first overloaded point."""
+    misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
+    satura = saturazione(misurati, asse)
+    if asse == "ritmo":
+        for i, punto in enumerate(misurati):
+            visti = [v for v in map(sovraccarico, punto.intere) if v]
+            if visti and (satura is None or misurati.index(satura[1]) >= i):  # the overload is the stronger evidence
+                dubbio = None if any(v.certo for v in visti) else visti[0].dubbio
+                return Saturazione(misurati[i - 1] if i else None, punto, dubbio, True)
+    if satura is None:
+        return None
+    return Saturazione(*satura, dubbio_saturazione(misurati, asse, *satura))
+
+
+def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
+    """The saturation said with its certainty: categorical only when the evidence separates it from the
+    noise; else "forse", why not, and what would settle it."""
+    prima, dopo = verdetto.prima, verdetto.dopo
+    if verdetto.sovraccarico:
+        fra = f" (fra {asse}={valore_punto(prima, asse)} e {asse}={valore_punto(dopo, asse)})" if prima else ""
+        frase = (f"saturazione entro {asse}={valore_punto(dopo, asse)}{fra}: lì il server non tiene più il ritmo degli "
+                 f"arrivi (sovraccarico: la coda cresce lungo la prova), e oltre il throughput non può crescere")
+        return frase if verdetto.dubbio is None else (
+            f"forse {frase}; ma non è accertato: {verdetto.dubbio}")
     crescita = dopo.carico(asse) / prima.carico(asse)
-    return (f"saturazione a {asse}={valore_punto(dopo, asse)}: da {asse}={valore_punto(prima, asse)} il carico è "
-            f"cresciuto ×{crescita:.1f} e il throughput solo da {prima.throughput:.1f} a {dopo.throughput:.1f} token/s "
-            f"({dopo.throughput / prima.throughput - 1:+.1%}), mentre la latenza media è salita da {prima.latenza:.2f} a "
-            f"{dopo.latenza:.2f} s ({dopo.latenza / prima.latenza - 1:+.0%}, oltre il rumore)" + indicativo(prima, dopo))
+    numeri = (f"da {asse}={valore_punto(prima, asse)} il carico è cresciuto ×{crescita:.1f} e il throughput solo da "
+              f"{prima.throughput:.1f} a {dopo.throughput:.1f} token/s ({dopo.throughput / prima.throughput - 1:+.1%}), "
+              f"mentre la latenza media è salita da {prima.latenza:.2f} a {dopo.latenza:.2f} s "
+              f"({dopo.latenza / prima.latenza - 1:+.0%}")
+    if verdetto.dubbio is None:
+        return (f"saturazione a {asse}={valore_punto(dopo, asse)}: {numeri}, oltre il rumore: Welch 95% su "
+                f"{len(prima.intere)} e {len(dopo.intere)} prove)")
+    consiglio = "--ripeti 3" if min(len(prima.intere), len(dopo.intere)) < 3 else "--ripeti 5, o più richieste per punto"
+    return (f"forse saturazione a {asse}={valore_punto(dopo, asse)}, non accertata: {numeri}); ma {verdetto.dubbio}. "
+            f"Per deciderlo: {consiglio}")
 
 
 def perche_satura(prima: Punto, dopo: Punto) -> str:
@@ -3071,9 +3183,12 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
     speed of a request in its own slot fell (by more than 10%: the slots share the cores)."""
     n_slot = dopo.prove[0].info.n_slot
     attese, velocita = (prima.attesa_media, dopo.attesa_media), (prima.velocita_slot, dopo.velocita_slot)
-    frasi = [f"Lì gli slot occupati insieme erano al massimo {fmt(dopo.picco, 'd')} su {fmt(n_slot, 'd')}, e la coda "
-             f"è arrivata a {fmt(dopo.picco_coda, 'd')} (prima {fmt(prima.picco_coda, 'd')})"]
-    if None not in attese:
+    coda = (", e la coda è rimasta vuota" if dopo.picco_coda == 0 and prima.picco_coda in (0, None) else
+            f", e la coda è arrivata a {fmt(dopo.picco_coda, 'd')} (prima {fmt(prima.picco_coda, 'd')})")
+    frasi = [f"Lì gli slot occupati insieme erano al massimo {fmt(dopo.picco, 'd')} su {fmt(n_slot, 'd')}{coda}"]
+    if None not in attese and max(attese) < 0.005:  # 0.00 s both: none waited, said as such
+        frasi.append("nessuna richiesta ha aspettato uno slot")
+    elif None not in attese:
         cresciuta = attese[1] - attese[0] > 0.1 * dopo.latenza
         frasi.append(f"l'attesa media di uno slot è passata da {attese[0]:.2f} a {attese[1]:.2f} s" + (
             ": una richiesta in più non trova uno slot libero e aspetta" if cresciuta else ", poco"))
@@ -3083,15 +3198,32 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
     return "; ".join(frasi) + "."
 
 
-def sovraccarico(prova: Prova) -> Optional[Tuple[float, float, float, float]]:
-    """(completed, sent) requests per second over the send window, and the mean wait for a slot of the
-    first and of the last third of the requests, when an open-loop run (--ritmo)
-    overloaded the server: while the requests were being sent (not during the drain after the last),
-    fewer were completed than arrived, by more than 10%, and the wait for a slot grew along the run
-    (the last third of the requests waited longer than the first third, by more than one request's
-    time in its slot). A burst that made a few wait, or answers still on their way at the end, is not
-    an overload: the queue did not grow."""
+class Sovraccarico(NamedTuple):
+    """What the overload rule saw: requests completed and sent per second over the send window, the mean
+    wait for a slot of the first and of the last third of the requests, and whether that growth is beyond
+    the noise of those waits (Welch, 95%)."""
+    completate: float
+    arrivate: float
+    attesa_prima: float
+    attesa_dopo: float
+    certo: bool = True
+
+    @property
+    def dubbio(self) -> Optional[str]:
+        return None if self.certo else ("l'attesa cresciuta non si separa dal rumore delle attese (Welch 95%): una "
+                                        "--durata più lunga lo decide")
+
+
+def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
+    """The overload, where there is an arrival process (--ritmo, --durata, a trace; a batch sent at once has no
+    arrival rate): while the requests were being sent (not during the drain after the last), fewer were
+    completed than arrived, by more than 10%, and the wait for a slot grew along the run (the last third
+    of the requests waited longer than the first third, by more than one request's time in its slot). A
+    burst that made a few wait, or answers still on their way at the end, is not an overload: the queue
+    did not grow. `certo` when the growth is beyond the noise of the waits."""
     e = prova.esecuzione
+    if not extra(prova.piano).al_tempo:
+        return None
     ok = sorted(e.riuscite, key=lambda r: r.inizio)
     inizi = sorted(r.inizio for r in e.risultati)
     if len(ok) < 6 or inizi[-1] <= inizi[0]:
@@ -3104,15 +3236,21 @@ def sovraccarico(prova: Prova) -> Optional[Tuple[float, float, float, float]]:
     terzo, servizi = len(in_ordine) // 3, [t for t in map(servizio, ok) if t]
     if completate >= 0.9 * arrivate or terzo < 2 or not servizi:
         return None
-    prima, dopo = media(in_ordine[:terzo]), media(in_ordine[-terzo:])
-    return (completate, arrivate, prima, dopo) if dopo - prima > media(servizi) else None
+    prima, dopo = in_ordine[:terzo], in_ordine[-terzo:]
+    if media(dopo) - media(prima) <= media(servizi):
+        return None
+    return Sovraccarico(completate, arrivate, media(prima), media(dopo), bool(diversi(prima, dopo)))
 
 
-def frase_sovraccarico(completate: float, arrivate: float, attesa_prima: float, attesa_dopo: float) -> str:
-    return (f"finché si inviava, il server ha completato {completate:.2f} richieste al secondo mentre ne arrivavano "
-            f"{arrivate:.2f}, e l'attesa di uno slot è cresciuta lungo la prova (da {attesa_prima:.2f} s in media per "
-            f"il primo terzo delle richieste a {attesa_dopo:.2f} s per l'ultimo): il server è più lento degli arrivi, "
-            "e la coda cresce finché dura la prova (sovraccarico); la latenza dipende allora da quanto è lunga la prova.")
+def frase_sovraccarico(visto: Sovraccarico) -> str:
+    frase = (f"finché si inviava, il server ha completato {visto.completate:.2f} richieste al secondo mentre ne "
+             f"arrivavano {visto.arrivate:.2f}, e l'attesa di uno slot è cresciuta lungo la prova (da "
+             f"{visto.attesa_prima:.2f} s in media per il primo terzo delle richieste a {visto.attesa_dopo:.2f} s per "
+             "l'ultimo)")
+    if not visto.certo:
+        return frase + f": forse sovraccarico, non accertato: {visto.dubbio}."
+    return (frase + ": il server è più lento degli arrivi, e la coda cresce finché dura la prova (sovraccarico); la "
+            "latenza dipende allora da quanto è lunga la prova.")
 
 
 def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
@@ -3137,11 +3275,18 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
         righe.append(f"throughput{f' a {titolo}' if titolo else ''}: " + ", ".join(voci)
                      + ("" if altre else " (nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)"))
     if altre == ["token"] and len(vantaggi) > 1:
-        (da, r_da, *_), (a, r_a, *_) = vantaggi[0], vantaggi[-1]
-        verso = ("è cresciuto" if r_a > 1.1 * r_da else "è calato" if r_a < r_da / 1.1
-                 else "è rimasto lo stesso, entro il 10%")
+        (da, r_da, *pd), (a, r_a, *pa) = vantaggi[0], vantaggi[-1]
+        # The noise of a ratio of ratios: the four means' relative 95% intervals, added in quadrature.
+        relativi = [ic95(throughput_delle_prove(p)) for p in pd + pa]
+        rumore = (None if None in relativi else
+                  sum((h / p.throughput) ** 2 for h, p in zip(relativi, pd + pa)) ** 0.5)
+        soglia = max(0.1, rumore or 0.0)
+        entro = "entro il 10%" if rumore is None or rumore <= 0.1 else f"entro il rumore (±{rumore:.0%} al 95%)"
+        verso = ("è cresciuto" if r_a > (1 + soglia) * r_da else "è calato" if r_a < r_da / (1 + soglia)
+                 else f"è rimasto lo stesso, {entro}")
         righe.append(f"con risposte più lunghe ({da} -> {a}) il vantaggio del batching {verso}: ×{r_da:.2f} -> ×{r_a:.2f}"
-                     + indicativo(*[v[2] for v in vantaggi] + [v[3] for v in vantaggi]))
+                     + (f" (oltre il rumore: ±{rumore:.0%} al 95%)" if rumore is not None and "rimasto" not in verso
+                        else "") + indicativo(*pd, *pa))
     return righe
 
 
@@ -3185,7 +3330,8 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
     lettere = "abcdefghijklmnopqrstuvwxyz" if len(gruppi) > 1 else ""
     sature, con_ttft = [], False
     for n, (titolo, punti) in enumerate(gruppi):
-        satura = saturazione(punti, asse)
+        verdetto = verdetto_saturazione(punti, asse)
+        satura = verdetto if verdetto is not None and verdetto.dubbio is None else None  # marked only when certain
         for p in punti:
             ttft = percentile(p.figure.get("primo token", []), 50) if p.throughput is not None else None  # --stream
             if ttft is not None:
@@ -3196,10 +3342,10 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
         for p in punti:
             if p.throughput is None or p.latenza is None:
                 continue
-            marca = marche["saturazione"] if satura and p is satura[1] else (lettere[n % 26] if lettere else marche["media"])
+            marca = marche["saturazione"] if satura and p is satura.dopo else (lettere[n % 26] if lettere else marche["media"])
             metti(p.throughput, p.latenza, marca + valore_punto(p, asse))
-        if satura is not None:
-            sature.append((titolo, *satura))
+        if verdetto is not None:
+            sature.append((titolo, verdetto))
     righe = [f"curva di capacità: throughput aggregato e latenza, un punto per valore di {asse}", "latenza"]
     for i, riga in enumerate(tela):
         etichetta = f"{scala.y_a:5.2f} s" if i == 0 else ("   0 s " if i == altezza - 1 else "")
@@ -3210,9 +3356,9 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
     voci = ("  ".join(f"{lettere[n % 26]}N: {titolo}" for n, (titolo, _) in enumerate(gruppi)) if lettere
             else f"{marche['media']}N latenza media al valore N")
     righe.append(f"legenda: {voci}  {marche['p90']} latenza p90" + (f"  {marche['ttft']} primo token p50" if con_ttft else "")
-                 + (f"  {marche['saturazione']} saturazione" if sature else ""))
+                 + (f"  {marche['saturazione']} saturazione" if any(v.dubbio is None for _, v in sature) else ""))
     if frasi:  # with --spiega the sentence is in the explanation, once
-        righe += [(f"{titolo}: " if titolo else "") + frase_saturazione(asse, a, b) for titolo, a, b in sature]
+        righe += [(f"{titolo}: " if titolo else "") + frase_saturazione(asse, v) for titolo, v in sature]
     return righe
 
 
@@ -3248,7 +3394,8 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
                      + " ".join(f"{a:.1f},{b:.1f}" for a, b in medie) + '"/>')
         parti.append(f'<polyline fill="none" stroke="{colore}" stroke-dasharray="4 3" points="'
                      + " ".join(f"{a:.1f},{b:.1f}" for a, b in p90) + '"/>')
-        satura = saturazione(punti, asse)
+        verdetto = verdetto_saturazione(punti, asse)
+        satura = verdetto.dopo if verdetto is not None and verdetto.dubbio is None else None  # ringed only when certain
         for a, b in p90:
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="white" stroke="{colore}"/>')
         for p in punti:  # --stream: the first token's median, a small square under the point
@@ -3261,11 +3408,14 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
             cifre = (f"{asse}={valore_punto(p, asse)}: {p.throughput:.1f} token/s, latenza media {p.latenza:.2f} s, "
                      f"p90 {fmt(p.latenza_p90, '.2f s')}, prove {len(p.intere)}")
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="4" fill="{colore}"><title>{testo_xml(cifre)}</title></circle>')
-            parti.append(f'<text x="{a + (12 if satura and p is satura[1] else 7):.1f}" y="{b + 4:.1f}" '
+            parti.append(f'<text x="{a + (12 if p is satura else 7):.1f}" y="{b + 4:.1f}" '
                          f'fill="{colore}">{valore_punto(p, asse)}</text>')
-            if satura and p is satura[1]:
+            if p is satura:
                 parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="9" fill="none" stroke="#e63946" stroke-width="2"/>')
                 parti.append(f'<text x="{a - 13:.1f}" y="{b + 4:.1f}" text-anchor="end" fill="#e63946">saturazione</text>')
+            elif verdetto is not None and p is verdetto.dopo:  # not certain: said as such, not ringed
+                parti.append(f'<text x="{a - 8:.1f}" y="{b + 4:.1f}" text-anchor="end" fill="#888">forse saturazione'
+                             f'<title>{testo_xml(verdetto.dubbio)}</title></text>')
         if titolo:
             parti.append(f'<text x="{larghezza - destra}" y="{y + 40 + 16 * n}" text-anchor="end" fill="{colore}">'
                          f'{testo_xml(titolo)}</text>')
@@ -3290,20 +3440,35 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
             frasi.append(f"Curva{dove}: lungo {asse} il carico non cresce, e non si parla di saturazione. "
                          + confronto_velocita(asse, misurati[0], misurati[-1]))
             continue
-        satura = saturazione(misurati, asse)
-        if satura is None:
+        verdetto = verdetto_saturazione(misurati, asse)
+        if verdetto is None:
             a, b = misurati[0], misurati[-1]
-            frasi.append(f"Curva{dove}: nessuna saturazione fino a {asse}={valore_punto(b, asse)} (il throughput è "
-                         f"passato da {a.throughput:.1f} a {b.throughput:.1f} token/s): a ogni passo di carico è cresciuto "
-                         "almeno di un quarto del carico, o la latenza non è salita oltre il rumore." + indicativo(*misurati))
+            piatto = next(((x, y) for x, y, crescita in passi(misurati, asse) if crescita >= PASSO_MINIMO
+                           and y.throughput / x.throughput - 1 < 0.25 * (crescita - 1)), None)
+            if piatto is None:
+                frasi.append(f"Curva{dove}: nessuna saturazione fino a {asse}={valore_punto(b, asse)}: a ogni passo il "
+                             f"throughput è cresciuto almeno di un quarto del carico (da {a.throughput:.1f} a "
+                             f"{b.throughput:.1f} token/s)." + indicativo(*misurati))
+            else:  # the throughput stopped following the load, and the latency did not rise beyond its noise
+                x, y = piatto
+                frasi.append(f"Curva{dove}: nessuna saturazione accertata fino a {asse}={valore_punto(b, asse)}: da "
+                             f"{asse}={valore_punto(x, asse)} a {asse}={valore_punto(y, asse)} il throughput non ha seguito "
+                             f"il carico (da {x.throughput:.1f} a {y.throughput:.1f} token/s), ma la latenza media (da "
+                             f"{x.latenza:.2f} a {y.latenza:.2f} s) "
+                             + ("non è salita oltre il rumore delle ripetute (Welch 95%): con più prove (--ripeti 5) si "
+                                "decide." if min(len(x.intere), len(y.intere)) > 1 else
+                                "è salita meno del 10% (una prova per punto: il rumore non è misurato): con --ripeti 3 si "
+                                "decide."))
             continue
-        frasi.append(f"Curva{dove}: " + frase_saturazione(asse, *satura) + ". " + perche_satura(*satura))
+        frasi.append(f"Curva{dove}: " + frase_saturazione(asse, verdetto) + "."
+                     + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
+                        else ""))
     for titolo, punti in gruppi:
         for punto in punti:  # open loop: a server slower than the arrivals has a queue that grows all along
             visto = next((v for v in map(sovraccarico, punto.intere) if v), None)
             if visto:
                 chiavi = f"{asse}={valore_punto(punto, asse)}" + (f", {titolo}" if titolo else "")
-                frasi.append(f"A {chiavi}, " + frase_sovraccarico(*visto))
+                frasi.append(f"A {chiavi}, " + frase_sovraccarico(visto))
                 break
     return frasi  # Little's law: in each run's own explanation
 
@@ -3322,30 +3487,66 @@ def riga_little(prova: Prova) -> Optional[str]:
     counts them, against those the server says it holds (busy slots + requests_deferred: only with
     --metrics), at the same readings taken during the load. The difference is what the client had
     sent and the server did not hold yet: on its way, being read and tokenized, or waiting for a
-    connection."""
+    connection. Said with its 95% interval over the readings: "coincidono" only when the whole interval
+    is within one request; with fewer than three readings, or readings phase-locked to constant
+    arrivals (each one the same moment of the cycle), no verdict, and what would give one."""
     import bisect
     import statistics
 
     e, s = prova.esecuzione, prova.riepilogo
     inizi, fini = sorted(r.inizio for r in e.risultati), sorted(r.fine for r in e.risultati)
+    letture = [c for c in e.campioni if c.occupati is not None and c.in_coda is not None and inizi and
+               inizi[0] <= c.t <= fini[-1]]
     coppie = [(bisect.bisect_right(inizi, c.t) - bisect.bisect_right(fini, c.t), c.occupati + c.in_coda)
-              for c in e.campioni if c.occupati is not None and c.in_coda is not None and inizi and
-              inizi[0] <= c.t <= fini[-1]]  # (in flight for the client, held by the server) at each reading
+              for c in letture]  # (in flight for the client, held by the server) at each reading
     if len(coppie) < 2 or not s.n_riuscite or not s.tempo_totale or s.latenza_media is None:
         return None
     al_secondo = s.n_riuscite / s.tempo_totale
     client, server = (statistics.fmean(v) for v in zip(*coppie))
     scarti = [c - v for c, v in coppie]
-    rumore = max(0.1, 2 * statistics.stdev(scarti) / len(scarti) ** 0.5)
+    differenza, mezzo = statistics.fmean(scarti), ic95(scarti)
     riga = (f"Legge di Little (L = λ × W): in volo {al_secondo * s.latenza_media:.2f} ({al_secondo:.2f} completate/s × "
             f"{s.latenza_media:.2f} s); alle stesse {len(coppie)} letture il client ne aveva in volo {client:.2f} e il "
             f"server ne contava {server:.2f} (slot occupati + requests_deferred): ")
-    if abs(client - server) <= rumore:
-        return riga + "coincidono, entro il rumore delle letture"
-    if client > server:
-        return riga + (f"{client - server:.2f} in media erano inviate ma non ancora nel server: in viaggio, lette e "
-                       "tokenizzate, o in attesa di una connessione")
-    return riga + "il server ne contava di più: c'erano richieste di un altro client?"
+    fase = letture_in_fase(prova, [c.t for c in letture], inizi)
+    if fase is not None:
+        ritardo, periodo = fase
+        return riga + (f"non si confrontano: le letture (ogni {prova.piano.intervallo:g} s) cadono tutte a circa "
+                       f"{ritardo:.2f} s dall'ultimo invio (uno ogni {periodo:.2f} s, arrivi costanti), in fase con gli "
+                       "arrivi: vedono sempre lo stesso momento del ciclo, non la media. Con un --intervallo che non "
+                       f"divide {periodo:g} s (per esempio {round(0.74 * prova.piano.intervallo, 2):g}) si confrontano")
+    if len(coppie) < 3:
+        return riga + (f"con {len(coppie)} letture il rumore non si misura, e non si conclude: una prova più lunga "
+                       "(--durata) o un --intervallo più breve ne danno di più")
+    quanto = f"{differenza:+.2f} ±{mezzo:.2f} al 95% su {len(coppie)} letture"
+    if abs(differenza) > mezzo and abs(differenza) >= 0.1:
+        if differenza > 0:
+            return riga + (f"{differenza:.2f} in media erano inviate ma non ancora nel server ({quanto}): in viaggio, "
+                           "lette e tokenizzate, o in attesa di una connessione")
+        return riga + f"il server ne contava di più ({quanto}): c'erano richieste di un altro client?"
+    if abs(differenza) + mezzo < 1:
+        return riga + f"coincidono, entro il rumore delle letture ({quanto}: meno di una richiesta)"
+    return riga + (f"la differenza ({quanto}) non si separa dal rumore delle letture, e non si conclude: una prova più "
+                   "lunga (--durata) o un --intervallo più breve danno più letture")
+
+
+def letture_in_fase(prova: Prova, tempi: List[float], inizi: List[float]) -> Optional[Tuple[float, float]]:
+    """Readings phase-locked to constant arrivals (--arrivi costanti): each falls at about the same point
+    of the send period (the mean resultant length of their phases, 1 when all coincide, about 1/√n when
+    spread, above 0.8), among the readings taken while the requests were being sent. Returns (their mean
+    delay after the last send, the period), or None."""
+    import bisect
+    import math
+
+    o = extra(prova.piano)
+    tempi = [t for t in tempi if inizi and inizi[0] <= t <= inizi[-1]]  # while sending: after, nothing to lock to
+    if not o.ritmo or o.arrivi != "costanti" or len(tempi) < 3:
+        return None
+    periodo = 1 / o.ritmo
+    angoli = [2 * math.pi * ((t - inizi[0]) % periodo) / periodo for t in tempi]
+    if math.hypot(media([math.cos(x) for x in angoli]), media([math.sin(x) for x in angoli])) < 0.8:
+        return None
+    return media([t - inizi[bisect.bisect_right(inizi, t) - 1] for t in tempi]), periodo
 
 
 # --capacita: the highest rate the server holds within the objective ############################
@@ -3422,7 +3623,8 @@ class Capacita:
         if tutte and not any(r.riuscita for r in tutte):
             risposta = "n/d: tutte le richieste sono fallite (vedi le righe req)"
         elif tiene is None:
-            risposta = f"nessun ritmo provato lo rispetta (fino a {min(r for r, _, _ in self.punti):.3g} req/s)"
+            risposta = (f"nessun ritmo provato lo rispetta (fino a {min(r for r, _, _ in self.punti):.3g} req/s)"
+                        + self.neanche_da_sola())
         elif cade is None:
             risposta = (f"almeno {tiene:.3g} req/s: nessun punto provato è caduto (fino a "
                         f"{max(r for r, _, _ in self.punti):.3g} req/s, {MAX_PUNTI_CAPACITA} punti)")
@@ -3441,13 +3643,24 @@ class Capacita:
             punto, richieste = Punto(prove), sum(len(p.esecuzione.risultati) for p in prove)
             righe.append(f"| {ritmo:.3g} | {fmt(inviate_davvero(punto), '.2f req/s')} | {richieste} "
                          f"| {quota_slo(prove, o.slo):.0%} | {fmt(punto.throughput, '.1f token/s')} "
-                         f"| {fmt(punto.latenza_p90, '.2f s')} | {'sì' if any(map(sovraccarico, prove)) else 'no'} "
+                         f"| {fmt(punto.latenza_p90, '.2f s')} | {segno_sovraccarico(prove)} "
                          f"| {'regge' if regge else 'no'} |")
         righe += self.incertezza(tiene)
         if o.grafico and len(self.punti) > 1:
             punti = punti_di([p for _, prove, _ in sorted(self.punti, key=lambda x: x[0]) for p in prove])
             righe += [""] + curva(*serie(punti, ["ritmo"]), marche_per(sys.stdout), frasi=False)
         return righe
+
+    def neanche_da_sola(self) -> str:
+        """When even the fastest request measured misses an objective, no rate can meet it: said, with that
+        request's own time (a request alone, in no queue, cannot be faster)."""
+        for chiave, soglia in self.oltre.opzioni.slo.items():
+            valori = [v for _, prove, _ in self.punti for p in prove for v in valori_figure(p).get(CHIAVI_SLO[chiave], [])]
+            if valori and min(valori) > soglia:
+                return (f": anche la richiesta più veloce misurata ha {CHIAVI_SLO[chiave]} {min(valori):.2f} s, oltre i "
+                        f"{soglia:g} s dello SLO; una richiesta da sola non è più veloce, e nessun ritmo può rispettarlo "
+                        "(uno SLO più largo, o meno --token)")
+        return ""
 
     def incertezza(self, tiene: Optional[float]) -> List[str]:
         """Why the answer may not hold: too few requests at the point that held, or a share within noise."""
@@ -3472,6 +3685,12 @@ def inviate_davvero(punto: Punto) -> Optional[float]:
     return media(punto.valori(lambda q: invii_al_secondo(q.esecuzione)))
 
 
+def segno_sovraccarico(prove: List[Prova]) -> str:
+    """--capacita's table: 'sì' for an overload beyond the noise, 'forse' for one within it, else 'no'."""
+    visti = [v for v in map(sovraccarico, prove) if v]
+    return "sì" if any(v.certo for v in visti) else "forse" if visti else "no"
+
+
 def quota_slo(prove: List[Prova], slo: Dict[str, float]) -> float:
     """The share of a point's requests (its runs pooled) that met every objective."""
     rispettate = sum(goodput(p, slo)[0] for p in prove)
@@ -3481,25 +3700,36 @@ def quota_slo(prove: List[Prova], slo: Dict[str, float]) -> float:
 
 # The picture: --grafico (terminal) and --svg ###################################################
 
-MARCHE_UNICODE = {"coda": "░", "prompt": "▒", "generazione": "█", "errore": "×", "ignoto": "▬",
+MARCHE_UNICODE = {"viaggio": "·", "coda": "░", "prompt": "▒", "generazione": "█", "errore": "×", "ignoto": "▬",
                   "media": "●", "p90": "+", "saturazione": "◆",  # these three: the capacity curve
                   "livelli": " ▁▂▃▄▅▆▇█", "ttft": "▴"}  # a slot's context, empty to full; the curve's first token
-MARCHE_ASCII = {"coda": ".", "prompt": "-", "generazione": "#", "errore": "x", "ignoto": "=",
+MARCHE_ASCII = {"viaggio": ",", "coda": ".", "prompt": "-", "generazione": "#", "errore": "x", "ignoto": "=",
                 "media": "o", "p90": "+", "saturazione": "*", "livelli": " .:-=+*%@", "ttft": "^"}
-LEGENDA = (("coda", "in coda"), ("prompt", "prompt"), ("generazione", "generazione"),
+LEGENDA = (("viaggio", "prima dello slot, con slot liberi"), ("coda", "in coda"), ("prompt", "prompt"), ("generazione", "generazione"),
            ("errore", "fallita"), ("ignoto", "dettagli n/d"))
 
 
-def fasi(r: Risultato) -> List[Tuple[str, float, float]]:
-    """(phase, start, end) of a request: queue wait, prompt, generation, from the server's own
-    times laid back from the answer's arrival. Without timings the whole span is 'ignoto'."""
+def fasi(r: Risultato, attese: Optional[Dict[int, float]] = None) -> List[Tuple[str, float, float]]:
+    """(phase, start, end) of a request: before its slot, prompt, generation, from the server's own
+    times laid back from the answer's arrival. Before the slot, only the time while every slot was busy
+    (`attese`, from attese_a_slot_pieni) is the queue; the rest is the trip and the server reading it,
+    with a slot free. Without timings the whole span is 'ignoto'. Phases of no length are left out."""
     if not r.riuscita:
         return [("errore", r.inizio, r.fine)]
     slot = in_slot(r)
     if slot is None:
         return [("ignoto", r.inizio, r.fine)]
     fine_prompt = r.fine - r.predicted_ms / 1000
-    return [("coda", r.inizio, slot[0]), ("prompt", slot[0], fine_prompt), ("generazione", fine_prompt, r.fine)]
+    in_coda = slot[0] - r.inizio if attese is None else attese.get(r.indice, 0.0)
+    coda_da = max(r.inizio, slot[0] - in_coda)
+    tutte = [("viaggio", r.inizio, coda_da), ("coda", coda_da, slot[0]), ("prompt", slot[0], fine_prompt),
+             ("generazione", fine_prompt, r.fine)]
+    return [f for f in tutte if f[2] > f[1] or f[0] == "generazione"]
+
+
+def attese_di(prova: Prova) -> Dict[int, float]:
+    """Each successful request's time in the queue (every slot busy), for the pictures."""
+    return attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
 
 
 def slot_nel_tempo(prova: Prova):
@@ -3544,7 +3774,8 @@ def fine_asse(e: Esecuzione) -> float:
 
 def voci_legenda(prove: List[Prova]) -> List[Tuple[str, str]]:
     """(phase, name) of what a picture shows: the phases its requests went through."""
-    usate = {fase for p in prove for r in p.esecuzione.risultati for fase, _, _ in fasi(r)}
+    usate = {fase for p in prove for attese in [attese_di(p)] for r in p.esecuzione.risultati
+             for fase, da, a in fasi(r, attese) if fase != "viaggio" or a - da >= fine_asse(p.esecuzione) / 80}  # seen
     return [(fase, nome) for fase, nome in LEGENDA if fase in usate]
 
 
@@ -3556,9 +3787,10 @@ def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[s
     fine = fine_asse(e)
     passo = fine / colonne
     righe = [f"{'':<{etichetta}}0 s{f'{fine:.2f} s':>{colonne - 3}}"]
+    attese = attese_di(prova)
     for r in e.risultati:
         barra = [" "] * colonne
-        for fase, da, a in fasi(r):
+        for fase, da, a in fasi(r, attese):
             primo, ultimo = round(da / passo), min(colonne, round(a / passo))
             if fase in ("generazione", "errore", "ignoto"):
                 primo = min(primo, ultimo - 1)  # always visible, however short
@@ -3587,7 +3819,7 @@ def a_capo(prima: str, voci: List[str], larghezza: int) -> List[str]:
     return righe
 
 
-COLORI_SVG = {"coda": "#d9d9d9", "prompt": "#f4a261", "generazione": "#2a9d8f", "errore": "#e63946",
+COLORI_SVG = {"viaggio": "#f2f2f2", "coda": "#d9d9d9", "prompt": "#f4a261", "generazione": "#2a9d8f", "errore": "#e63946",
               "ignoto": "#8d99ae", "slot": "#264653", "contesto": "#8ab17d"}
 
 
@@ -3613,9 +3845,10 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
         titolo += "".join(f"  {c}={valore_di(c, prova.piano, prova.configurazione)}" for c in chiavi if c != "np")
         parti = [f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">{testo_xml(titolo)}</text>']
         y += 22
+        attese = attese_di(prova)
         for r in e.risultati:
             parti.append(f'<text x="4" y="{y + 13}">req {r.indice}</text>')
-            for fase, da, a in fasi(r):
+            for fase, da, a in fasi(r, attese):
                 parti.append(f'<rect x="{sinistra + da * scala:.1f}" y="{y + 2}" width="{max(a - da, 0) * scala:.1f}" '
                              f'height="{riga - 4}" fill="{COLORI_SVG[fase]}"><title>{fase} {a - da:.3f} s</title></rect>')
             y += riga
@@ -3860,6 +4093,10 @@ def spiegazione(prova: Prova) -> List[str]:
                         "della fine di --durata" if extra(e).non_inviate else "") + ". "
                      f"Chi l'ha mandata ha aspettato anche quel tempo: la latenza dal previsto, che lo conta, ha p50 "
                      f"{percentile([latenza_dal_previsto(r) for r in ok], 50):.2f} s.")
+    if s.occupati_dai_tempi is None and s.occupati_letti is None:
+        in_fila = una_alla_volta(ok)
+        if in_fila:
+            frasi.append(frase_una_alla_volta(in_fila))
     velocita = [r.tps for r in ok if r.tps is not None]
     if velocita and s.throughput is not None:
         media_slot = media(velocita)
@@ -3876,14 +4113,18 @@ def spiegazione(prova: Prova) -> List[str]:
         frasi.append(frase + ".")
     if fermate_prima(prova):
         frasi.append(maiuscola(frase_fermate(prova)) + ".")
-    if s.picco_coda is not None and info.metrics_disponibile:
+    if s.picco_coda == 0:  # never "al massimo 0 richieste": said once, and not twice when the timings said it
+        if info.metrics_disponibile and not attese:
+            frasi.append("Nessuna richiesta ha aspettato uno slot: le letture di requests_deferred in /metrics hanno "
+                         "sempre trovato la coda vuota.")
+    elif s.picco_coda is not None and info.metrics_disponibile:
         frasi.append(f"Al massimo {quante(s.picco_coda, 'richiesta ha', 'richieste hanno')} aspettato uno slot nello "
                      "stesso momento" + (f" (le letture di requests_deferred in /metrics ne hanno viste al massimo "
                                          f"{s.coda_letta}: nessuna è caduta nel momento peggiore)."
                                          if (s.coda_letta or 0) < s.picco_coda else " (requests_deferred)."))
-    visto = sovraccarico(prova) if extra(piano).ritmo else None
+    visto = sovraccarico(prova)
     if visto:
-        frasi.append(maiuscola(frase_sovraccarico(*visto)))
+        frasi.append(maiuscola(frase_sovraccarico(visto)))
     little = riga_little(prova)
     if little:
         frasi.append(little + ".")
@@ -3895,6 +4136,30 @@ def spiegazione(prova: Prova) -> List[str]:
         else:
             frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(prova.macchina)}).")
     return frasi
+
+
+def una_alla_volta(ok: List[Risultato]) -> Optional[List[Risultato]]:
+    """From the client's side alone (no /slots, no timings): requests in flight together whose answers came
+    back one after another, each at least half the fastest latency after the one before (sent before the
+    one before came back): a server that serves one at a time, and a queue. Returns them in the order
+    they came back, or None (answers that came back together: served together)."""
+    ordinate = sorted(ok, key=lambda r: r.fine)
+    coppie = [(a, b) for a, b in zip(ordinate, ordinate[1:]) if b.inizio < a.fine]  # b was in flight while a was
+    if len(ordinate) < 3 or len(coppie) < 2:
+        return None
+    piu_veloce = min(r.latenza for r in ordinate)
+    if piu_veloce <= 0 or min(b.fine - a.fine for a, b in coppie) < 0.5 * piu_veloce:
+        return None
+    return ordinate
+
+
+def frase_una_alla_volta(ordinate: List[Risultato]) -> str:
+    distacchi = [b.fine - a.fine for a, b in zip(ordinate, ordinate[1:])]
+    latenze = ", ".join(f"{r.latenza:.2f}" for r in ordinate[:6]) + (", ..." if len(ordinate) > 6 else "")
+    return (f"Dal lato del client (il server non dà né /slots né i suoi tempi): le richieste erano in volo insieme, "
+            f"ma le risposte sono arrivate una dopo l'altra, circa {media(distacchi):.2f} s l'una dall'altra (latenze "
+            f"{latenze} s: ognuna la precedente più il tempo di servirne una). Se ne deduce che il server le ha servite una alla "
+            "volta, e le altre aspettavano in coda: è una deduzione dalle latenze, non una misura del server.")
 
 
 def maiuscola(frase: str) -> str:
@@ -4103,10 +4368,9 @@ def oltre_il_rumore(a: List[float], b: List[float]) -> str:
     if len(a) < 2 or len(b) < 2:
         return "indicativa: meno di due prove con questa cifra in un file (con --ripeti 3 si misura il rumore)"
     t, gl = welch(a, b)
-    tabellato = max([g for g in T_CRITICO if g <= gl], default=1)  # the next lower degrees of freedom
     gradi = "inf" if gl == float("inf") else f"{gl:.2f}"
-    return (("oltre il rumore" if abs(t) > T_CRITICO[tabellato] else "entro il rumore")
-            + f" (Welch 95%: t {t:.2f}, gl {gradi}, soglia {T_CRITICO[tabellato]:.2f})")
+    return (("oltre il rumore" if abs(t) > t_critico(gl) else "entro il rumore")
+            + f" (Welch 95%: t {t:.2f}, gl {gradi}, soglia {t_critico(gl):.2f})")
 
 
 def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> List[str]:

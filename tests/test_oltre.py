@@ -30,13 +30,14 @@ def test_ripeti_tre_prove_media_e_dispersione(fake, carica):
     assert out.count("server: 2 slot, n_ctx per slot = 1024") == 3
     assert len(latenze(out)) == 12
     coda = out[out.index("su 3 prove"):].splitlines()
-    assert coda[0] == "su 3 prove: media (deviazione standard, min-max)"
+    assert coda[0] == ("su 3 prove: media ±intervallo di confidenza al 95% (t di Student; deviazione standard, "
+                       "min-max)")
     medie = [float(x) for x in re.findall(r"latenza media ([\d.]+) s", out)]
-    riga_media = re.match(r"  latenza media +([\d.]+) s +\(dev.std ([\d.]+), ([\d.]+)-([\d.]+)\)$", coda[1])
+    riga_media = re.match(r"  latenza media +([\d.]+) s +±[\d.]+ \(dev.std ([\d.]+), ([\d.]+)-([\d.]+)\)$", coda[1])
     assert riga_media, coda[1]
     assert float(riga_media.group(1)) == pytest.approx(sum(medie) / 3, abs=0.011)
     assert float(riga_media.group(3)) == pytest.approx(min(medie), abs=0.006)
-    assert coda[2].startswith("  latenza max ") and coda[3].startswith("  throughput aggregato ")
+    assert coda[2].startswith("  latenza max (media dei massimi) ") and coda[3].startswith("  throughput aggregato ")
     # Every run sends prompts no earlier run sent: the server's prompt cache cannot flatter a repeat.
     assert len(set(server.prompts)) == 12
 
@@ -90,10 +91,11 @@ def test_grafico_un_slot_scala(fake, carica):
     slot = next(r for r in disegno if r.startswith("slot"))
     assert set(slot[8:]) <= {"0", "1"} and "1" in slot
     legenda = next(i for i, r in enumerate(disegno) if r.startswith("legenda: "))
-    assert disegno[legenda].startswith("legenda: ░ in coda  ▒ prompt  █ generazione")
-    assert disegno[legenda + 1].strip() == "cifre: slot occupati (dai tempi del server)"
+    # (the trip before the slot, while it was free, is in the legend only where a loaded machine made it visible)
+    voci = " ".join(r.strip() for r in disegno[legenda:] if not r.strip().startswith("▁"))
+    assert "░ in coda  ▒ prompt  █ generazione" in voci and "cifre: slot occupati (dai tempi del server)" in voci
     # The slot's context, under the busy slots: one row, a full block being its n_ctx.
-    assert disegno[legenda + 2].strip().startswith("▁..█ contesto dello slot fino a n_ctx 2048")
+    assert any(r.strip().startswith("▁..█ contesto dello slot fino a n_ctx 2048") for r in disegno[legenda:])
     assert [r[:8] for r in disegno[legenda - 1:legenda]] == ["ctx 0   "]
 
 
@@ -115,8 +117,8 @@ def test_grafico_ascii_senza_unicode(fake):
                           capture_output=True, env=ambiente, timeout=60)
     assert proc.returncode == 0
     out = proc.stdout.decode("ascii")  # would raise on any non-ASCII byte
-    assert "legenda: . in coda  - prompt  # generazione" in out
-    assert re.search(r"^req 3 +\.+-*#+$", out, re.M)  # queue, prompt (a loaded machine may stretch it), generation
+    assert ". in coda  - prompt  # generazione" in out
+    assert re.search(r"^req 3 +,*\.+-*#+$", out, re.M)  # queue, prompt (a loaded machine may stretch it), generation
     assert b"Traceback" not in proc.stderr
 
 
@@ -132,7 +134,8 @@ def test_svg(fake, carica, tmp_path):
     titoli = [r.find("{http://www.w3.org/2000/svg}title").text for r in rettangoli
               if r.find("{http://www.w3.org/2000/svg}title") is not None]
     assert sum(t.startswith("generazione") for t in titoli) == 4
-    assert sum(t.startswith("coda") for t in titoli) == 4
+    assert sum(t.startswith("coda") for t in titoli) == 2  # two slots: two of four requests waited for one
+    assert sum(t.startswith("viaggio") for t in titoli) >= 2  # the others went straight to a free slot
     slot = [t for t in titoli if "slot occupati" in t]  # busy slots over time, one step per sample
     assert len(slot) >= 3 and any(t.startswith("2 slot occupati") for t in slot)
 
