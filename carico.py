@@ -1773,8 +1773,8 @@ def note(prova: Prova) -> List[str]:
         testi.append(f"{durata} (--intervallo {prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il "
                      "picco di slot occupati può essere sottostimato")
     if e.riuscite and all(in_slot(r) is None and r.tps is None for r in e.riuscite):  # not llama.cpp's answers
-        testi.append("il server non ha dato né /slots né i suoi tempi (timings): slot occupati e attese di uno slot "
-                     "restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
+        testi.append("il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio slot, gli "
+                     "slot occupati e le attese di uno slot restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
                      "le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
                      "dello slot e gli slot occupati provati dai tempi sono n/d")
     vuote = [r for r in e.riuscite if r.token == 0]

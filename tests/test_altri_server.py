@@ -30,8 +30,8 @@ def test_che_cosa_e_il_server_detto_una_volta(fake, carica):
                     "/props, /metrics. Quindi questa prova non può dire quanti slot ha, con quanto contesto, né "
                     "leggere gli slot occupati o la coda: sono n/d; gli slot occupati e l'attesa dello slot vengono "
                     "solo dai timings delle risposte, se il server li dà"], err
-    assert ("carico.py: nota: le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio "
-            "slot, l'attesa dello slot e gli slot occupati provati dai tempi sono n/d") in err.splitlines()
+    assert ("carico.py: nota: il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio "
+            "slot, gli slot occupati e le attese di uno slot restano n/d") in err.splitlines()
     assert out.splitlines()[0] == "server: n/d slot, n_ctx per slot = n/d"
     assert "(16 token generati)" in out  # usage is there: the lab's figures that need nothing else
     assert "non sembra llama.cpp" not in err and "se li dà\ncarico.py" not in err

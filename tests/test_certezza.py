@@ -343,7 +343,8 @@ def test_coda_dedotta_dalle_latenze():
 
 
 def test_la_nota_sui_tempi_non_resta_se_non_li_ha_dati():
-    nota = "il server non ha dato né /slots né i suoi tempi (timings): slot occupati e attese di uno slot restano n/d"
+    nota = ("il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio slot, gli slot "
+            "occupati e le attese di uno slot restano n/d")
     assert nota in carico.note(senza_nulla([0.93, 1.84, 2.86, 3.74]))
     con_tempi = senza_nulla([1.0])._replace(esecuzione=Esecuzione([Risultato(0, 0.0, 1.0, 32, 40.0, 5.0, 990.0)], [], 1))
     assert nota not in carico.note(con_tempi)
@@ -367,3 +368,14 @@ def test_reale_letture_in_fase_con_gli_arrivi_costanti(llama, carica):
     assert rc == 0, out + err
     (riga,) = [r for r in out.splitlines() if r.startswith("Legge di Little")]
     assert "in fase" not in riga and "al 95% su" in riga, riga
+
+
+def test_la_nota_sui_tempi_con_slots_letti():
+    """/slots answered but the answers had no timings: the note names what only the timings give."""
+    nota = ("le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
+            "dello slot e gli slot occupati provati dai tempi sono n/d")
+    con_slots = senza_nulla([0.93, 1.84])._replace(info=InfoServer(2, 1024, True))
+    assert nota in carico.note(con_slots)
+    assert not any("né /slots" in t for t in carico.note(con_slots))
+    con_tempi = con_slots._replace(esecuzione=Esecuzione([Risultato(0, 0.0, 1.0, 32, 40.0, 5.0, 990.0)], [], 1))
+    assert nota not in carico.note(con_tempi)
