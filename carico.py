@@ -825,65 +825,6 @@ class Client:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
-# A server that goes away #######################################################################
-# Stopped with Ctrl+C, llama serve closes its port at once but never answers the requests in flight,
-# and keeps their connections open until they close (measured: ../shared/llama-server-api.md); a
-# server that is killed resets them. Either way nothing more will come: waiting out --timeout, or
-# sending more requests to a closed port (a closed loop does, thousands a second), measures nothing.
-
-RIFIUTI_DI_FILA = 3  # exchanges refused (or reset) in a row, with no answer between, before knocking at the port
-
-
-class Sentinella:
-    """During a run, watches the client's exchanges (requests, and the sampler's readings of /slots or
-    /health): after RIFIUTI_DI_FILA refused or reset in a row with no HTTP answer between, it knocks
-    once at the server's port; refused there too, the server is gone: `andato` says when and why, and
-    every exchange in flight is closed at once (Client.annulla), so the run ends within seconds."""
-
-    def __init__(self, client: Client):
-        self._client, self._lock = client, threading.Lock()
-        self.armata = False  # only during a run: a server still starting refuses too
-        self.di_fila, self.percorsi = 0, set()  # refusals since the last answer, and on which paths
-        self.andato: Optional[Tuple[float, str]] = None  # (time.perf_counter() when it was found gone, why)
-
-    def arma(self, armata: bool = True) -> None:
-        with self._lock:
-            self.armata, self.di_fila, self.percorsi, self.andato = armata, 0, set(), None
-
-    def risposta(self) -> None:
-        """An HTTP answer, any status: the server is there."""
-        self.di_fila = 0
-
-    def rifiuto(self, percorso: str, exc: Exception) -> bool:
-        """An exchange that failed; True when it was a refusal (or a reset) that counts."""
-        import http.client
-
-        if not self.armata or self._client.annullato.is_set():
-            return False
-        if isinstance(exc, socket.timeout):  # no answer in time: refused only if the port no longer listens
-            if self._client.in_ascolto():
-                return False
-        elif not isinstance(exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError,
-                                  http.client.IncompleteRead)):
-            return False
-        with self._lock:
-            self.di_fila += 1
-            self.percorsi.add(percorso)
-            if self.di_fila < RIFIUTI_DI_FILA or self.andato is not None:
-                return True
-            if self._client.in_ascolto():  # a few resets from a server that is still there
-                self.di_fila = 0
-                return True
-            volte = f"{self.di_fila} volte di fila, su {', '.join(sorted(self.percorsi))}"
-            self.andato = (time.perf_counter(), f"connessione rifiutata o chiusa {volte}, e la porta non è più in ascolto")
-        self._client.annulla()
-        return True
-
-
-NON_INVIATA = "non inviata: la prova era già ferma"
-IN_VOLO = "in volo quando il server ha smesso di rispondere: nessuna risposta"
-
-
 class RispostaHttp:
     """An answer read within its exchange's deadline (--timeout bounds the whole answer, streamed or not)."""
 
@@ -1047,7 +988,67 @@ def url_server(testo: str) -> str:
 
 # Oltre il lab ##################################################################################
 # Below, each extra in its own section: opt-in, and none of it changes the lab's lines. A plain lab
-# run uses only the errors it raises, the notes after a run and the lists' flag type.
+# run uses only the errors it raises, the notes after a run, the lists' flag type, and the watch on a
+# server that goes away mid-run (the sheet's own step between two runs).
+
+# A server that goes away #######################################################################
+# Stopped with Ctrl+C, llama serve closes its port at once but never answers the requests in flight,
+# and keeps their connections open until they close (measured: ../shared/llama-server-api.md); a
+# server that is killed resets them. Either way nothing more will come: waiting out --timeout, or
+# sending more requests to a closed port (a closed loop does, thousands a second), measures nothing.
+
+RIFIUTI_DI_FILA = 3  # exchanges refused (or reset) in a row, with no answer between, before knocking at the port
+
+
+class Sentinella:
+    """During a run, watches the client's exchanges (requests, and the sampler's readings of /slots or
+    /health): after RIFIUTI_DI_FILA refused or reset in a row with no HTTP answer between, it knocks
+    once at the server's port; refused there too, the server is gone: `andato` says when and why, and
+    every exchange in flight is closed at once (Client.annulla), so the run ends within seconds."""
+
+    def __init__(self, client: Client):
+        self._client, self._lock = client, threading.Lock()
+        self.armata = False  # only during a run: a server still starting refuses too
+        self.di_fila, self.percorsi = 0, set()  # refusals since the last answer, and on which paths
+        self.andato: Optional[Tuple[float, str]] = None  # (time.perf_counter() when it was found gone, why)
+
+    def arma(self, armata: bool = True) -> None:
+        with self._lock:
+            self.armata, self.di_fila, self.percorsi, self.andato = armata, 0, set(), None
+
+    def risposta(self) -> None:
+        """An HTTP answer, any status: the server is there."""
+        self.di_fila = 0
+
+    def rifiuto(self, percorso: str, exc: Exception) -> bool:
+        """An exchange that failed; True when it was a refusal (or a reset) that counts."""
+        import http.client
+
+        if not self.armata or self._client.annullato.is_set():
+            return False
+        if isinstance(exc, socket.timeout):  # no answer in time: refused only if the port no longer listens
+            if self._client.in_ascolto():
+                return False
+        elif not isinstance(exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError,
+                                  http.client.IncompleteRead)):
+            return False
+        with self._lock:
+            self.di_fila += 1
+            self.percorsi.add(percorso)
+            if self.di_fila < RIFIUTI_DI_FILA or self.andato is not None:
+                return True
+            if self._client.in_ascolto():  # a few resets from a server that is still there
+                self.di_fila = 0
+                return True
+            volte = f"{self.di_fila} volte di fila, su {', '.join(sorted(self.percorsi))}"
+            self.andato = (time.perf_counter(), f"connessione rifiutata o chiusa {volte}, e la porta non è più in ascolto")
+        self._client.annulla()
+        return True
+
+
+NON_INVIATA = "non inviata: la prova era già ferma"
+IN_VOLO = "in volo quando il server ha smesso di rispondere: nessuna risposta"
+
 
 # The errors carico.py raises ####################################################################
 # (the lab's path catches them: a request's error on its line, the user's on one line, Ctrl+C.)
