@@ -3438,7 +3438,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
             continue
         frasi += stessi_carichi(misurati, asse)
         if asse not in ASSI_DI_CARICO:
-            frasi.append(f"Curva{dove}: lungo {asse} il carico non cresce, e non si parla di saturazione. "
+            frasi.append(f"Curva{dove}: cambiando {asse} il carico non cresce, e non si parla di saturazione. "
                          + confronto_velocita(asse, misurati[0], misurati[-1]))
             continue
         verdetto = verdetto_saturazione(misurati, asse)
@@ -3477,7 +3477,10 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
 def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
     """What --token or np changes: the speed of a request in its own slot, and its time per token."""
     if not (a.velocita_slot and b.velocita_slot):
-        return ""
+        senza = a if not a.velocita_slot else b
+        return (f"A {asse}={valore_punto(senza, asse)} la velocità nel proprio slot è n/d (il server non la dà per una "
+                f"risposta di un token): il throughput è passato da {fmt(a.throughput, '.1f')} a "
+                f"{fmt(b.throughput, '.1f')} token/s.")
     return (f"Da {asse}={valore_punto(a, asse)} a {asse}={valore_punto(b, asse)} la velocità nel proprio slot è passata "
             f"da {a.velocita_slot:.1f} a {b.velocita_slot:.1f} t/s (da {1000 / a.velocita_slot:.1f} a "
             f"{1000 / b.velocita_slot:.1f} ms per token), il throughput da {a.throughput:.1f} a {b.throughput:.1f} token/s.")
@@ -4052,9 +4055,10 @@ def spiegazione(prova: Prova) -> List[str]:
     if not ok:
         primo = e.risultati[0].errore if e.risultati else "interrotta"
         if e.n_richieste == 1:
-            return [f"L'unica richiesta non è andata a buon fine ({primo}): non ci sono cifre da leggere."]
+            return [f"L'unica richiesta non è andata a buon fine ({primo}): non ci sono cifre da leggere."
+                    ] + frase_contesto_stretto(prova)
         return [f"Nessuna delle {e.n_richieste} richieste è andata a buon fine (la prima: {primo}): "
-                "non ci sono cifre da leggere."]
+                "non ci sono cifre da leggere."] + frase_contesto_stretto(prova)
     frasi = []
     if info.n_slot is not None and s.picco is not None:
         insieme = min(piano.parallele, e.n_richieste)
@@ -4082,8 +4086,11 @@ def spiegazione(prova: Prova) -> List[str]:
                          f"sfortunata è la req {r.indice}: {attese[r.indice]:.2f} s di attesa su {r.latenza:.2f} s di "
                          f"latenza ({attese[r.indice] / r.latenza:.0%}).")
         elif not attese_del_tetto(prova):
+            massima = max(attese.values())
+            perche = ("il viaggio della richiesta" if massima < VIAGGIO_MAX else "con uno slot libero: il server, "
+                      "occupato a finire un passo di calcolo per gli altri slot, non l'aveva ancora presa")
             frasi.append(f"Nessuna richiesta ha aspettato uno slot: ognuna ne ha trovato uno libero (fra l'invio e lo "
-                         f"slot al massimo {max(attese.values()):.2f} s, il viaggio della richiesta).")
+                         f"slot al massimo {massima:.2f} s, {perche}).")
     tetto = attese_del_tetto(prova)
     if tetto:  # a wait too: before the send, in the client
         peggiore = max(tetto, key=tetto.get)
@@ -4099,11 +4106,13 @@ def spiegazione(prova: Prova) -> List[str]:
         if in_fila:
             frasi.append(frase_una_alla_volta(in_fila))
     velocita = [r.tps for r in ok if r.tps is not None]
-    if velocita and s.throughput is not None:
-        media_slot = media(velocita)
+    pesate = [(r.token, r.predicted_ms / 1000) for r in ok if r.tps is not None and r.token and r.predicted_ms]
+    if velocita and pesate and s.throughput is not None:
+        media_slot = sum(t for t, _ in pesate) / sum(secondi for _, secondi in pesate)  # tokens over the slots' time
         frasi.append(f"Nel proprio slot ogni richiesta generava {min(velocita):.1f}-{max(velocita):.1f} t/s; "
                      f"tutte insieme hanno fatto {s.throughput:.1f} token/s di throughput aggregato, "
-                     f"{s.throughput / media_slot:.1f} volte la velocità media di uno slot.")
+                     f"{s.throughput / media_slot:.1f} volte la velocità media di uno slot ({media_slot:.1f} t/s: i token "
+                     "generati sul tempo che gli slot ci hanno messo).")
     if info.n_ctx_slot is not None:
         frase = (f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified)"
                  if kv_condivisa(prova) else f"Ogni slot aveva {info.n_ctx_slot} token di contesto")
@@ -4134,9 +4143,32 @@ def spiegazione(prova: Prova) -> List[str]:
         if motivo:
             frasi.append(f"La macchina era già occupata prima della prova ({motivo}): le cifre sono falsate, "
                          "ripeti la misura a macchina tranquilla.")
+        elif prova.macchina.carico_medio is not None and prova.macchina.carico_medio >= 0.75 * prova.macchina.core:
+            frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(prova.macchina)}), ma il "
+                         "carico medio dell'ultimo minuto dice che fino a poco prima la macchina era occupata: se le "
+                         "cifre ti sembrano strane, ripeti quando anche il carico medio è sceso.")
         else:
             frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(prova.macchina)}).")
     return frasi
+
+
+def frase_contesto_stretto(prova: Prova) -> List[str]:
+    """The lab's step 4 read out: a prompt longer than a slot's context, what it asked and what the slot had."""
+    import re
+
+    letti = [re.search(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)", r.errore or "")
+             for r in prova.esecuzione.risultati]
+    letti = [m for m in letti if m]
+    if not letti:
+        return []
+    chiesti, contesto = max(int(m.group(1)) for m in letti), int(letti[0].group(2))
+    return [f"La richiesta chiedeva {chiesti} token di contesto (il prompt con il template della chat) e lo slot ne "
+            f"aveva {contesto}: il server la rifiuta prima di generare (HTTP 400). Senza --kv-unified ogni slot ha -c "
+            f"diviso -np token: con meno slot (-np 1) o con --kv-unified, dove ogni slot vede tutto -c, la stessa "
+            f"richiesta ci sta, se -c basta."]
+
+
+VIAGGIO_MAX = 0.1  # seconds from the send to a free slot that are the trip (HTTP, parsing); longer, the server was busy
 
 
 def una_alla_volta(ok: List[Risultato]) -> Optional[List[Risultato]]:
@@ -4430,7 +4462,8 @@ def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) ->
                for va, vb in [(valori(prove_a, chiave), valori(prove_b, chiave))] if va != vb]
     return (f"confronto: {nome_a} e {nome_b} non hanno un carico in comune (stesse opzioni, --np a parte), e non si "
             f"confrontano: " + ("differiscono " + "; ".join(diverse) if diverse else "le prove di ciascuno differiscono "
-                                "fra loro"))
+                                "fra loro") + ". Misura le due prove con le stesse opzioni di carico (per esempio tutte e "
+            "due con --stream, o tutte e due senza), cambiando solo quello che vuoi confrontare (il server, -np)")
 
 
 def descrivi_prove(prove: List[dict]) -> str:
@@ -4832,7 +4865,8 @@ def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
         try:
             voce = json.loads(riga)
         except ValueError:
-            errore(f"--dataset: '{percorso}', riga {n}: non è JSON")
+            errore(f"--dataset: '{percorso}', riga {n}: non è JSON (il file è JSONL, un oggetto JSON per riga con "
+                   "prompt o messages, o il JSON di ShareGPT)")
         richieste.append(voce_dataset(voce, f"--dataset: '{percorso}', riga {n}", errore))
     if not richieste:
         errore(f"--dataset: '{percorso}' è vuoto: nessuna richiesta")
@@ -4875,7 +4909,7 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
         righe.append(f"token chiesti a caso fra {extra(prova.piano).token_minimo} e {prova.piano.max_token} (seme "
                      f"{extra(prova.piano).seme or 0}): generati {da_a(generati)}")
     if extra(prova.piano).dataset is not None and not extra(prova.piano).traccia:
-        righe.append(f"richieste da {extra(prova.piano).nome_dataset}: {len(extra(prova.piano).dataset)} nel file, "
+        righe.append(f"richieste da {extra(prova.piano).nome_dataset}: {len(extra(prova.piano).dataset)} da inviare, "
                      f"{prova.esecuzione.n_richieste} inviate")
     if extra(prova.piano).prefisso is not None:
         dalla_cache = [extra(r).token_cache for r in prova.esecuzione.riuscite if extra(r).token_cache is not None]
@@ -4969,8 +5003,8 @@ def frase_kv_piena(prova: Prova) -> Optional[str]:
     return (f"{quante(len(piene), 'richiesta è fallita', 'richieste sono fallite')} con HTTP 500 \"Context size has been "
             "exceeded.\": questo llama.cpp lo risponde solo quando gli slot condividono un buffer KV (--kv-unified) e "
             f"le richieste in volo insieme chiedono più {buffer}: fallisce ogni richiesta in volo, nessuna aspetta in "
-            "coda. Senza --kv-unified ogni slot ha il suo contesto; con meno richieste insieme (--parallele) o prompt "
-            "più corti il buffer basta")
+            "coda. Con meno richieste insieme (--parallele), prompt più corti o un -c più grande il buffer basta; senza "
+            "--kv-unified ogni slot ha solo -c diviso -np token, e un prompt che non ci sta viene rifiutato (HTTP 400)")
 
 
 def cache_ereditata(prova: Prova) -> List[Risultato]:

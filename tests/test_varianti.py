@@ -216,7 +216,9 @@ def test_confronta_stream_contro_semplice_dice_stream_ed_esce_2(fake, carica, tm
         out, err = capsys.readouterr()
         assert out == "" and "Traceback" not in err
         assert err.splitlines()[-1] == (f"carico.py: errore: --confronta: {a} e {altro} non hanno un carico in comune "
-                                        f"(stesse opzioni, --np a parte), e non si confrontano: {diverse}"), err
+                                        f"(stesse opzioni, --np a parte), e non si confrontano: {diverse}. Misura le due prove "
+                                        "con le stesse opzioni di carico (per esempio tutte e due con --stream, o tutte e due "
+                                        "senza), cambiando solo quello che vuoi confrontare (il server, -np)"), err
 
 
 def test_confronta_stesso_carico_esce_0(fake, carica, tmp_path, capsys):
@@ -239,7 +241,7 @@ def test_sharegpt_dice_le_conversazioni_senza_domanda(fake, carica, tmp_path):
     rc, out, err = carica(server.url, "--dataset", str(tmp_path / "s.json"), "--token", "2")
     assert rc == 0, out + err
     assert (f"richieste da {tmp_path / 's.json'} (ShareGPT; 1 conversazione su 3 senza una domanda (from human), "
-            "saltata): 2 nel file, 2 inviate") in out, out
+            "saltata): 2 da inviare, 2 inviate") in out, out
 
 
 def test_percentili_con_decimali(fake, carica, tmp_path):

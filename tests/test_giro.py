@@ -1,0 +1,118 @@
+"""What the instructor's tour of 1.5.0 on the real server found, each fixed and held here: sentences that
+the server's own evidence contradicted, or that stopped short of what the sheet asks."""
+
+import json
+
+import pytest
+
+import carico
+from carico import Esecuzione, InfoServer, Macchina, Piano, Prova, Punto, Risultato
+
+
+def una_prova(risultati, macchina=None, n_slot=2, n_ctx=1024):
+    return Prova(InfoServer(n_slot, n_ctx, True), Esecuzione(risultati, [], len(risultati)), Piano(len(risultati), 4, 32),
+                 macchina=macchina)
+
+
+def servite(n=4, latenza=1.0, tps=40.0, token=32):
+    """n requests sent together, each served at once in its own slot for the whole latency."""
+    return [Risultato(i, 0.0, latenza, token, tps, 5.0, latenza * 1000 - 5) for i in range(n)]
+
+
+def test_tranquilla_solo_se_anche_il_carico_medio_lo_e():
+    """The tour: "tranquilla (2 core, carico medio 5.0, CPU occupata al 2%)". SILENT where the load average
+    says the machine was busy a moment before; FIRE where both agree."""
+    occupata = carico.spiegazione(una_prova(servite(), Macchina(2, 5.0, 0.02)))
+    assert not any("tranquilla prima" in f for f in occupata), occupata
+    (frase,) = [f for f in occupata if f.startswith("La CPU era libera")]
+    assert "carico medio 5.0" in frase and "ripeti quando anche il carico medio è sceso" in frase
+    quieta = carico.spiegazione(una_prova(servite(), Macchina(2, 0.3, 0.02)))
+    assert "La macchina era tranquilla prima della prova (2 core, carico medio 0.3, CPU occupata al 2% prima della " \
+           "prova)." in quieta
+
+
+def test_secondi_prima_di_uno_slot_libero_non_sono_il_viaggio():
+    """The tour: "fra l'invio e lo slot al massimo 2.34 s, il viaggio della richiesta", while the server's
+    log showed the request launched only after a decode step of seconds. Tens of ms are the trip; seconds
+    are the server, busy with the other slots."""
+    def con_attesa(attesa):  # 2 requests on 4 slots: every slot never busy; the second waited `attesa` before its slot
+        return [Risultato(0, 0.0, 1.0, 32, 40.0, 5.0, 995.0), Risultato(1, 0.0, 1.0 + attesa, 32, 40.0, 5.0, 995.0)]
+    lento = carico.spiegazione(una_prova(con_attesa(2.34), n_slot=4))
+    (frase,) = [f for f in lento if f.startswith("Nessuna richiesta ha aspettato uno slot")]
+    assert "al massimo 2.34 s, con uno slot libero: il server" in frase and "viaggio" not in frase
+    svelto = carico.spiegazione(una_prova(con_attesa(0.03), n_slot=4))
+    (frase,) = [f for f in svelto if f.startswith("Nessuna richiesta ha aspettato uno slot")]
+    assert "il viaggio della richiesta" in frase
+
+
+def test_la_velocita_media_di_uno_slot_pesata_sul_tempo():
+    """The tour at -np 1: "0.8-45.4 t/s ... 0.1 volte la velocità media di uno slot", a mean of speeds pulled
+    up by one short answer. The slot's mean speed is the tokens over the time the slots spent on them."""
+    risultati = [Risultato(0, 0.0, 0.2, 8, 45.4, 10.0, 176.0)] + [
+        Risultato(i, 0.0, 0.2 + 10 * i, 8, 0.8, 10.0, 10000.0) for i in range(1, 4)]
+    prova = una_prova(risultati, n_slot=1, n_ctx=2048)
+    (frase,) = [f for f in carico.spiegazione(prova) if f.startswith("Nel proprio slot")]
+    media_pesata = 32 / (0.176 + 30.0)
+    assert f"velocità media di uno slot ({media_pesata:.1f} t/s: i token generati sul tempo" in frase, frase
+    assert f"{prova.riepilogo.throughput / media_pesata:.1f} volte" in frase
+
+
+def test_passo_4_spiegato():
+    """The tour: --spiega on the sheet's step 4 said only "non ci sono cifre da leggere". It now says what
+    the request asked, what the slot had, and what makes it fit."""
+    errore = ("HTTP 400 exceed_context_size_error: request (1227 tokens) exceeds the available context size "
+              "(512 tokens), try increasing it")
+    prova = una_prova([Risultato(i, 0.0, 0.5, errore=errore) for i in range(4)], n_slot=4, n_ctx=512)
+    frasi = carico.spiegazione(prova)
+    assert frasi[0].startswith("Nessuna delle 4 richieste è andata a buon fine")
+    assert frasi[1].startswith("La richiesta chiedeva 1227 token di contesto (il prompt con il template della chat) "
+                               "e lo slot ne aveva 512: il server la rifiuta prima di generare (HTTP 400).")
+    assert "con meno slot (-np 1) o con --kv-unified" in frasi[1]
+    altro = una_prova([Risultato(0, 0.0, 0.5, errore="HTTP 500 server_error: boom")], n_slot=4, n_ctx=512)
+    assert len(carico.spiegazione(altro)) == 1  # SILENT on another failure
+
+
+def test_una_griglia_lungo_token_con_una_velocita_nd_non_resta_a_meta():
+    """The tour: `--token 1,8 --spiega` ended on "Curva: lungo token il carico non cresce, e non si parla di
+    saturazione. " and nothing after it (a 1-token answer has no speed)."""
+    def punto(token, tps):
+        risultati = [Risultato(i, 0.0, 0.5, token, tps, 5.0, 495.0) for i in range(4)]
+        return Punto([Prova(InfoServer(4, 512, True), Esecuzione(risultati, [], 4), Piano(4, 4, token))])
+    frasi = carico.spiegazione_griglia("token", [("", [punto(1, None), punto(8, 30.0)])])
+    (frase,) = [f for f in frasi if f.startswith("Curva")]
+    assert frase.startswith("Curva: cambiando token il carico non cresce, e non si parla di saturazione. A token=1 la "
+                            "velocità nel proprio slot è n/d"), frase
+    assert frase.endswith("il throughput è passato da 8.0 a 64.0 token/s."), frase
+
+
+def test_il_500_del_buffer_condiviso_consiglia_quello_che_serve():
+    """The tour: the note advised dropping --kv-unified, where each slot then has -c / -np and the same long
+    prompt gets a 400. The advice now holds on both servers."""
+    errore = "HTTP 500 server_error: Context size has been exceeded."
+    prova = una_prova([Risultato(i, 0.0, 60.0, errore=errore) for i in range(4)], n_slot=4, n_ctx=2048)
+    frase = carico.frase_kv_piena(prova)
+    assert "Con meno richieste insieme (--parallele), prompt più corti o un -c più grande il buffer basta" in frase
+    assert "un prompt che non ci sta viene rifiutato (HTTP 400)" in frase
+
+
+def test_dataset_non_json_dice_quali_formati(tmp_path, capsys):
+    (tmp_path / "d.txt").write_text("Riassumi: la banda passante\n")
+    with pytest.raises(SystemExit) as uscita:
+        carico.main(["--dataset", str(tmp_path / "d.txt")])
+    err = capsys.readouterr().err
+    assert uscita.value.code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1].endswith("riga 1: non è JSON (il file è JSONL, un oggetto JSON per riga con prompt o "
+                                         "messages, o il JSON di ShareGPT)"), err
+
+
+def test_sharegpt_i_conti_non_si_contraddicono(carica, tmp_path, fake):
+    """The tour: "1 conversazione su 4 senza una domanda ... saltata): 3 nel file, 3 inviate"."""
+    server = fake(n_slot=2, s_per_token=0.001)
+    conversazioni = [{"conversations": [{"from": "human", "value": f"Domanda {i}"}]} for i in range(3)]
+    conversazioni.append({"conversations": [{"from": "gpt", "value": "solo una risposta"}]})
+    (tmp_path / "s.json").write_text(json.dumps(conversazioni))
+    rc, out, err = carica(server.url, "--dataset", str(tmp_path / "s.json"), "--token", "4", "--dettagli")
+    assert rc == 0, out + err
+    (riga,) = [r for r in out.splitlines() if r.startswith("richieste da ")]
+    assert riga.endswith("(ShareGPT; 1 conversazione su 4 senza una domanda (from human), saltata): 3 da inviare, "
+                         "3 inviate"), riga
