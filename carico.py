@@ -4909,7 +4909,7 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
         righe.append(f"token chiesti a caso fra {extra(prova.piano).token_minimo} e {prova.piano.max_token} (seme "
                      f"{extra(prova.piano).seme or 0}): generati {da_a(generati)}")
     if extra(prova.piano).dataset is not None and not extra(prova.piano).traccia:
-        righe.append(f"richieste da {extra(prova.piano).nome_dataset}: {len(extra(prova.piano).dataset)} da inviare, "
+        righe.append(f"richieste da {extra(prova.piano).nome_dataset}: {len(extra(prova.piano).dataset)} richieste nel file, "
                      f"{prova.esecuzione.n_richieste} inviate")
     if extra(prova.piano).prefisso is not None:
         dalla_cache = [extra(r).token_cache for r in prova.esecuzione.riuscite if extra(r).token_cache is not None]

@@ -123,7 +123,10 @@ def test_confronta_mai_carichi_diversi(tmp_path, capsys):
     assert uscita.value.code == 2
     out, err = capsys.readouterr()
     assert err.splitlines()[-1].endswith(f"--confronta: {a} e {b} non hanno un carico in comune (stesse opzioni, --np "
-                                         "a parte), e non si confrontano: differiscono --parallele (A 2, B 4)")
+                                         "a parte), e non si confrontano: differiscono --parallele (A 2, B 4). Misura "
+                                         "le due prove con le stesse opzioni di carico (per esempio tutte e due con "
+                                         "--stream, o tutte e due senza), cambiando solo quello che vuoi confrontare "
+                                         "(il server, -np)")
     assert "rumore" not in out + err
     due = json.loads((tmp_path / "b.json").read_text())
     uno = json.loads(open(file_di_prove(tmp_path / "c.json", [10.0, 10.4], [1.0, 1.1], np=1)).read())
@@ -384,7 +387,7 @@ def test_sharegpt_la_prima_domanda_e_richieste_che_ripartono(fake, carica, tmp_p
     assert rc == 0
     assert sorted(server.prompts) == ["Prima domanda", "Prima domanda", "Seconda domanda", "Seconda domanda"]
     assert (f"richieste da {tmp_path / 's.json'} (ShareGPT; 1 conversazione su 3 senza una domanda (from human), "
-            "saltata): 2 nel file, 4 inviate") in out
+            "saltata): 2 richieste nel file, 4 inviate") in out
 
 
 @pytest.mark.parametrize("righe,messaggio", [

@@ -114,5 +114,5 @@ def test_sharegpt_i_conti_non_si_contraddicono(carica, tmp_path, fake):
     rc, out, err = carica(server.url, "--dataset", str(tmp_path / "s.json"), "--token", "4", "--dettagli")
     assert rc == 0, out + err
     (riga,) = [r for r in out.splitlines() if r.startswith("richieste da ")]
-    assert riga.endswith("(ShareGPT; 1 conversazione su 4 senza una domanda (from human), saltata): 3 da inviare, "
+    assert riga.endswith("(ShareGPT; 1 conversazione su 4 senza una domanda (from human), saltata): 3 richieste nel file, "
                          "3 inviate"), riga

@@ -241,7 +241,7 @@ def test_sharegpt_dice_le_conversazioni_senza_domanda(fake, carica, tmp_path):
     rc, out, err = carica(server.url, "--dataset", str(tmp_path / "s.json"), "--token", "2")
     assert rc == 0, out + err
     assert (f"richieste da {tmp_path / 's.json'} (ShareGPT; 1 conversazione su 3 senza una domanda (from human), "
-            "saltata): 2 da inviare, 2 inviate") in out, out
+            "saltata): 2 richieste nel file, 2 inviate") in out, out
 
 
 def test_percentili_con_decimali(fake, carica, tmp_path):

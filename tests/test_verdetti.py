@@ -57,7 +57,7 @@ def test_saturazione_tace_lungo_token_e_np():
     assert carico.saturazione(punti, "token") is None
     assert carico.saturazione(punti, "np") is None
     (frase,) = carico.spiegazione_griglia("token", [("", punti)])
-    assert frase.startswith("Curva: lungo token il carico non cresce, e non si parla di saturazione. Da token=16 a "
+    assert frase.startswith("Curva: cambiando token il carico non cresce, e non si parla di saturazione. Da token=16 a "
                             "token=64 la velocità nel proprio slot è passata da 40.0 a 40.0 t/s (da 25.0 a 25.0 ms per "
                             "token)"), frase
 
