@@ -2380,8 +2380,12 @@ def ritmo_di(tempi: List[float]) -> Optional[float]:
     return (len(tempi) - 1) / (max(tempi) - min(tempi)) if len(tempi) > 1 and max(tempi) > min(tempi) else None
 
 
-def invii_al_secondo(e: Esecuzione) -> Optional[float]:
-    """The requests sent per second: the arrival rate the server saw."""
+def invii_al_secondo(prova: Prova) -> Optional[float]:
+    """The requests sent per second: the arrival rate the server saw. Under --durata with the cap full to
+    the end (requests of the schedule never sent), over the whole duration, not between the few sent."""
+    e, durata = prova.esecuzione, extra(prova.piano).durata
+    if durata and extra(e).non_inviate:
+        return len(e.risultati) / durata
     return ritmo_di([r.inizio for r in e.risultati])
 
 
@@ -2399,15 +2403,17 @@ def righe_ritmo(prova: Prova) -> List[str]:
         arrivi = f"arrivi di Poisson, seme {piano.seme}" if piano.arrivi == "poisson" else "arrivi costanti"
         ritardi = ritardi_invio(e)
         programmato = ritmo_di([extra(r).previsto for r in e.risultati if extra(r).previsto is not None])
+        if piano.durata and extra(e).non_inviate:  # the schedule's rate over the duration, the unsent included
+            programmato = (len(e.risultati) + extra(e).non_inviate) / piano.durata
         righe.append(f"ritmo chiesto {piano.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}, "
-                     f"inviate davvero {fmt(invii_al_secondo(e), '.2f req/s')}; ritardo degli invii sul programma: "
+                     f"inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}; ritardo degli invii sul programma: "
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
     if piano.traccia:
         ritardi = ritardi_invio(e)
         previsti = [extra(r).previsto for r in e.risultati if extra(r).previsto is not None]
         righe.append(f"traccia di {piano.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
                      f"{fmt(max(previsti, default=None), '.2f s')} nel file ({fmt(ritmo_di(previsti), '.2f req/s')}), "
-                     f"inviate davvero {fmt(invii_al_secondo(e), '.2f req/s')}; ritardo degli invii sugli orari: "
+                     f"inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}; ritardo degli invii sugli orari: "
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
     if piano.durata:
         risposte = sum(r.riuscita for r in e.risultati)
@@ -2436,9 +2442,13 @@ def note_ritmo(prova: Prova) -> List[str]:
     e, piano = prova.esecuzione, prova.piano
     if ritmo_tenuto(prova):
         return []
-    inviate, chiesto = fmt(invii_al_secondo(e), ".2f req/s"), (f"{piano.oltre.ritmo:g} req/s" if piano.oltre.ritmo
+    inviate, chiesto = fmt(invii_al_secondo(prova), ".2f req/s"), (f"{piano.oltre.ritmo:g} req/s" if piano.oltre.ritmo
                                                                  else "gli orari della traccia")
     trattenute, non_inviate = extra(e).trattenute, extra(e).non_inviate
+    if non_inviate and not trattenute:
+        return [f"il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
+                f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
+                f"prima della fine di --durata: si sono inviate {inviate}, non {chiesto}. Alza --parallele per tenere il ritmo"]
     if trattenute or non_inviate:
         mai = (f"; {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima della fine di --durata"
                if non_inviate else "")
@@ -2912,7 +2922,7 @@ class Punto(NamedTuple):
         if asse == "parallele":
             return min(piano.parallele, piano.richieste) if piano.richieste else piano.parallele
         if asse == "ritmo":
-            return media(self.valori(lambda p: invii_al_secondo(p.esecuzione))) or extra(piano).ritmo
+            return media(self.valori(invii_al_secondo)) or extra(piano).ritmo
         return None
 
 
@@ -3686,7 +3696,7 @@ class Capacita:
 
 def inviate_davvero(punto: Punto) -> Optional[float]:
     """The requests a point really sent per second (the mean over its runs)."""
-    return media(punto.valori(lambda q: invii_al_secondo(q.esecuzione)))
+    return media(punto.valori(invii_al_secondo))
 
 
 def segno_sovraccarico(prove: List[Prova]) -> str:
@@ -3990,7 +4000,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "latenza_p90_s": latenza_p90(p),
             "dettagli": dati_dettagli(p, slo, percentili),
             "vllm": riassunto_vllm(p, sorted({99, *percentili})),
-            "invii": {"al_secondo": invii_al_secondo(p.esecuzione),
+            "invii": {"al_secondo": invii_al_secondo(p),
                       "ritardo_p99_s": percentile(ritardi_invio(p.esecuzione), 99),
                       "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
                       "trattenute_dal_tetto": extra(p.esecuzione).trattenute,
@@ -4063,7 +4073,7 @@ def spiegazione(prova: Prova) -> List[str]:
     if info.n_slot is not None and s.picco is not None:
         insieme = min(piano.parallele, e.n_richieste)
         if extra(piano).ritmo:
-            partite = (f"Sono partite {e.n_richieste} richieste, {fmt(invii_al_secondo(e), '.2f')} al secondo,"
+            partite = (f"Sono partite {e.n_richieste} richieste, {fmt(invii_al_secondo(prova), '.2f')} al secondo,"
                        if e.n_richieste > 1 else "È partita una sola richiesta")
         elif insieme == 1:
             partite = "Le richieste sono partite una alla volta (--parallele 1),"
@@ -4085,13 +4095,18 @@ def spiegazione(prova: Prova) -> List[str]:
                          f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
                          f"sfortunata è la req {r.indice}: {attese[r.indice]:.2f} s di attesa su {r.latenza:.2f} s di "
                          f"latenza ({attese[r.indice] / r.latenza:.0%}).")
-        elif not attese_del_tetto(prova):
+        elif not attese_del_tetto(prova) and not extra(e).non_inviate:
             massima = max(attese.values())
             perche = ("il viaggio della richiesta" if massima < VIAGGIO_MAX else "con uno slot libero: il server, "
                       "occupato a finire un passo di calcolo per gli altri slot, non l'aveva ancora presa")
             frasi.append(f"Nessuna richiesta ha aspettato uno slot: ognuna ne ha trovato uno libero (fra l'invio e lo "
                          f"slot al massimo {massima:.2f} s, {perche}).")
     tetto = attese_del_tetto(prova)
+    if extra(e).non_inviate and not tetto:  # the cap full to the end: those never sent waited the whole run
+        frasi.append(f"Il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
+                     f"{quante(extra(e).non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
+                     "prima della fine di --durata. Chi le avrebbe mandate ha aspettato nel client tutta la prova: il "
+                     "server ha visto meno carico di quello chiesto (alza --parallele per dargli tutto il ritmo).")
     if tetto:  # a wait too: before the send, in the client
         peggiore = max(tetto, key=tetto.get)
         frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "

@@ -2,6 +2,7 @@
 the server's own evidence contradicted, or that stopped short of what the sheet asks."""
 
 import json
+import re
 
 import pytest
 
@@ -116,3 +117,26 @@ def test_sharegpt_i_conti_non_si_contraddicono(carica, tmp_path, fake):
     (riga,) = [r for r in out.splitlines() if r.startswith("richieste da ")]
     assert riga.endswith("(ShareGPT; 1 conversazione su 4 senza una domanda (from human), saltata): 3 richieste nel file, "
                          "3 inviate"), riga
+
+
+def test_il_ritmo_inviato_sulla_durata_quando_il_tetto_resta_pieno(fake, carica):
+    """The tour: `--ritmo 10 --parallele 2 --durata 5` with long answers sent 2 requests 0.03 s apart and
+    printed "inviate davvero 32.43 req/s" (2 requests in 5 s are 0.4 a second), and --spiega said that
+    nobody waited while 56 of the schedule never left. The rate sent is over the duration; the unsent
+    waited."""
+    server = fake(n_slot=2, s_per_token=0.02)
+    rc, out, err = carica(server.url, "--ritmo", "20", "--arrivi", "costanti", "--parallele", "2", "--durata", "1",
+                          "--token", "100", "--spiega", "--silenzioso", "--intervallo", "0.1")
+    assert rc == 0, out + err
+    m = re.search(r"in 1 s \(--durata\): inviate (\d+) richieste, \d+ con risposta; (\d+) del programma non inviate", out)
+    assert m, out
+    inviate, non_inviate = int(m.group(1)), int(m.group(2))
+    assert inviate == 2 and non_inviate >= 15, out
+    (riga,) = [r for r in out.splitlines() if r.startswith("ritmo chiesto 20 req/s")]
+    assert f"nel programma {inviate + non_inviate:.2f}, inviate davvero {inviate:.2f} req/s" in riga, riga
+    assert "Nessuna richiesta ha aspettato uno slot" not in out
+    assert (f"Il tetto di --parallele (2 in volo) è rimasto pieno: {non_inviate} richieste del programma non sono "
+            "partite prima della fine di --durata.") in out, out
+    assert (f"carico.py: nota: il tetto di --parallele (2 in volo) è rimasto pieno: {non_inviate} richieste del "
+            f"programma non sono partite prima della fine di --durata: si sono inviate {inviate:.2f} req/s, non 20 req/s. "
+            "Alza --parallele per tenere il ritmo") in err.splitlines(), err
