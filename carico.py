@@ -4147,12 +4147,19 @@ def spiegazione(prova: Prova) -> List[str]:
                      "stesso momento" + (f" (le letture di requests_deferred in /metrics ne hanno viste al massimo "
                                          f"{s.coda_letta}: nessuna è caduta nel momento peggiore)."
                                          if (s.coda_letta or 0) < s.picco_coda else " (requests_deferred)."))
-    visto = sovraccarico(prova)
-    if visto:
-        frasi.append(maiuscola(frase_sovraccarico(visto)))
-    little = riga_little(prova)
-    if little:
-        frasi.append(little + ".")
+    if e.server_andato or e.interruzione:  # the requests cut off are in no figure: no verdict on the queue's growth
+        perche = (f"il server ha smesso di rispondere a {e.server_andato[0]:.2f} s" if e.server_andato else
+                  "è stata interrotta")
+        frasi.append(f"La prova si è fermata prima della fine ({perche}): le richieste rimaste senza risposta non sono "
+                     "in nessuna cifra, il throughput è un limite inferiore, e sovraccarico e legge di Little non si "
+                     "giudicano su una prova tagliata.")
+    else:
+        visto = sovraccarico(prova)
+        if visto:
+            frasi.append(maiuscola(frase_sovraccarico(visto)))
+        little = riga_little(prova)
+        if little:
+            frasi.append(little + ".")
     if prova.macchina is not None:
         motivo = macchina_occupata(prova.macchina)
         if motivo:

@@ -140,3 +140,17 @@ def test_il_ritmo_inviato_sulla_durata_quando_il_tetto_resta_pieno(fake, carica)
     assert (f"carico.py: nota: il tetto di --parallele (2 in volo) è rimasto pieno: {non_inviate} richieste del "
             f"programma non sono partite prima della fine di --durata: si sono inviate {inviate:.2f} req/s, non 20 req/s. "
             "Alza --parallele per tenere il ritmo") in err.splitlines(), err
+
+
+def test_nessun_verdetto_su_una_prova_tagliata(fake, carica):
+    """The tour: the server stopped 4 s into `--ritmo 4 --durata 10 --spiega`, and Little's law said
+    "coincidono" with its own L half what was in flight, beside a categorical overload from 6 answers.
+    A run cut short says so, and gives neither verdict."""
+    server = fake(n_slot=1, s_per_token=0.01, spegni_dopo=6, metrics=True)
+    rc, out, err = carica(server.url, "--ritmo", "8", "--arrivi", "costanti", "--durata", "3", "--token", "10",
+                          "--spiega", "--silenzioso", "--intervallo", "0.1", "--timeout", "30")
+    assert rc == 1, out + err
+    assert re.search(r"^La prova si è fermata prima della fine \(il server ha smesso di rispondere a [\d.]+ s\): le "
+                     r"richieste rimaste senza risposta non sono in nessuna cifra", out, re.M), out
+    assert not re.search(r"^Legge di Little|\(sovraccarico|^Forse sovraccarico", out, re.M), out
+    assert "Traceback" not in err
