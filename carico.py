@@ -3159,6 +3159,9 @@ def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]
             visti = [v for v in map(sovraccarico, punto.intere) if v]
             if visti and (satura is None or misurati.index(satura[1]) >= i):  # the overload is the stronger evidence
                 dubbio = None if any(v.certo for v in visti) else visti[0].dubbio
+                poi = next((p for p in misurati[i + 1:] if any(v and v.certo for v in map(sovraccarico, p.intere))), None)
+                if dubbio is not None and poi is not None:  # said, so that no block below contradicts the doubt
+                    dubbio += f"; a {asse}={valore_punto(poi, asse)} invece il sovraccarico è accertato"
                 return Saturazione(misurati[i - 1] if i else None, punto, dubbio, True)
     if satura is None:
         return None
@@ -3170,9 +3173,11 @@ def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
     noise; else "forse", why not, and what would settle it."""
     prima, dopo = verdetto.prima, verdetto.dopo
     if verdetto.sovraccarico:
-        fra = f" (fra {asse}={valore_punto(prima, asse)} e {asse}={valore_punto(dopo, asse)})" if prima else ""
-        frase = (f"saturazione entro {asse}={valore_punto(dopo, asse)}{fra}: lì il server non tiene più il ritmo degli "
-                 f"arrivi (sovraccarico: la coda cresce lungo la prova), e oltre il throughput non può crescere")
+        inviate = " e ".join(fmt(inviate_davvero(p), ".2f") for p in (prima, dopo) if p is not None)
+        fra = f"fra {asse}={valore_punto(prima, asse)} e {asse}={valore_punto(dopo, asse)}; " if prima else ""
+        frase = (f"saturazione entro {asse}={valore_punto(dopo, asse)} ({fra}inviate davvero {inviate} req/s): lì il "
+                 "server non tiene più il ritmo degli arrivi (sovraccarico: la coda cresce lungo la prova), e il ritmo "
+                 "che regge è sotto quello inviato")
         return frase if verdetto.dubbio is None else (
             f"forse {frase}; ma non è accertato: {verdetto.dubbio}")
     crescita = dopo.carico(asse) / prima.carico(asse)
@@ -3205,7 +3210,8 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
             ": una richiesta in più non trova uno slot libero e aspetta" if cresciuta else ", poco"))
     if None not in velocita and velocita[1] < 0.9 * velocita[0]:
         frasi.append(f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s: gli "
-                     "slot si dividono gli stessi core, e la macchina non genera più token al secondo")
+                     "slot si dividono gli stessi core" + (", e la macchina non genera più token al secondo"
+                                                           if dopo.throughput <= 1.1 * prima.throughput else ""))
     return "; ".join(frasi) + "."
 
 

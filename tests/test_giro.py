@@ -154,3 +154,15 @@ def test_nessun_verdetto_su_una_prova_tagliata(fake, carica):
                      r"richieste rimaste senza risposta non sono in nessuna cifra", out, re.M), out
     assert not re.search(r"^Legge di Little|\(sovraccarico|^Forse sovraccarico", out, re.M), out
     assert "Traceback" not in err
+
+
+def test_la_macchina_non_genera_di_piu_solo_se_il_throughput_non_e_salito():
+    """The tour: "forse saturazione ... il throughput solo da 3.8 a 4.1 token/s (+9.1%) ... e la macchina non
+    genera più token al secondo", also after +21%. The clause only where the throughput stayed within 10%."""
+    def punto(throughput, tps):
+        risultati = [Risultato(i, 0.0, 1.0, throughput / 4, tps, 5.0, 995.0) for i in range(4)]
+        return Punto([Prova(InfoServer(4, 512, True), Esecuzione(risultati, [], 4), Piano(4, 4, 32))])
+    clausola = "e la macchina non genera più token al secondo"
+    assert clausola in carico.perche_satura(punto(10.0, 40.0), punto(10.5, 30.0))
+    salito = carico.perche_satura(punto(10.0, 40.0), punto(12.1, 30.0))
+    assert "gli slot si dividono gli stessi core" in salito and clausola not in salito
