@@ -3290,7 +3290,7 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
                 for p in misurati[1:]]
         vantaggi.append((titolo, misurati[-1].throughput / base.throughput, misurati[-1], base))
         righe.append(f"throughput{f' a {titolo}' if titolo else ''}: " + ", ".join(voci)
-                     + ("" if altre else " (nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)"))
+                     + ("" if altre else " (nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)") + indicativo(*misurati))
     if altre == ["token"] and len(vantaggi) > 1:
         (da, r_da, *pd), (a, r_a, *pa) = vantaggi[0], vantaggi[-1]
         # The noise of a ratio of ratios: the four means' relative 95% intervals, added in quadrature.

@@ -79,7 +79,8 @@ def griglia_np_token(out, np, token):
     intestazioni = [f"punto {k} di 4: np={n}, token={t}" for k, (n, t) in enumerate(
         ((n, t) for n in np for t in token), 1)]
     assert re.findall(r"^punto .*$", out, re.M) == intestazioni, out
-    rapporti = re.findall(rf"^throughput a token=(\d+): np {np[1]} / np {np[0]} ×([\d.]+)$", out, re.M)
+    rapporti = re.findall(rf"^throughput a token=(\d+): np {np[1]} / np {np[0]} ×([\d.]+)(?: \(indicativo: una prova "
+                          r"per punto; con --ripeti 3 si misura anche il rumore\))?$", out, re.M)
     assert [int(t) for t, _ in rapporti] == list(token), out
     (esito,) = [r for r in out.splitlines() if r.startswith("con risposte più lunghe")]
     return [float(x) for _, x in rapporti], esito
