@@ -2448,7 +2448,8 @@ def note_ritmo(prova: Prova) -> List[str]:
     if non_inviate and not trattenute:
         return [f"il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
                 f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
-                f"prima della fine di --durata: si sono inviate {inviate}, non {chiesto}. Alza --parallele per tenere il ritmo"]
+                f"prima della fine di --durata (hanno aspettato nel client un posto che non è venuto): si sono inviate "
+                f"{inviate}, non {chiesto}. Alza --parallele per tenere il ritmo"]
     if trattenute or non_inviate:
         mai = (f"; {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima della fine di --durata"
                if non_inviate else "")
@@ -4101,7 +4102,7 @@ def spiegazione(prova: Prova) -> List[str]:
                          f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
                          f"sfortunata è la req {r.indice}: {attese[r.indice]:.2f} s di attesa su {r.latenza:.2f} s di "
                          f"latenza ({attese[r.indice] / r.latenza:.0%}).")
-        elif not attese_del_tetto(prova) and not extra(e).non_inviate:
+        elif not attese_del_tetto(prova) and not extra(e).non_inviate and not (e.server_andato or e.interruzione):
             massima = max(attese.values())
             perche = ("il viaggio della richiesta" if massima < VIAGGIO_MAX else "con uno slot libero: il server, "
                       "occupato a finire un passo di calcolo per gli altri slot, non l'aveva ancora presa")
@@ -4111,8 +4112,9 @@ def spiegazione(prova: Prova) -> List[str]:
     if extra(e).non_inviate and not tetto:  # the cap full to the end: those never sent waited the whole run
         frasi.append(f"Il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
                      f"{quante(extra(e).non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
-                     "prima della fine di --durata. Chi le avrebbe mandate ha aspettato nel client tutta la prova: il "
-                     "server ha visto meno carico di quello chiesto (alza --parallele per dargli tutto il ritmo).")
+                     "prima della fine di --durata: chi le avrebbe mandate ha aspettato nel client un posto che non è "
+                     "venuto, e il server ha visto meno carico di quello chiesto (alza --parallele per dargli tutto il "
+                     "ritmo).")
     if tetto:  # a wait too: before the send, in the client
         peggiore = max(tetto, key=tetto.get)
         frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "
@@ -5031,7 +5033,8 @@ def frase_kv_piena(prova: Prova) -> Optional[str]:
     return (f"{quante(len(piene), 'richiesta è fallita', 'richieste sono fallite')} con HTTP 500 \"Context size has been "
             "exceeded.\": questo llama.cpp lo risponde solo quando gli slot condividono un buffer KV (--kv-unified) e "
             f"le richieste in volo insieme chiedono più {buffer}: fallisce ogni richiesta in volo, nessuna aspetta in "
-            "coda. Con meno richieste insieme (--parallele), prompt più corti o un -c più grande il buffer basta; senza "
+            "coda. Il buffer basta quando i prompt in volo insieme, con le loro risposte, ci stanno: meno richieste "
+            "insieme (--parallele, fino a una), prompt più corti o un -c più grande; senza "
             "--kv-unified ogni slot ha solo -c diviso -np token, e un prompt che non ci sta viene rifiutato (HTTP 400)")
 
 

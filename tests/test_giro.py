@@ -92,7 +92,8 @@ def test_il_500_del_buffer_condiviso_consiglia_quello_che_serve():
     errore = "HTTP 500 server_error: Context size has been exceeded."
     prova = una_prova([Risultato(i, 0.0, 60.0, errore=errore) for i in range(4)], n_slot=4, n_ctx=2048)
     frase = carico.frase_kv_piena(prova)
-    assert "Con meno richieste insieme (--parallele), prompt più corti o un -c più grande il buffer basta" in frase
+    assert ("Il buffer basta quando i prompt in volo insieme, con le loro risposte, ci stanno: meno richieste insieme "
+            "(--parallele, fino a una), prompt più corti o un -c più grande") in frase
     assert "un prompt che non ci sta viene rifiutato (HTTP 400)" in frase
 
 
@@ -136,10 +137,12 @@ def test_il_ritmo_inviato_sulla_durata_quando_il_tetto_resta_pieno(fake, carica)
     assert f"nel programma {inviate + non_inviate:.2f}, inviate davvero {inviate:.2f} req/s" in riga, riga
     assert "Nessuna richiesta ha aspettato uno slot" not in out
     assert (f"Il tetto di --parallele (2 in volo) è rimasto pieno: {non_inviate} richieste del programma non sono "
-            "partite prima della fine di --durata.") in out, out
+            "partite prima della fine di --durata: chi le avrebbe mandate ha aspettato nel client") in out, out
     assert (f"carico.py: nota: il tetto di --parallele (2 in volo) è rimasto pieno: {non_inviate} richieste del "
-            f"programma non sono partite prima della fine di --durata: si sono inviate {inviate:.2f} req/s, non 20 req/s. "
-            "Alza --parallele per tenere il ritmo") in err.splitlines(), err
+            f"programma non sono partite prima della fine di --durata (hanno aspettato nel client un posto che non è "
+            f"venuto): si sono inviate {inviate:.2f} req/s, non 20 req/s. Alza --parallele per tenere il ritmo") in \
+        err.splitlines(), err
+    assert "chi le avrebbe mandate ha aspettato nel client un posto che non è venuto" in out
 
 
 def test_nessun_verdetto_su_una_prova_tagliata(fake, carica):
@@ -153,6 +156,9 @@ def test_nessun_verdetto_su_una_prova_tagliata(fake, carica):
     assert re.search(r"^La prova si è fermata prima della fine \(il server ha smesso di rispondere a [\d.]+ s\): le "
                      r"richieste rimaste senza risposta non sono in nessuna cifra", out, re.M), out
     assert not re.search(r"^Legge di Little|\(sovraccarico|^Forse sovraccarico", out, re.M), out
+    # The tour on the final code: "Nessuna richiesta ha aspettato uno slot" from the one answer, beside
+    # requests_deferred=12: the answered requests alone say nothing of those cut off.
+    assert "Nessuna richiesta ha aspettato uno slot" not in out, out
     assert "Traceback" not in err
 
 
