@@ -88,7 +88,7 @@ def pytest_terminal_summary(terminalreporter):
 
 # The fast suite runs four at a time: its longest tests start first, so that no worker is left with one of
 # them at the end while the others wait (the suite's time is then the longest test's, not its sum with the tail).
-PER_PRIMI = ("test_diecimila_prompt_da_1024_token_sotto_i_100_mb", "test_capacita_trova_il_ritmo_che_il_fake_regge",
+PER_PRIMI = ("test_capacita_trova_il_ritmo_che_il_fake_regge", "test_ritmo_poisson_seminato_segue_il_programma",
              "test_sovraccarico_tace_con_slot_liberi", "test_grande_carico_memoria_limitata_e_campionamento_regolare")
 
 

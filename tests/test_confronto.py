@@ -242,6 +242,7 @@ def test_prompt_token_senza_tokenize_esce_1(fake, capsys):
     assert server.bodies == []
 
 
+@pytest.mark.lento
 def test_diecimila_prompt_da_1024_token_sotto_i_100_mb(fake):
     """10,000 requests with --prompt-token 1024: each prompt is made as its request leaves, in the
     worker's thread, so carico.py's memory stays under 100 MB (its own peak RSS, measured in its process)."""
