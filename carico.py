@@ -5327,6 +5327,8 @@ class ParserItaliano(argparse.ArgumentParser):
             cosa = "è un'opzione" if len(del_server) == 1 else "sono opzioni"
             resto += (f": {', '.join(del_server)} {cosa} di llama serve, non di carico.py: va nel comando che avvia "
                       "il server (o in --avvia \"llama serve ...\"; -np in --np)")
+        elif ignote and not any(p.startswith("-") for p in ignote.group(1).split()):  # a value without its flag
+            resto += " (ogni valore va subito dopo la sua opzione, per esempio --richieste 4; l'elenco: --help)"
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: errore: {prefisso}{resto}\n")
 

@@ -172,3 +172,16 @@ def test_la_macchina_non_genera_di_piu_solo_se_il_throughput_non_e_salito():
     assert clausola in carico.perche_satura(punto(10.0, 40.0), punto(10.5, 30.0))
     salito = carico.perche_satura(punto(10.0, 40.0), punto(12.1, 30.0))
     assert "gli slot si dividono gli stessi core" in salito and clausola not in salito
+
+
+def test_un_valore_senza_la_sua_opzione_dice_dove_va(capsys):
+    """The tour: `carico.py 4` got "opzioni non riconosciute: 4" and nothing about what to do."""
+    with pytest.raises(SystemExit) as uscita:
+        carico.main(["4"])
+    assert uscita.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "carico.py: errore: opzioni non riconosciute: 4 (ogni valore va subito dopo la sua opzione, per esempio "
+        "--richieste 4; l'elenco: --help)")
+    with pytest.raises(SystemExit):
+        carico.main(["--boh"])  # a flag it does not know: the usage line is the hint, as before
+    assert capsys.readouterr().err.splitlines()[-1] == "carico.py: errore: opzioni non riconosciute: --boh"
