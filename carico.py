@@ -1585,7 +1585,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
             with open(a.prompt_file, encoding="utf-8") as f:
                 testo = f.read().strip()
         except (OSError, UnicodeDecodeError) as exc:
-            errore(f"--prompt-file: non riesco a leggere '{a.prompt_file}': {getattr(exc, 'strerror', None) or exc}")
+            errore(f"--prompt-file: non riesco a leggere '{a.prompt_file}': {perche_os(exc)}")
         if not testo:
             errore(f"--prompt-file: '{a.prompt_file}' è vuoto")
     piano_oltre = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
@@ -3940,7 +3940,7 @@ def tabella_e_file(sessione: Sessione) -> None:
             try:
                 scrivi_file(percorso, testo())
             except OSError as exc:
-                print(f"carico.py: errore: non riesco a scrivere '{percorso}': {exc.strerror or exc}",
+                print(f"carico.py: errore: non riesco a scrivere '{percorso}': {perche_os(exc)}",
                       file=sys.stderr)
                 sessione.errore = sessione.errore or 1
     if righe:
@@ -4300,7 +4300,7 @@ class ServerAvviato:
             self.proc = subprocess.Popen(self.argomenti, stdin=subprocess.DEVNULL, stdout=self.log,
                                          stderr=subprocess.STDOUT, **gruppo)
         except OSError as exc:
-            raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {exc.strerror or exc}") from None
+            raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {perche_os(exc)}") from None
         aspetta_pronto(client, self.attesa, self.stderr, avviato=self)
 
     def controlla(self, quando: str, attesa: float = 0.0) -> None:
@@ -4390,7 +4390,7 @@ def prove_salvate(percorso: str, errore) -> List[dict]:
         with open(percorso, encoding="utf-8") as f:
             dati = json.load(f)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        errore(f"--confronta: non riesco a leggere '{percorso}': {getattr(exc, 'strerror', None) or exc}")
+        errore(f"--confronta: non riesco a leggere '{percorso}': {perche_os(exc)}")
     prove = dati.get("prove") if isinstance(dati, dict) else None
     if not isinstance(prove, list) or not all(isinstance(p, dict) and isinstance(p.get("riepilogo"), dict)
                                               for p in prove):
@@ -4871,7 +4871,7 @@ def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
         with open(percorso, encoding="utf-8") as f:
             testo = f.read()
     except (OSError, UnicodeDecodeError) as exc:
-        errore(f"--dataset: non riesco a leggere '{percorso}': {getattr(exc, 'strerror', None) or exc}")
+        errore(f"--dataset: non riesco a leggere '{percorso}': {perche_os(exc)}")
     try:
         intero = json.loads(testo)
     except ValueError:
@@ -5232,6 +5232,15 @@ def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Option
 
 
 # Plumbing: the errors, and what went wrong in Italian #########################################
+
+def perche_os(exc: Exception) -> str:
+    """Why a file could not be read, written or run, in Italian for the usual reasons (the system's text else)."""
+    import errno
+
+    perche = {errno.ENOENT: "non esiste", errno.EACCES: "permesso negato", errno.EISDIR: "è una cartella",
+              errno.ENOTDIR: "una parte del percorso non è una cartella", errno.ENOSPC: "il disco è pieno"}
+    return perche.get(getattr(exc, "errno", None)) or getattr(exc, "strerror", None) or str(exc)
+
 
 def descrivi_errore_rete(exc: Exception, timeout: float) -> str:
     """One Italian phrase for a failed exchange; never the exception's repr (no tracebacks)."""

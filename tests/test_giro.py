@@ -185,3 +185,13 @@ def test_un_valore_senza_la_sua_opzione_dice_dove_va(capsys):
     with pytest.raises(SystemExit):
         carico.main(["--boh"])  # a flag it does not know: the usage line is the hint, as before
     assert capsys.readouterr().err.splitlines()[-1] == "carico.py: errore: opzioni non riconosciute: --boh"
+
+
+def test_un_file_che_manca_detto_in_italiano(capsys, tmp_path):
+    """The tour: "non riesco a leggere '/nonexiste.txt': No such file or directory", English in an Italian line."""
+    for argomenti, attesa in ((["--prompt-file", str(tmp_path / "manca.txt")], "non esiste"),
+                              (["--dataset", str(tmp_path)], "è una cartella")):
+        with pytest.raises(SystemExit) as uscita:
+            carico.main(argomenti)
+        assert uscita.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1].endswith(f"non riesco a leggere '{argomenti[1]}': {attesa}")
