@@ -1037,7 +1037,9 @@ class Sentinella:
             self.percorsi.add(percorso)
             if self.di_fila < RIFIUTI_DI_FILA or self.andato is not None:
                 return True
-            if self._client.in_ascolto():  # a few resets from a server that is still there
+            # A few resets from a server that is still there; but a killed server resets its connections a
+            # moment before the kernel closes its port: knock again a moment later before believing it.
+            if self._client.in_ascolto() and (time.sleep(0.25) or self._client.in_ascolto()):
                 self.di_fila = 0
                 return True
             volte = f"{self.di_fila} volte di fila, su {', '.join(sorted(self.percorsi))}"
