@@ -562,25 +562,31 @@ class Opzioni(NamedTuple):
 
 
 def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzioni]:
-    """The plans of the load (the lab: one) and the other options, from the flags. Any flag beyond the
-    lab's four, or a list of values, is read after the banner; a bad flag ends here with exit 2."""
-    parser = ParserItaliano(prog="carico.py", description=__doc__, epilog=EPILOGO, add_help=False, allow_abbrev=False,
+    """The plans of the load (the lab: one) and the other options, from the flags, read in one parse. A flag
+    beyond the lab's four, or a list of values, is checked after the banner; a bad flag ends here with exit 2."""
+    parser = ParserItaliano(prog="carico.py", description=__doc__, epilog=EPILOGO, add_help=False,
                             usage="%(prog)s [--url URL] [--richieste N] [--parallele N] [--token N] [altre opzioni]",
                             formatter_class=formato_aiuto)
-    lab = parser.add_argument_group("il lab")
-    lab.add_argument("--url", type=url_server, default="http://127.0.0.1:8080",
-                     help="radice del server llama.cpp (default: %(default)s)")
-    lab.add_argument("--richieste", type=intero_positivo, metavar="N",
-                     help="quante richieste inviare in tutto (default: 4)")
-    lab.add_argument("--parallele", type=lista_di(intero_positivo), metavar="N",
-                     help="quante richieste tenere in volo insieme (default: 4)")
-    lab.add_argument("--token", type=lista_di(token_o_intervallo), default=[32], metavar="N",
-                     help="token da generare per richiesta, max_tokens; MIN-MAX: a caso (default: 32)")
-    a, altri = parser.parse_known_args(argv)
-    if altri or len(a.parallele or [4]) > 1 or len(a.token) > 1 or not isinstance(a.token[0], int):
-        return leggi_opzioni_oltre(parser, argv)  # see "Oltre il lab"
-    chiave = chiave_dall_ambiente(parser) if os.environ.get("LLAMA_API_KEY") else None  # see "Oltre il lab"
-    return [Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])], Opzioni(a.url, chiave)
+    il_lab = ("il lab", None, [
+        (("--url",), dict(type=url_server, default="http://127.0.0.1:8080",
+                          help="radice del server llama.cpp (default: %(default)s)")),
+        (("--richieste",), dict(type=intero_positivo, metavar="N", help="quante richieste inviare in tutto (default: 4)")),
+        (("--parallele",), dict(type=lista_di(intero_positivo), metavar="N",
+                                help="quante richieste tenere in volo insieme (default: 4)")),
+        (("--token",), dict(type=lista_di(token_o_intervallo), default=[32], metavar="N",
+                            help="token da generare per richiesta, max_tokens; MIN-MAX: a caso (default: 32)")),
+    ])
+    for titolo, descrizione, opzioni in (il_lab, *OPZIONI_OLTRE):  # then --ripeti, --stream...: see "Oltre il lab"
+        gruppo = parser.add_argument_group(titolo, descrizione)
+        for nomi, parametri in opzioni:
+            gruppo.add_argument(*nomi, **parametri)
+    a = parser.parse_args(argv)
+    chiave = chiave_dall_ambiente(parser)  # the LLAMA_API_KEY variable: see "Oltre il lab"
+    piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
+    opzioni = Opzioni(a.url, a.api_key or chiave, a.attesa)
+    if oltre_il_lab(parser, a):
+        return leggi_opzioni_oltre(parser, a, piano, opzioni)
+    return [piano], opzioni
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -1380,14 +1386,6 @@ OPZIONI_OLTRE = (
 )
 
 
-def dichiara_opzioni_oltre(parser: argparse.ArgumentParser) -> None:
-    """Every flag beyond the lab's four, in groups named after what they are for."""
-    for titolo, descrizione, opzioni in OPZIONI_OLTRE:
-        gruppo = parser.add_argument_group(titolo, descrizione)
-        for nomi, parametri in opzioni:
-            gruppo.add_argument(*nomi, **parametri)
-
-
 class PianoOltre(NamedTuple):
     """What the extras change in what is sent."""
     stream: bool = False  # --stream
@@ -1495,71 +1493,40 @@ def campi_oltre(piano: PianoOltre) -> dict:
     return campi
 
 
-def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzioni]:
-    """The command line again, with every flag: checked together (an odd combination ends here:
-    one Italian line, exit 2), then turned into the plans (one per point of a sweep) and the
-    options. The only place the extras' flags are read."""
-    parser.allow_abbrev = True  # --rip for --ripeti; the lab's own parse took only whole names
-    dichiara_opzioni_oltre(parser)
-    a = parser.parse_args(argv)
-    if a.capacita is not None:  # every point a --ritmo run (its cap), from 1 req/s unless said; steady arrivals
-        # unless asked (a seed means Poisson): then the rate sent is the rate asked
-        a.ritmo, a.arrivi = a.ritmo or [1.0], a.arrivi or ("poisson" if a.seme is not None else "costanti")
-    if any(isinstance(t, tuple) for t in a.token) and (len(a.token) > 1 or a.turni is not None):
-        parser.error("--token MIN-MAX vale da solo: non in una lista, non con --turni")
-    minimo, a.token = (a.token[0][0], [a.token[0][1]]) if isinstance(a.token[0], tuple) else (None, a.token)
-    piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
-    opzioni = Opzioni(a.url, chiave_dall_ambiente(parser))
+def oltre_il_lab(parser: argparse.ArgumentParser, a: argparse.Namespace) -> bool:
+    """Whether the flags ask for more than the lab's one run: a flag beyond its four, or a list of values."""
+    diverse = [k for k, v in vars(a).items() if k not in ("url", "richieste", "parallele", "token")
+               and v != parser.get_default(k)]
+    return bool(diverse) or len(a.parallele or [4]) > 1 or len(a.token) > 1 or not isinstance(a.token[0], int)
+
+
+# Flags that do not go together: (a flag, the flags it excludes, what to say of the first of them given: {}).
+ESCLUSIONI = (
+    ("--durata", ("--richieste",), "--durata e {} si escludono: con --durata si inviano richieste finché dura il tempo"),
+    ("--dataset", ("--token MIN-MAX", "--prompt-file", "--prompt-token", "--prefisso", "--turni"),
+     "--dataset e {} si escludono: le richieste vengono dal file"),
+    ("--prefisso", ("--prompt-file", "--turni"), "--prefisso e {} si escludono: il prefisso apre i prompt che fa carico.py"),
+    ("--prompt-token", ("--prompt-file", "--turni"), "--prompt-token e {} si escludono: i prompt li fa l'una o l'altro"),
+    ("--confronta", ("--avvia", "--turni", "--ritmo", "--durata", "--json", "--csv", "--svg", "--prompt-token"),
+     "--confronta legge due file di risultati e non manda richieste: {} non serve"),
+    ("--turni", ("--ritmo", "--durata", "--prompt-file", "--richieste"), "--turni e {} si escludono: con --turni ognuno "
+     "dei --parallele utenti tiene una conversazione, un turno dopo l'altro, e le richieste sono i suoi turni"),
+)
+
+
+def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, piano: Piano,
+                        opzioni: Opzioni) -> Tuple[List[Piano], Opzioni]:
+    """The extras' flags, checked together (an odd combination ends here: one Italian line, exit 2), their
+    files read, then turned into the plans (one per point of a sweep) and the options."""
     errore = parser.error
+    if any(isinstance(t, tuple) for t in a.token) and (len(a.token) > 1 or a.turni is not None):
+        errore("--token MIN-MAX vale da solo: non in una lista, non con --turni")
+    minimo = a.token[0][0] if isinstance(a.token[0], tuple) else None  # --token MIN-MAX: drawn by --seme
+    a.token = [a.token[0][1]] if minimo is not None else a.token
     if a.np is not None and a.avvia is None:
         errore("--np va usato insieme a --avvia")
     if a.avvia is not None and a.url.startswith("https://"):
         errore("--avvia avvia llama serve in http semplice: usa --url http://...")
-    if a.durata is not None and a.richieste is not None:
-        errore("--durata e --richieste si escludono: con --durata si inviano richieste finché dura il tempo")
-    a_caso = minimo is not None or bool(a.prompt_token) and a.prompt_token[0][0] != a.prompt_token[0][1]  # by --seme
-    if a.ritmo is None and (a.arrivi is not None or a.seme is not None and not a_caso):
-        errore("--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token o --token MIN-MAX)")
-    dataset = leggi_dataset(a.dataset, errore) if a.dataset is not None else None
-    if dataset is not None:
-        diverse = [f for f, v in (("--prompt-file", a.prompt_file), ("--prompt-token", a.prompt_token),
-                                  ("--prefisso", a.prefisso), ("--turni", a.turni)) if v is not None]
-        if minimo is not None:
-            diverse.insert(0, "--token MIN-MAX")
-        if diverse:
-            errore(f"--dataset e {diverse[0]} si escludono: le richieste vengono dal file")
-        if dataset[0][0][2] is not None and (a.ritmo is not None or a.durata is not None):
-            errore(f"--dataset '{a.dataset}' ha i timestamp: è una traccia, con i suoi orari; "
-                   f"{'--ritmo' if a.ritmo is not None else '--durata'} non serve")
-        if dataset[0][0][2] is not None and (a.richieste or 0) > len(dataset[0]):
-            errore(f"--richieste {a.richieste}: la traccia '{a.dataset}' ne ha {len(dataset[0])}, con i loro orari")
-    prefisso_max = max(a.prefisso or [0])
-    if a.prefisso is not None and (a.prompt_file is not None or a.turni is not None):
-        errore(f"--prefisso e {'--prompt-file' if a.prompt_file is not None else '--turni'} si escludono: "
-               "il prefisso apre i prompt che fa carico.py")
-    if prefisso_max and a.prompt_token and prefisso_max >= min(m for m, _ in a.prompt_token):
-        errore(f"--prefisso {prefisso_max} non lascia posto al testo di ogni richiesta in --prompt-token "
-               f"{min(m for m, _ in a.prompt_token)}: il prefisso deve essere più corto del prompt")
-    if a.prompt_token is not None and (a.prompt_file is not None or a.turni is not None):
-        errore(f"--prompt-token e {'--prompt-file' if a.prompt_file is not None else '--turni'} si escludono: "
-               "i prompt li fa l'una o l'altro")
-    if a.seme is not None and a.arrivi == "costanti" and not a_caso:
-        errore("--seme vale per gli arrivi di Poisson: con --arrivi costanti gli orari sono fissi, e non c'è nulla "
-               "da seminare")
-    if a.intervallo < 0.05:
-        errore(f"opzione --intervallo: almeno 0.05 s, non {a.intervallo:g}: leggere /slots più spesso toglierebbe "
-               "tempo al server che si vuole misurare")
-    if a.durata is not None and a.durata < a.intervallo:
-        errore(f"opzione --durata: {a.durata:g} s è troppo breve per una prova: meno di una lettura di /slots "
-               f"(--intervallo {a.intervallo:g} s)")
-    if a.slo and not a.stream and set(a.slo) & {"ttft", "tpot"}:
-        errore("--slo: ttft e tpot si misurano solo in streaming: aggiungi --stream")
-    if a.confronta is not None:
-        inutili = [f for f, v in (("--avvia", a.avvia), ("--turni", a.turni), ("--ritmo", a.ritmo), ("--durata", a.durata),
-                                  ("--json", a.json), ("--csv", a.csv), ("--svg", a.svg),
-                                  ("--prompt-token", a.prompt_token)) if v is not None]
-        if inutili:
-            errore(f"--confronta legge due file di risultati e non manda richieste: {inutili[0]} non serve")
     if a.capacita is not None:
         if not a.slo or a.durata is None:
             errore("--capacita cerca il ritmo più alto entro un obiettivo: servono --slo (per esempio latenza=5) e "
@@ -1571,55 +1538,87 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
         if molti or a.turni is not None or a.dataset is not None:
             errore(f"--capacita sceglie da sé i ritmi da provare: {(molti or ['--turni' if a.turni else '--dataset'])[0]} "
                    "non serve (--ritmo R, un valore solo, è il primo)")
+        # every point a --ritmo run (its cap), from 1 req/s unless said; steady arrivals unless asked (a seed
+        # means Poisson): then the rate sent is the rate asked
+        a.ritmo = a.ritmo or [1.0]
+        a.arrivi = a.arrivi or ("poisson" if a.seme is not None else "costanti")
+    date = {f"--{k.replace('_', '-')}": v for k, v in vars(a).items() if v is not None}
+    date["--token MIN-MAX"] = minimo
+    for opzione, escluse, messaggio in ESCLUSIONI:
+        altra = next((f for f in escluse if date.get(f) is not None), None)
+        if opzione in date and altra:
+            errore(messaggio.format(altra))
+    a_caso = minimo is not None or bool(a.prompt_token) and a.prompt_token[0][0] != a.prompt_token[0][1]  # by --seme
+    if a.ritmo is None and (a.arrivi is not None or a.seme is not None and not a_caso):
+        errore("--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token o --token MIN-MAX)")
+    if a.seme is not None and a.arrivi == "costanti" and not a_caso:
+        errore("--seme vale per gli arrivi di Poisson: con --arrivi costanti gli orari sono fissi, e non c'è nulla "
+               "da seminare")
+    if a.prefisso and a.prompt_token and max(a.prefisso) >= min(m for m, _ in a.prompt_token):
+        errore(f"--prefisso {max(a.prefisso)} non lascia posto al testo di ogni richiesta in --prompt-token "
+               f"{min(m for m, _ in a.prompt_token)}: il prefisso deve essere più corto del prompt")
+    if a.intervallo < 0.05:
+        errore(f"opzione --intervallo: almeno 0.05 s, non {a.intervallo:g}: leggere /slots più spesso toglierebbe "
+               "tempo al server che si vuole misurare")
+    if a.durata is not None and a.durata < a.intervallo:
+        errore(f"opzione --durata: {a.durata:g} s è troppo breve per una prova: meno di una lettura di /slots "
+               f"(--intervallo {a.intervallo:g} s)")
+    if a.slo and not a.stream and set(a.slo) & {"ttft", "tpot"}:
+        errore("--slo: ttft e tpot si misurano solo in streaming: aggiungi --stream")
     if a.sistema is not None and a.turni is None:
         errore("--sistema va usato insieme a --turni: è il prompt di sistema delle conversazioni")
-    if a.turni is not None:
-        diverse = [f for f, v in (("--ritmo", a.ritmo), ("--durata", a.durata), ("--prompt-file", a.prompt_file),
-                                  ("--richieste", a.richieste)) if v is not None]
-        if diverse:
-            errore(f"--turni e {diverse[0]} si escludono: con --turni ognuno dei --parallele utenti tiene una "
-                   "conversazione, un turno dopo l'altro, e le richieste sono i suoi turni")
-        if len(a.parallele or [4]) > 1 or len(a.token) > 1:
-            errore("--turni prova una conversazione per utente: --parallele e --token vogliono un valore solo")
-    testo = None
-    if a.prompt_file is not None:
-        try:
-            with open(a.prompt_file, encoding="utf-8") as f:
-                testo = f.read().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            errore(f"--prompt-file: non riesco a leggere '{a.prompt_file}': {perche_os(exc)}")
-        if not testo:
-            errore(f"--prompt-file: '{a.prompt_file}' è vuoto")
+    if a.turni is not None and (len(a.parallele or [4]) > 1 or len(a.token) > 1):
+        errore("--turni prova una conversazione per utente: --parallele e --token vogliono un valore solo")
+    # The files the flags name, read whole before any load: a bad one is a bad flag.
+    testo = leggi_prompt_file(a.prompt_file, errore) if a.prompt_file is not None else None
     piano_oltre = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
-                       tetto_predefinito=a.ritmo is not None and a.parallele is None, turni=a.turni, sistema=a.sistema,
-                       token_minimo=minimo)
-    if dataset is not None:  # every request of the file, unless --richieste says how many (from the top, again)
-        piano_oltre = piano_oltre._replace(dataset=dataset[0], nome_dataset=f"{a.dataset} ({dataset[1]})")
-        piano = piano._replace(richieste=a.richieste or len(dataset[0]))
+                             tetto_predefinito=a.ritmo is not None and a.parallele is None, turni=a.turni,
+                             sistema=a.sistema, token_minimo=minimo)
+    if a.dataset is not None:  # every request of the file, unless --richieste says how many (from the top, again)
+        dataset, formato = leggi_dataset(a.dataset, errore)
+        if dataset[0][2] is not None and (a.ritmo is not None or a.durata is not None):
+            errore(f"--dataset '{a.dataset}' ha i timestamp: è una traccia, con i suoi orari; "
+                   f"{'--ritmo' if a.ritmo is not None else '--durata'} non serve")
+        if dataset[0][2] is not None and (a.richieste or 0) > len(dataset):
+            errore(f"--richieste {a.richieste}: la traccia '{a.dataset}' ne ha {len(dataset)}, con i loro orari")
+        piano_oltre = piano_oltre._replace(dataset=dataset, nome_dataset=f"{a.dataset} ({formato})")
+        piano = piano._replace(richieste=a.richieste or len(dataset))
         if piano_oltre.traccia and a.parallele is None:  # an open loop, as --ritmo: the cap only against a runaway
             piano_oltre = piano_oltre._replace(tetto_predefinito=True)
             a.parallele = [min(TETTO_RITMO, piano.richieste)]
+    a.confronta = a.confronta and tuple((f, prove_salvate(f, errore)) for f in a.confronta)
+    if a.confronta and senza_carico_comune(*a.confronta):  # nothing to compare: the files given must change
+        errore(senza_carico_comune(*a.confronta).replace("confronto: ", "--confronta: ", 1))
     contate_all_invio = a.durata is not None or a.turni is not None  # as many requests as get sent
     base = piano._replace(richieste=None if contate_all_invio else piano.richieste, intervallo=a.intervallo,
                           timeout=a.timeout, oltre=piano_oltre)
-    piani = griglia(base, a.parallele, a.token, a.ritmo, 0 if a_caso and a.seme is None and a.ritmo is None else a.seme,
-                    a.prompt_token, a.prefisso)
+    seme = 0 if a_caso and a.seme is None and a.ritmo is None else a.seme
+    piani = griglia(base, a.parallele, a.token, a.ritmo, seme, a.prompt_token, a.prefisso)
     if a.capacita is not None and len(piani) > 1:
         errore("--capacita cerca un ritmo per un carico solo: togli le liste (--prompt-token, --prefisso...)")
-    np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
-    punti = len(piani) * len(np or [None])
+    a.np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
+    punti = len(piani) * len(a.np or [None])
     if punti > MAX_PUNTI and not a.forza:
         errore(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
-    griglia_con_flussi = a.stream and (len(piani) > 1 or len(np or []) > 1)  # its table shows them
+    griglia_con_flussi = a.stream and (len(piani) > 1 or len(a.np or []) > 1)  # its table shows them
     if a.percentili is not None and not (a.dettagli or a.json or griglia_con_flussi):
         errore("--percentili sceglie i percentili di --dettagli (e del file di --json, e della tabella di una griglia "
                "con --stream): da solo non cambia nulla; aggiungi --dettagli")
-    confronta = tuple((f, prove_salvate(f, errore)) for f in a.confronta) if a.confronta else None
-    if confronta and senza_carico_comune(*confronta):  # nothing to compare: the files given must change
-        errore(senza_carico_comune(*confronta).replace("confronto: ", "--confronta: ", 1))
-    extra_sessione = OpzioniOltre(a.ripeti, a.tabella, a.grafico, a.spiega, a.svg, a.json, a.csv, a.avvia, np,
-                                  a.dettagli, a.slo, a.riscaldamento, a.silenzioso, confronta, a.percentili, a.capacita)
-    return piani, opzioni._replace(api_key=a.api_key or opzioni.api_key, attesa_pronto=a.attesa, oltre=extra_sessione)
+    # Each field is its flag's (file_json: --json).
+    extra_sessione = OpzioniOltre(**{campo: getattr(a, campo.replace("file_", "")) for campo in OpzioniOltre._fields})
+    return piani, opzioni._replace(oltre=extra_sessione)
+
+
+def leggi_prompt_file(percorso: str, errore) -> str:
+    """--prompt-file: its text, every request's prompt; `errore` (the parser's) for a file that cannot be read."""
+    try:
+        with open(percorso, encoding="utf-8") as f:
+            testo = f.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        errore(f"--prompt-file: non riesco a leggere '{percorso}': {perche_os(exc)}")
+    if not testo:
+        errore(f"--prompt-file: '{percorso}' è vuoto")
+    return testo
 
 
 # The session's extra steps ####################################################################
