@@ -151,20 +151,28 @@ class Prova(NamedTuple):
     def riepilogo(self) -> Riepilogo:
         return riassumi(self.esecuzione, self.info.n_slot)
 
+    @property
+    def np(self) -> Optional[str]:
+        """Its slots as the tables and files label them: -np as --avvia started the server (`4 kv`, `auto`),
+        else the slots the server said it has."""
+        if self.configurazione is not None:
+            return self.configurazione.etichetta
+        return None if self.info.n_slot is None else str(self.info.n_slot)
+
 
 # 2. One request ################################################################################
 
 def prompt_per(indice: int, piano: Piano = Piano()) -> str:
     """Request i's prompt: the lab's i-th; past the eighth, the same behind a number (--prompt-file: its text)."""
-    if piano.oltre is not None and piano.oltre.testo is not None:
-        return piano.oltre.testo
+    if extra(piano).testo is not None:  # --prompt-file: see "Oltre il lab"
+        return extra(piano).testo
     base = PROMPTS[indice % len(PROMPTS)]
     return base if indice < len(PROMPTS) else f"{indice}. {base}"
 
 
 def domanda_chat(prompt: str, piano: Piano) -> dict:
     """The JSON that one request sends to /v1/chat/completions."""
-    domanda = {
+    return {
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": piano.max_token,
         # Thinking off, so that every generated token is answer (ignored by models without it).
@@ -172,31 +180,28 @@ def domanda_chat(prompt: str, piano: Piano) -> dict:
         # No prompt cache, neither the slot's nor the one in the server's RAM: a rerun of the same
         # prompts computes them again, and is never flattered by the run before.
         "cache_prompt": False,
+        **campi_oltre(extra(piano)),  # --modello, --esatti, --stream: see "Oltre il lab"
     }
-    if piano.oltre is not None:  # --modello, --esatti, --stream: see "Oltre il lab"
-        domanda.update(campi_oltre(piano.oltre))
-    return domanda
 
 
-def invia(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
-          timer=time.perf_counter) -> Risultato:
+def invia(client: Client, indice: int, domanda: dict, timeout: float, t0: float) -> Risultato:
     """One request, timed from send to whole answer. Never raises: a failure is a Risultato with
     its error text, so that one bad request does not stop the others."""
-    inizio = timer() - t0
+    inizio = time.perf_counter() - t0
     try:
         if domanda.get("stream"):  # --stream: the answer comes in chunks, read as they arrive: see "Oltre il lab"
-            return ricevi_flusso(client, indice, domanda, timeout, t0, timer)
+            return ricevi_flusso(client, indice, domanda, timeout, t0, time.perf_counter)
         with client.apri("POST", CHAT, domanda, timeout) as risposta:
             if risposta.status != 200:
-                return Risultato(indice, inizio, timer() - t0,
+                return Risultato(indice, inizio, time.perf_counter() - t0,
                                  errore=descrivi_errore_http(Risposta(risposta.status, risposta.leggi())))
             dati = leggi_json(risposta.leggi())
-        fine = timer() - t0
+        fine = time.perf_counter() - t0
         if dati is None:
             raise ErroreRichiesta("risposta non JSON dal server")
         return Risultato(indice, inizio, fine, **cifre_completamento(dati))
     except Exception as exc:  # a worker never raises
-        return fallita(client, indice, inizio, timer() - t0, exc)
+        return fallita(client, indice, inizio, time.perf_counter() - t0, exc)
 
 
 def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
@@ -240,9 +245,9 @@ ANNULLATA = "annullata (interruzione)"  # the error of a request closed by Ctrl+
 
 # 3. What the server says about itself, and the /slots sampler ################################
 
-def interroga_server(client: Client, attesa: float, stderr, con_props: bool = False) -> InfoServer:
+def interroga_server(client: Client, attesa: float, con_props: bool = False) -> InfoServer:
     """Before any load: is the server ready, how many slots of what context, can /slots and /metrics be read."""
-    aspetta_pronto(client, attesa, stderr)
+    aspetta_pronto(client, attesa)
     risposta = chiedi(client, "/slots")
     slots = lista_slot(leggi_json(risposta.corpo)) if risposta.status == 200 else None
     info = InfoServer(len(slots), numero(slots[0].get("n_ctx"), int), conta_occupati(slots) is not None,
@@ -319,7 +324,7 @@ class Campionatore:
 # 4. The pool that fires the requests ###########################################################
 
 def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: int = 0,
-                  timer=time.perf_counter, osservatore: Union[Diretta, Osservatore, None] = None) -> Esecuzione:
+                  osservatore: Union[Diretta, Osservatore, None] = None) -> Esecuzione:
     """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled; the
     clock starts at the first request. Prompts start at `primo_prompt`: a second run on the same
     server sends new ones. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled."""
@@ -328,7 +333,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     domande = [domanda_chat(prompt_per(primo_prompt + i, piano), piano) for i in range(piano.richieste or 0)]
     futuri = []  # each request's future, in the order they were submitted
     al_campione = osservatore.seguendo(futuri, piano) if osservatore else None  # the live line: see "Oltre il lab"
-    campionatore = Campionatore(client, piano.intervallo, info, timer, al_campione)
+    campionatore = Campionatore(client, piano.intervallo, info, al_campione=al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     aggiunte = interruzione = None
     client.sentinella.arma()  # from now on, refusals mean the server went away
@@ -344,13 +349,13 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
                 raise
             if extra(piano).stream:  # and the first connections opened, the requests encoded: see "Oltre il lab"
                 apri_in_anticipo(client, domande, pronti.parties - 1, piano.timeout)
-        t0 = timer()
+        t0 = time.perf_counter()
         campionatore.avvia(t0)
-        if piano.oltre is None or not piano.oltre.da_lanciare:  # the lab: all submitted now, `parallele` at a time
+        if not extra(piano).da_lanciare:  # the lab: all submitted now, `parallele` at a time
             for i, domanda in enumerate(domande):
-                futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0, timer))
+                futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0))
         else:  # --ritmo, --durata (by the clock), --turni (conversations): see "Oltre il lab"
-            aggiunte = lanciatore(piano, primo_prompt).lancia(futuri, esecutore, client, t0, timer)
+            aggiunte = lanciatore(piano, primo_prompt).lancia(futuri, esecutore, client, t0)
         concurrent.futures.wait(futuri)
     except Interruzione as exc:
         interruzione = exc.codice
@@ -471,10 +476,10 @@ def riga_richiesta(r: Risultato, larghezza: int = 1) -> str:
     inizio_riga = f"  req {r.indice:>{larghezza}}: {r.latenza:6.2f} s"
     if not r.riuscita:
         return f"{inizio_riga}   errore: {r.errore}"
-    stima = "~" if r.oltre is not None and r.oltre.token_stimati else ""  # --stream without usage
+    stima = "~" if extra(r).token_stimati else ""  # --stream without usage
     riga = f"{inizio_riga} {stima + fmt(r.token, 'd'):>4} token  ({fmt(r.tps, '.1f')} t/s nel proprio slot)"
-    if r.oltre is not None and r.oltre.chunk_s:  # --stream: the first chunk with text, see "Oltre il lab"
-        riga += f"  primo token {r.oltre.chunk_s[0]:.2f} s"
+    if extra(r).chunk_s:  # --stream: the first chunk with text, see "Oltre il lab"
+        riga += f"  primo token {extra(r).chunk_s[0]:.2f} s"
     return riga
 
 
@@ -521,7 +526,7 @@ def rapporto(prova: Prova) -> List[str]:
             righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
         elif e.server_andato:
             non_inviate.append(i)
-    parallele = str(piano.parallele) if piano.oltre is None else valore_parallele(piano)  # --ritmo's cap
+    parallele = f"{piano.parallele}" + (" (tetto predefinito)" if extra(piano).tetto_predefinito else "")  # --ritmo's cap
     if e.server_andato is None:
         return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
     for indici, una, molte, perche in (
@@ -635,7 +640,7 @@ class Sessione:
         """A client for the server at --url, and what the server says about itself."""
         o = self.opzioni
         client = Client(o.url, o.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
-        info = interroga_server(client, o.attesa_pronto, sys.stderr, con_props=bool(o.oltre and o.oltre.file_json))
+        info = interroga_server(client, o.attesa_pronto, con_props=bool(extra(o).file_json))
         for avviso in info.avvisi:
             nota(avviso)
         return client, info._replace(kv_unificata=bool(configurazione and configurazione.kv_unificata))
@@ -670,11 +675,10 @@ class Sessione:
 # What keeps the tool honest when things go wrong: a server still loading, HTTP with a deadline,
 # Ctrl+C, a busy machine, flags checked. (Its errors: after the banner; said in Italian: at the end.)
 
-def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[ServerAvviato] = None,
-                   timer=time.monotonic) -> None:
+def aspetta_pronto(client: Client, attesa: float, avviato: Optional[ServerAvviato] = None) -> None:
     """Ask /health until the server is ready, up to `attesa` seconds: 503 means it is still loading its
     model; no answer, down (or, just started by --avvia, not listening yet); 401, the key is missing."""
-    inizio = timer()
+    inizio = time.monotonic()
     avvisato = None  # when the user was last told that we wait
     while True:
         if avviato is not None:
@@ -687,10 +691,10 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[Serv
             risposta = None  # just started: not listening yet
         if risposta is not None and risposta.status == 401:
             raise ErroreUtente(messaggio_chiave(client))
-        passati = timer() - inizio
+        passati = time.monotonic() - inizio
         if risposta is not None and risposta.status != 503:
             if avvisato is not None:
-                print(f"server pronto in {passati:.1f} s", file=stderr, flush=True)
+                print(f"server pronto in {passati:.1f} s", file=sys.stderr, flush=True)
             return
         if passati >= attesa:
             ancora = f": risponde ancora {descrivi_errore_http(risposta)}" if risposta is not None else ""
@@ -699,7 +703,7 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[Serv
             raise ErroreUtente(f"il server {client.base} non è pronto dopo {attesa:g} s (--attesa){ancora}{perche}")
         if avvisato is None or passati - avvisato >= 10:  # at first, then every 10 s
             print(f"il server {client.base} sta caricando il modello: attendo fino a {attesa:g} s..."
-                  if avvisato is None else f"  attendo ancora il server... {passati:.0f} s", file=stderr, flush=True)
+                  if avvisato is None else f"  attendo ancora il server... {passati:.0f} s", file=sys.stderr, flush=True)
             avvisato = passati
         time.sleep(0.25)
 
@@ -1470,11 +1474,11 @@ class OpzioniOltre(NamedTuple):
     capacita: Optional[float] = None  # --capacita: the share of requests (%) that must meet --slo
 
 
-VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: EsecuzioneOltre()}
+VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: EsecuzioneOltre(), Opzioni: OpzioniOltre()}
 
 
 def extra(record):
-    """The extras' record of a lab record (Piano, Risultato, Esecuzione): its `oltre` field, or one
+    """The extras' record of a lab record (Piano, Risultato, Esecuzione, Opzioni): its `oltre` field, or one
     with every default where the lab's own run left it None."""
     return record.oltre if record.oltre is not None else VUOTI[type(record)]
 
@@ -1652,7 +1656,7 @@ class SessioneOltre:
                 if any(extra(p).prompt_token or extra(p).prefisso for p in sessione.piani) and not extra(sessione.piani[0]).pezzi:
                     sessione.piani = con_pezzi(client, sessione.piani)  # exact prompts, on the server's tokenizer
                 if o.riscaldamento:
-                    riscalda(client, sessione.piani[0], o.riscaldamento, sys.stderr)
+                    riscalda(client, sessione.piani[0], o.riscaldamento)
                 if o.capacita is not None:  # the rates are chosen as it goes: see "--capacita"
                     Capacita(self, client, info, decisa).cerca()
                     continue
@@ -1675,7 +1679,7 @@ class SessioneOltre:
             yield None
             return
         url = self.sessione.opzioni
-        with ServerAvviato(self.opzioni.avvia, configurazione, url.url, url.attesa_pronto, sys.stderr) as server:
+        with ServerAvviato(self.opzioni.avvia, configurazione, url.url, url.attesa_pronto) as server:
             self.avviato = server
             deciso = server.decisioni()
             print(riga_decisioni(configurazione, deciso), flush=True)
@@ -1794,9 +1798,9 @@ def note(prova: Prova) -> List[str]:
         testi.append(f"{quante(chiave, 'richiesta rifiutata', 'richieste rifiutate')} con HTTP 401: il server vuole "
                      "una chiave API; passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY (se l'hai già "
                      "passata, controllala)")
-    dalla_cache = [r for r in e.risultati if r.oltre is not None and r.oltre.token_cache]
+    dalla_cache = [r for r in e.risultati if extra(r).token_cache]
     if dalla_cache and not (extra(prova.piano).turni or extra(prova.piano).prefisso is not None):  # the cache as the experiment
-        testi.append(f"il server ha preso dalla cache {sum(r.oltre.token_cache for r in dalla_cache)} token di prompt "
+        testi.append(f"il server ha preso dalla cache {sum(extra(r).token_cache for r in dalla_cache)} token di prompt "
                     f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
                     "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
                     "Riavvia il server prima di ripetere la prova")
@@ -1808,7 +1812,7 @@ def note(prova: Prova) -> List[str]:
 
 def fermate_prima(prova: Prova) -> List[Risultato]:
     """The successful requests the model ended before --token (finish_reason `stop`: EOS or a stop word)."""
-    return [r for r in prova.esecuzione.riuscite if r.oltre is not None and r.oltre.finish_reason == "stop"
+    return [r for r in prova.esecuzione.riuscite if extra(r).finish_reason == "stop"
             and r.token is not None and r.token < prova.piano.max_token]
 
 
@@ -1818,7 +1822,7 @@ def frase_fermate(prova: Prova) -> str:
     frase = (f"{quante(len(corte), 'richiesta', 'richieste')} su {len(prova.esecuzione.risultati)} "
              f"{'si è fermata' if len(corte) == 1 else 'si sono fermate'} prima di --token {piano.max_token} "
              f"(finish_reason stop, {min(r.token for r in corte)}-{max(r.token for r in corte)} token)")
-    if piano.oltre is not None and piano.oltre.esatti:
+    if extra(piano).esatti:
         return frase + ": il server non rispetta ignore_eos (--esatti)"
     return (frase + ": il throughput conta i token generati davvero, e non si confronta con prove che arrivano a "
             "--token; " + ("--esatti li fa generare tutti" if prova.info.llama_cpp is not False else
@@ -2331,7 +2335,7 @@ class Programma:
     def __init__(self, piano: Piano, primo_prompt: int):
         self.piano, self.primo_prompt = piano, primo_prompt
 
-    def lancia(self, futuri: list, esecutore, client: Client, t0: float, timer) -> EsecuzioneOltre:
+    def lancia(self, futuri: list, esecutore, client: Client, t0: float) -> EsecuzioneOltre:
         """Submit each request at its time, appending its future to `futuri`, until --richieste or
         --durata ends. Each wait runs to the planned time measured from t0, so one late send does not
         push back the ones after it: the schedule is kept on the clock."""
@@ -2344,30 +2348,30 @@ class Programma:
         for i, previsto in enumerate(tempi):
             if i == piano.richieste or (previsto is not None and durata is not None and previsto >= durata):
                 break
-            if previsto is not None and client.annullato.wait(max(0.0, t0 + previsto - timer())):
+            if previsto is not None and client.annullato.wait(max(0.0, t0 + previsto - time.perf_counter())):
                 break  # the server went away (Ctrl+C interrupts the wait itself)
             # --durata is a promise: no request leaves after it, and no wait for a place lasts past it
             preso = posti.acquire(blocking=False)
             trattenuta = not preso and previsto is not None
             if not preso:  # --parallele already in flight: wait for a place
-                preso = posti.acquire(timeout=None if durata is None else max(0.0, t0 + durata - timer()))
-            if client.annullato.is_set() or not preso or (i and durata is not None and timer() - t0 >= durata):
+                preso = posti.acquire(timeout=None if durata is None else max(0.0, t0 + durata - time.perf_counter()))
+            if client.annullato.is_set() or not preso or (i and durata is not None and time.perf_counter() - t0 >= durata):
                 if preso:
                     posti.release()
                 if previsto is not None and not client.annullato.is_set():  # what the cap kept from the schedule
                     non_inviate = 1 + sum(1 for _ in itertools.takewhile(lambda t: t < durata, tempi))
                 break
-            futuro = esecutore.submit(self.invia_al_tempo, client, i, previsto, t0, timer)
+            futuro = esecutore.submit(self.invia_al_tempo, client, i, previsto, t0)
             futuro.add_done_callback(lambda _: posti.release())
             futuri.append(futuro)
-            ultimo, trattenute = timer() - t0, trattenute + trattenuta
+            ultimo, trattenute = time.perf_counter() - t0, trattenute + trattenuta
         return EsecuzioneOltre(trattenute, ultimo, non_inviate)
 
-    def invia_al_tempo(self, client: Client, indice: int, previsto: Optional[float], t0: float, timer) -> Risultato:
+    def invia_al_tempo(self, client: Client, indice: int, previsto: Optional[float], t0: float) -> Risultato:
         """One request, its prompt made here, as it leaves: never all of them alive at once (and the
         scheduler's thread only keeps the time)."""
         domanda, lunghezza = domanda_di(indice, self.piano, self.primo_prompt)
-        r = invia(client, indice, domanda, self.piano.timeout, t0, timer)
+        r = invia(client, indice, domanda, self.piano.timeout, t0)
         return r._replace(oltre=extra(r)._replace(previsto=previsto, prompt_esatto=lunghezza))
 
 
@@ -2645,13 +2649,13 @@ def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], 
     return len(buone), quota, len(buone) / totale, None if token is None else token / totale, dal_previsto
 
 
-def riscalda(client: Client, piano: Piano, n: int, stderr) -> None:
+def riscalda(client: Client, piano: Piano, n: int) -> None:
     """--riscaldamento: n requests before the measured ones, with prompts of their own (or the
     --prompt-file one), left out of every figure."""
     import concurrent.futures
 
     print(f"riscaldamento: {quante(n, 'richiesta', 'richieste')} prima della prova, escluse dalle cifre",
-          file=stderr, flush=True)
+          file=sys.stderr, flush=True)
     testo = extra(piano).testo
     domande = [domanda_chat(testo if testo is not None else f"(riscaldamento {i + 1}) {prompt_per(i)}", piano)
                for i in range(n)]
@@ -2768,9 +2772,8 @@ def riga_tabella(prova: Prova, dopo_np: str, latenza, latenza_max, throughput) -
     """A row of the deliverable's table: the server of `prova` (and `dopo_np` beside its np), then the figures;
     with --avvia, the KV cache it allocated."""
     c = prova.configurazione
-    np = c.etichetta if c else fmt(prova.info.n_slot, "d")
     kv = f" {fmt(c.deciso.kv_mib if c.deciso else None, '.2f')} |" if c else ""
-    return (f"| {np}{dopo_np} | {fmt(prova.info.n_ctx_slot, 'd')} |{kv} {fmt(latenza, '.2f s')} | "
+    return (f"| {fmt(prova.np, 's')}{dopo_np} | {fmt(prova.info.n_ctx_slot, 'd')} |{kv} {fmt(latenza, '.2f s')} | "
             f"{fmt(latenza_max, '.2f s')} | {fmt(throughput, '.2f token/s')} |")
 
 
@@ -2831,17 +2834,11 @@ def valore_di(chiave: str, piano: Piano, configurazione: Optional[Configurazione
 
 
 def valore_numerico(chiave: str, piano: Piano):
-    """A plan's value of a flag that takes a list: parallele, token or ritmo."""
-    if chiave == "prompt":  # --prompt-token: a list is of single lengths
-        return extra(piano).prompt_token and extra(piano).prompt_token[0]
-    if chiave == "prefisso":
-        return extra(piano).prefisso
-    return {"parallele": piano.parallele, "token": piano.max_token, "ritmo": extra(piano).ritmo}[chiave]
-
-
-def valore_parallele(piano: Piano) -> str:
-    """The cap beside the lab's `parallele=`: with --ritmo nobody asked for the default one."""
-    return f"{piano.parallele}" + (" (tetto predefinito)" if extra(piano).tetto_predefinito else "")
+    """A plan's value of a flag that takes a list: parallele, token, ritmo, prompt (--prompt-token: a list is
+    of single lengths) or prefisso."""
+    oltre = extra(piano)
+    return {"parallele": piano.parallele, "token": piano.max_token, "ritmo": oltre.ritmo,
+            "prompt": oltre.prompt_token and oltre.prompt_token[0], "prefisso": oltre.prefisso}[chiave]
 
 
 def variate(piani: List[Piano]) -> List[str]:
@@ -3984,9 +3981,8 @@ def testo_csv(prove: List[Prova]) -> str:
     scrittore = csv.DictWriter(uscita, CAMPI_CSV, extrasaction="ignore", lineterminator="\n")
     scrittore.writeheader()
     for n, prova in enumerate(prove, 1):
-        np = prova.configurazione.etichetta if prova.configurazione else prova.info.n_slot
         for r in prova.esecuzione.risultati:
-            scrittore.writerow({"prova": n, "np": np, "parallele": prova.piano.parallele, "max_token": prova.piano.max_token,
+            scrittore.writerow({"prova": n, "np": prova.np, "parallele": prova.piano.parallele, "max_token": prova.piano.max_token,
                                 "ritmo": extra(prova.piano).ritmo, "interrotta": prova.esecuzione.interruzione is not None,
                                 **riga_dati(r)})
     return uscita.getvalue()
@@ -4002,7 +3998,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
         "griglia": {v: sorted({valore_numerico(v, p) for p in piani}) for v in variate(piani)},
         "prompt_file": extra(piani[0]).testo is not None,
         "prove": [{
-            "np": p.configurazione.etichetta if p.configurazione else None,
+            "np": p.configurazione and p.np,  # None: the server at --url
             "piano": {k: v for k, v in dati_piano(p.piano).items() if k != "oltre"},
             "punto": {v: valore_numerico(v, p.piano) for v in variate(piani)},
             "latenza_p90_s": latenza_p90(p),
@@ -4257,7 +4253,7 @@ class ServerAvviato:
     """`COMMAND -np N --host H --port P`, started and waited for; always stopped on exit (success,
     error, Ctrl+C, a server that dies), with the tail of its log shown when it fails."""
 
-    def __init__(self, comando: List[str], configurazione: Configurazione, url: str, attesa: float, stderr):
+    def __init__(self, comando: List[str], configurazione: Configurazione, url: str, attesa: float):
         parti = urllib.parse.urlsplit(url)
         # -lv 4: this llama.cpp writes the KV cache it allocated in its log only from verbosity 4 on. The
         # log's cost, measured on b11434: about 30 lines a request (7 at -lv 3), none per token.
@@ -4265,7 +4261,7 @@ class ServerAvviato:
             "-lv", "4"]
         self.argomenti = comando + configurazione.argomenti() + verbosita + [
             "--host", parti.hostname, "--port", str(parti.port or 80)]
-        self.configurazione, self.url, self.attesa, self.stderr = configurazione, url, attesa, stderr
+        self.configurazione, self.url, self.attesa = configurazione, url, attesa
         self.log = None  # its stdout and stderr, in a temporary file created when it starts
         self.proc = None  # subprocess.Popen
 
@@ -4290,7 +4286,7 @@ class ServerAvviato:
             raise ErroreUtente(f"su {self.url} risponde già un server: fermalo, o scegli un'altra porta con --url")
         except ErroreRete:
             pass  # nothing there: the port is ours
-        print(f"avvio: {shlex.join(self.argomenti)}", file=self.stderr, flush=True)
+        print(f"avvio: {shlex.join(self.argomenti)}", file=sys.stderr, flush=True)
         self.log = tempfile.NamedTemporaryFile(prefix="carico-server-", suffix=".log", delete=False)
         if os.name == "posix":
             # Its own session: the terminal's Ctrl+C reaches carico.py, which stops the server itself.
@@ -4302,7 +4298,7 @@ class ServerAvviato:
                                          stderr=subprocess.STDOUT, **gruppo)
         except OSError as exc:
             raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {perche_os(exc)}") from None
-        aspetta_pronto(client, self.attesa, self.stderr, avviato=self)
+        aspetta_pronto(client, self.attesa, avviato=self)
 
     def controlla(self, quando: str, attesa: float = 0.0) -> None:
         """An ErroreUtente with the tail of its log if the server has exited (within `attesa` seconds);
@@ -4672,7 +4668,7 @@ class Conversazioni:
         testo = PROMPTS[(utente + turno) % len(PROMPTS)]
         return {"role": "user", "content": f"(utente {self.primo_prompt + utente}, domanda {turno + 1}) {testo}"}
 
-    def lancia(self, futuri: list, esecutore, client: Client, t0: float, timer) -> EsecuzioneOltre:
+    def lancia(self, futuri: list, esecutore, client: Client, t0: float) -> EsecuzioneOltre:
         """Send each conversation's first turn, then each next one as soon as the previous is answered,
         appending every turn's future to `futuri` (indices in the order they leave)."""
         import concurrent.futures
@@ -4682,7 +4678,7 @@ class Conversazioni:
 
         def manda(utente: int, turno: int, messaggi: list) -> None:
             domanda = {**domanda_chat("", piano), "messages": messaggi, "cache_prompt": True}
-            futuro = esecutore.submit(self.invia_turno, client, len(futuri), domanda, utente, turno, t0, timer)
+            futuro = esecutore.submit(self.invia_turno, client, len(futuri), domanda, utente, turno, t0)
             futuri.append(futuro)
             storie[futuro] = (utente, turno, messaggi)
 
@@ -4701,9 +4697,8 @@ class Conversazioni:
                     in_corso.add(futuri[-1])
         return EsecuzioneOltre()
 
-    def invia_turno(self, client: Client, indice: int, domanda: dict, utente: int, turno: int, t0: float,
-                    timer) -> Risultato:
-        r = invia(client, indice, domanda, self.piano.timeout, t0, timer)
+    def invia_turno(self, client: Client, indice: int, domanda: dict, utente: int, turno: int, t0: float) -> Risultato:
+        r = invia(client, indice, domanda, self.piano.timeout, t0)
         return r._replace(oltre=extra(r)._replace(conversazione=utente, turno=turno + 1))
 
 
@@ -5183,7 +5178,7 @@ def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Conf
     comando, misurate, perche = con_contesto(opzioni.oltre.avvia, CONVERSAZIONI_RAM * TOKEN_RAM), [], ""
     for configurazione in SERVER_RAM:
         try:
-            with ServerAvviato(comando, configurazione, opzioni.url, opzioni.attesa_pronto, sys.stderr) as server:
+            with ServerAvviato(comando, configurazione, opzioni.url, opzioni.attesa_pronto) as server:
                 misurate.append((configurazione, server.decisioni()))
         except ErroreUtente as exc:
             misurate.append((configurazione, None))
