@@ -526,7 +526,9 @@ def rapporto(prova: Prova) -> List[str]:
             righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
         elif e.server_andato:
             non_inviate.append(i)
-    parallele = f"{piano.parallele}" + (" (tetto predefinito)" if extra(piano).tetto_predefinito else "")  # --ritmo's cap
+    parallele = f"{piano.parallele}"
+    if extra(piano).tetto_predefinito:  # --ritmo's cap, which nobody asked for: see "Oltre il lab"
+        parallele += " (tetto predefinito)"
     if e.server_andato is None:
         return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
     for indici, una, molte, perche in (
@@ -1176,11 +1178,9 @@ def lista_di(converti):
 
 
 def token_o_intervallo(testo: str):
-    """--token: N, or MIN-MAX (each request's max_tokens drawn between the two, by --seme)."""
-    return intervallo_token(testo) if "-" in testo.lstrip("-") else intero_positivo(testo)  # 32-32: a range of one
-
-
-def intervallo_token(testo: str) -> Tuple[int, int]:
+    """--token: N, or MIN-MAX (each request's max_tokens drawn between the two, by --seme); 32-32: a range of one."""
+    if "-" not in testo.lstrip("-"):
+        return intero_positivo(testo)
     da, _, a = testo.partition("-")
     if not (da.isdigit() and a.isdigit()):
         raise argparse.ArgumentTypeError(f"'{testo}' non è un intervallo di token (per esempio 16-64)")
@@ -1239,7 +1239,7 @@ def obiettivi_slo(testo: str) -> Dict[str, float]:
         if chiave not in CHIAVI_SLO or not uguale:
             raise argparse.ArgumentTypeError(f"'{voce.strip()}' non è un obiettivo: usa latenza=S, ttft=S o tpot=S "
                                              "(secondi), per esempio latenza=5,ttft=1,tpot=0.1")
-        obiettivi[chiave] = positivo(float, "un numero di secondi")(valore.strip())
+        obiettivi[chiave] = secondi_positivi(valore.strip())
     return obiettivi
 
 
@@ -1497,11 +1497,15 @@ def campi_oltre(piano: PianoOltre) -> dict:
     return campi
 
 
+def opzioni_date(parser: argparse.ArgumentParser, a: argparse.Namespace) -> set:
+    """The flags given, as typed (--prompt-file): those whose value is not their default."""
+    return {"--" + k.replace("_", "-") for k, v in vars(a).items() if v != parser.get_default(k)}
+
+
 def oltre_il_lab(parser: argparse.ArgumentParser, a: argparse.Namespace) -> bool:
     """Whether the flags ask for more than the lab's one run: a flag beyond its four, or a list of values."""
-    diverse = [k for k, v in vars(a).items() if k not in ("url", "richieste", "parallele", "token")
-               and v != parser.get_default(k)]
-    return bool(diverse) or len(a.parallele or [4]) > 1 or len(a.token) > 1 or not isinstance(a.token[0], int)
+    liste = len(a.parallele or [4]) > 1 or len(a.token) > 1 or not isinstance(a.token[0], int)
+    return liste or bool(opzioni_date(parser, a) - {"--url", "--richieste", "--parallele", "--token"})
 
 
 # Flags that do not go together: (a flag, the flags it excludes, what to say of the first of them given: {}).
@@ -1546,10 +1550,9 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         # means Poisson): then the rate sent is the rate asked
         a.ritmo = a.ritmo or [1.0]
         a.arrivi = a.arrivi or ("poisson" if a.seme is not None else "costanti")
-    date = {f"--{k.replace('_', '-')}": v for k, v in vars(a).items() if v is not None}
-    date["--token MIN-MAX"] = minimo
+    date = opzioni_date(parser, a) | ({"--token MIN-MAX"} if minimo is not None else set())
     for opzione, escluse, messaggio in ESCLUSIONI:
-        altra = next((f for f in escluse if date.get(f) is not None), None)
+        altra = next((f for f in escluse if f in date), None)
         if opzione in date and altra:
             errore(messaggio.format(altra))
     a_caso = minimo is not None or bool(a.prompt_token) and a.prompt_token[0][0] != a.prompt_token[0][1]  # by --seme
@@ -2355,7 +2358,8 @@ class Programma:
             trattenuta = not preso and previsto is not None
             if not preso:  # --parallele already in flight: wait for a place
                 preso = posti.acquire(timeout=None if durata is None else max(0.0, t0 + durata - time.perf_counter()))
-            if client.annullato.is_set() or not preso or (i and durata is not None and time.perf_counter() - t0 >= durata):
+            finita = i and durata is not None and time.perf_counter() - t0 >= durata
+            if client.annullato.is_set() or not preso or finita:
                 if preso:
                     posti.release()
                 if previsto is not None and not client.annullato.is_set():  # what the cap kept from the schedule
