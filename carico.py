@@ -245,9 +245,9 @@ ANNULLATA = "annullata (interruzione)"  # the error of a request closed by Ctrl+
 
 # 3. What the server says about itself, and the /slots sampler ################################
 
-def interroga_server(client: Client, attesa: float, con_props: bool = False) -> InfoServer:
+def interroga_server(client: Client, attesa: float, stderr, con_props: bool = False) -> InfoServer:
     """Before any load: is the server ready, how many slots of what context, can /slots and /metrics be read."""
-    aspetta_pronto(client, attesa)
+    aspetta_pronto(client, attesa, stderr)
     risposta = chiedi(client, "/slots")
     slots = lista_slot(leggi_json(risposta.corpo)) if risposta.status == 200 else None
     info = InfoServer(len(slots), numero(slots[0].get("n_ctx"), int), conta_occupati(slots) is not None,
@@ -642,7 +642,7 @@ class Sessione:
         """A client for the server at --url, and what the server says about itself."""
         o = self.opzioni
         client = Client(o.url, o.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
-        info = interroga_server(client, o.attesa_pronto, con_props=bool(extra(o).file_json))
+        info = interroga_server(client, o.attesa_pronto, sys.stderr, con_props=bool(extra(o).file_json))
         for avviso in info.avvisi:
             nota(avviso)
         return client, info._replace(kv_unificata=bool(configurazione and configurazione.kv_unificata))
@@ -677,7 +677,7 @@ class Sessione:
 # What keeps the tool honest when things go wrong: a server still loading, HTTP with a deadline,
 # Ctrl+C, a busy machine, flags checked. (Its errors: after the banner; said in Italian: at the end.)
 
-def aspetta_pronto(client: Client, attesa: float, avviato: Optional[ServerAvviato] = None) -> None:
+def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[ServerAvviato] = None) -> None:
     """Ask /health until the server is ready, up to `attesa` seconds: 503 means it is still loading its
     model; no answer, down (or, just started by --avvia, not listening yet); 401, the key is missing."""
     inizio = time.monotonic()
@@ -696,7 +696,7 @@ def aspetta_pronto(client: Client, attesa: float, avviato: Optional[ServerAvviat
         passati = time.monotonic() - inizio
         if risposta is not None and risposta.status != 503:
             if avvisato is not None:
-                print(f"server pronto in {passati:.1f} s", file=sys.stderr, flush=True)
+                print(f"server pronto in {passati:.1f} s", file=stderr, flush=True)
             return
         if passati >= attesa:
             ancora = f": risponde ancora {descrivi_errore_http(risposta)}" if risposta is not None else ""
@@ -705,7 +705,7 @@ def aspetta_pronto(client: Client, attesa: float, avviato: Optional[ServerAvviat
             raise ErroreUtente(f"il server {client.base} non è pronto dopo {attesa:g} s (--attesa){ancora}{perche}")
         if avvisato is None or passati - avvisato >= 10:  # at first, then every 10 s
             print(f"il server {client.base} sta caricando il modello: attendo fino a {attesa:g} s..."
-                  if avvisato is None else f"  attendo ancora il server... {passati:.0f} s", file=sys.stderr, flush=True)
+                  if avvisato is None else f"  attendo ancora il server... {passati:.0f} s", file=stderr, flush=True)
             avvisato = passati
         time.sleep(0.25)
 
@@ -1682,7 +1682,7 @@ class SessioneOltre:
             yield None
             return
         url = self.sessione.opzioni
-        with ServerAvviato(self.opzioni.avvia, configurazione, url.url, url.attesa_pronto) as server:
+        with ServerAvviato(self.opzioni.avvia, configurazione, url.url, url.attesa_pronto, sys.stderr) as server:
             self.avviato = server
             deciso = server.decisioni()
             print(riga_decisioni(configurazione, deciso), flush=True)
@@ -4257,7 +4257,7 @@ class ServerAvviato:
     """`COMMAND -np N --host H --port P`, started and waited for; always stopped on exit (success,
     error, Ctrl+C, a server that dies), with the tail of its log shown when it fails."""
 
-    def __init__(self, comando: List[str], configurazione: Configurazione, url: str, attesa: float):
+    def __init__(self, comando: List[str], configurazione: Configurazione, url: str, attesa: float, stderr):
         parti = urllib.parse.urlsplit(url)
         # -lv 4: this llama.cpp writes the KV cache it allocated in its log only from verbosity 4 on. The
         # log's cost, measured on b11434: about 30 lines a request (7 at -lv 3), none per token.
@@ -4265,7 +4265,7 @@ class ServerAvviato:
             "-lv", "4"]
         self.argomenti = comando + configurazione.argomenti() + verbosita + [
             "--host", parti.hostname, "--port", str(parti.port or 80)]
-        self.configurazione, self.url, self.attesa = configurazione, url, attesa
+        self.configurazione, self.url, self.attesa, self.stderr = configurazione, url, attesa, stderr
         self.log = None  # its stdout and stderr, in a temporary file created when it starts
         self.proc = None  # subprocess.Popen
 
@@ -4290,7 +4290,7 @@ class ServerAvviato:
             raise ErroreUtente(f"su {self.url} risponde già un server: fermalo, o scegli un'altra porta con --url")
         except ErroreRete:
             pass  # nothing there: the port is ours
-        print(f"avvio: {shlex.join(self.argomenti)}", file=sys.stderr, flush=True)
+        print(f"avvio: {shlex.join(self.argomenti)}", file=self.stderr, flush=True)
         self.log = tempfile.NamedTemporaryFile(prefix="carico-server-", suffix=".log", delete=False)
         if os.name == "posix":
             # Its own session: the terminal's Ctrl+C reaches carico.py, which stops the server itself.
@@ -4302,7 +4302,7 @@ class ServerAvviato:
                                          stderr=subprocess.STDOUT, **gruppo)
         except OSError as exc:
             raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {perche_os(exc)}") from None
-        aspetta_pronto(client, self.attesa, avviato=self)
+        aspetta_pronto(client, self.attesa, self.stderr, avviato=self)
 
     def controlla(self, quando: str, attesa: float = 0.0) -> None:
         """An ErroreUtente with the tail of its log if the server has exited (within `attesa` seconds);
@@ -5182,7 +5182,7 @@ def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Conf
     comando, misurate, perche = con_contesto(opzioni.oltre.avvia, CONVERSAZIONI_RAM * TOKEN_RAM), [], ""
     for configurazione in SERVER_RAM:
         try:
-            with ServerAvviato(comando, configurazione, opzioni.url, opzioni.attesa_pronto) as server:
+            with ServerAvviato(comando, configurazione, opzioni.url, opzioni.attesa_pronto, sys.stderr) as server:
                 misurate.append((configurazione, server.decisioni()))
         except ErroreUtente as exc:
             misurate.append((configurazione, None))
