@@ -1550,10 +1550,10 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         # means Poisson): then the rate sent is the rate asked
         a.ritmo = a.ritmo or [1.0]
         a.arrivi = a.arrivi or ("poisson" if a.seme is not None else "costanti")
-    date = opzioni_date(parser, a) | ({"--token MIN-MAX"} if minimo is not None else set())
+    presenti = opzioni_date(parser, a) | ({"--token MIN-MAX"} if minimo is not None else set())
     for opzione, escluse, messaggio in ESCLUSIONI:
-        altra = next((f for f in escluse if f in date), None)
-        if opzione in date and altra:
+        altra = next((f for f in escluse if f in presenti), None)
+        if opzione in presenti and altra:
             errore(messaggio.format(altra))
     a_caso = minimo is not None or bool(a.prompt_token) and a.prompt_token[0][0] != a.prompt_token[0][1]  # by --seme
     if a.ritmo is None and (a.arrivi is not None or a.seme is not None and not a_caso):
