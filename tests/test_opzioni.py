@@ -101,3 +101,27 @@ def test_prompt_file_letto():
         f.write("  Il passo 4 del lab.\n")
     piani, _ = carico.analizza_argomenti(["--prompt-file", f.name])
     assert piani[0].oltre.testo == "Il passo 4 del lab."
+
+
+# One np label ################################################################################
+
+@pytest.mark.parametrize("configurazione,n_slot,tabella,csv,json_", [
+    (carico.Configurazione(4, True), 4, "4 kv", "4 kv", "4 kv"),  # --avvia: the -np it started the server with
+    (carico.Configurazione(-1), 4, "auto", "auto", "auto"),
+    (None, 2, "2", "2", None),  # the server at --url: the slots it said it has; the file keeps null
+    (None, None, "n/d", "", None),  # nor those
+])
+def test_la_stessa_etichetta_di_np_in_tabella_csv_e_json(configurazione, n_slot, tabella, csv, json_):
+    import json
+
+    r = carico.Risultato(0, 0.0, 1.0, 8, 10.0, 50.0, 700.0)
+    prova = carico.Prova(carico.InfoServer(n_slot, 1024, True), carico.Esecuzione([r], [], 1), carico.Piano(1, 1, 8),
+                         configurazione)
+    assert carico.riga_prova(prova).startswith(f"| {tabella} | 1024 |")
+    assert carico.testo_csv([prova]).splitlines()[1].startswith(f"1,{csv},1,8,")
+    assert json.loads(carico.testo_json([prova], [prova.piano], "http://x"))["prove"][0]["np"] == json_
+
+
+def test_extra_di_opzioni_senza_extra():
+    assert carico.extra(carico.Opzioni()) == carico.OpzioniOltre()
+    assert carico.extra(carico.Opzioni(oltre=carico.OpzioniOltre(ripeti=2))).ripeti == 2
