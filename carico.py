@@ -151,14 +151,6 @@ class Prova(NamedTuple):
     def riepilogo(self) -> Riepilogo:
         return riassumi(self.esecuzione, self.info.n_slot)
 
-    @property
-    def np(self) -> Optional[str]:
-        """Its slots as the tables and files label them: -np as --avvia started the server (`4 kv`, `auto`),
-        else the slots the server said it has."""
-        if self.configurazione is not None:
-            return self.configurazione.etichetta
-        return None if self.info.n_slot is None else str(self.info.n_slot)
-
 
 # 2. One request ################################################################################
 
@@ -526,9 +518,8 @@ def rapporto(prova: Prova) -> List[str]:
             righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
         elif e.server_andato:
             non_inviate.append(i)
-    parallele = f"{piano.parallele}"
-    if extra(piano).tetto_predefinito:  # --ritmo's cap, which nobody asked for: see "Oltre il lab"
-        parallele += " (tetto predefinito)"
+    tetto = " (tetto predefinito)" if extra(piano).tetto_predefinito else ""  # --ritmo's cap: see "Oltre il lab"
+    parallele = f"{piano.parallele}{tetto}"
     if e.server_andato is None:
         return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
     for indici, una, molte, perche in (
@@ -2772,12 +2763,20 @@ TESTA_TABELLA_AVVIA = [TESTA_TABELLA[0].replace(" n_ctx_slot |", " n_ctx_slot | 
 INTERROTTA = " (interrotta)"  # beside a run cut short, in every table: its figures miss the requests that did not end
 
 
+def etichetta_np(prova: Prova) -> Optional[str]:
+    """A run's np as the tables and files label it: -np as --avvia started its server (`4 kv`, `auto`), else
+    the slots the server said it has."""
+    if prova.configurazione is not None:
+        return prova.configurazione.etichetta
+    return None if prova.info.n_slot is None else str(prova.info.n_slot)
+
+
 def riga_tabella(prova: Prova, dopo_np: str, latenza, latenza_max, throughput) -> str:
     """A row of the deliverable's table: the server of `prova` (and `dopo_np` beside its np), then the figures;
     with --avvia, the KV cache it allocated."""
     c = prova.configurazione
     kv = f" {fmt(c.deciso.kv_mib if c.deciso else None, '.2f')} |" if c else ""
-    return (f"| {fmt(prova.np, 's')}{dopo_np} | {fmt(prova.info.n_ctx_slot, 'd')} |{kv} {fmt(latenza, '.2f s')} | "
+    return (f"| {fmt(etichetta_np(prova), 's')}{dopo_np} | {fmt(prova.info.n_ctx_slot, 'd')} |{kv} {fmt(latenza, '.2f s')} | "
             f"{fmt(latenza_max, '.2f s')} | {fmt(throughput, '.2f token/s')} |")
 
 
@@ -3986,7 +3985,7 @@ def testo_csv(prove: List[Prova]) -> str:
     scrittore.writeheader()
     for n, prova in enumerate(prove, 1):
         for r in prova.esecuzione.risultati:
-            scrittore.writerow({"prova": n, "np": prova.np, "parallele": prova.piano.parallele, "max_token": prova.piano.max_token,
+            scrittore.writerow({"prova": n, "np": etichetta_np(prova), "parallele": prova.piano.parallele, "max_token": prova.piano.max_token,
                                 "ritmo": extra(prova.piano).ritmo, "interrotta": prova.esecuzione.interruzione is not None,
                                 **riga_dati(r)})
     return uscita.getvalue()
@@ -4002,7 +4001,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
         "griglia": {v: sorted({valore_numerico(v, p) for p in piani}) for v in variate(piani)},
         "prompt_file": extra(piani[0]).testo is not None,
         "prove": [{
-            "np": p.configurazione and p.np,  # None: the server at --url
+            "np": p.configurazione and etichetta_np(p),  # None: the server at --url
             "piano": {k: v for k, v in dati_piano(p.piano).items() if k != "oltre"},
             "punto": {v: valore_numerico(v, p.piano) for v in variate(piani)},
             "latenza_p90_s": latenza_p90(p),
