@@ -422,11 +422,17 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
 MARGINE = 0.02  # seconds trimmed from each end of those intervals: the client reads an answer a little late
 
 
-def in_slot(r: Risultato) -> Optional[Tuple[float, float]]:
-    """When the server's slot worked on a request, from its timings (never before it was sent)."""
+def servizio(r: Risultato) -> Optional[float]:
+    """Seconds the server's slot spent on a request: its prompt_ms + predicted_ms."""
     if r.prompt_ms is None or r.predicted_ms is None:
         return None
-    return max(r.inizio, r.fine - (r.prompt_ms + r.predicted_ms) / 1000), r.fine
+    return (r.prompt_ms + r.predicted_ms) / 1000
+
+
+def in_slot(r: Risultato) -> Optional[Tuple[float, float]]:
+    """When the server's slot worked on a request, from its timings (never before it was sent)."""
+    tempo = servizio(r)
+    return None if tempo is None else (max(r.inizio, r.fine - tempo), r.fine)
 
 
 def accorcia(intervallo: Optional[Tuple[float, float]]) -> Optional[Tuple[float, float]]:
@@ -437,23 +443,33 @@ def accorcia(intervallo: Optional[Tuple[float, float]]) -> Optional[Tuple[float,
     return intervallo[0] + margine, intervallo[1] - margine
 
 
+def gradini(nello_slot: list, in_attesa: list = ()) -> List[Tuple[float, float, int, int]]:
+    """One pass over the server's intervals: (from, to, slots busy, requests waiting), a step from each time
+    where a count changes to the next; at one instant, what closes before what opens. None is no interval."""
+    eventi = sorted((t, passo, tipo) for tipo, intervalli in enumerate((nello_slot, in_attesa))
+                    for da, a in filter(None, intervalli) for t, passo in ((da, 1), (a, -1)))
+    aperti, passi = [0, 0], []
+    for (t, passo, tipo), (dopo, _, _) in zip(eventi, eventi[1:]):
+        aperti[tipo] += passo
+        if dopo > t:
+            passi.append((t, dopo, *aperti))
+    return passi
+
+
+def gradini_dai_tempi(ok: List[Risultato]) -> List[Tuple[float, float, int, int]]:
+    """The steps of the successful requests, each in its slot and, before, waiting for it (accorciati)."""
+    slot = [(r.inizio, i) for r, i in zip(ok, map(in_slot, ok)) if i]  # (sent, (start, end) in its slot)
+    return gradini([accorcia(i) for _, i in slot], [accorcia((inviata, i[0])) for inviata, i in slot])
+
+
 def picchi_dai_tempi(ok: List[Risultato], n_slot: Optional[int]) -> Tuple[Optional[int], Optional[int]]:
     """The most slots busy together (the largest overlap of the slot intervals, never above the slots) and
     the most requests waiting together while every slot was busy (with one free, the wait was HTTP)."""
-    slot = [(r.inizio, i) for r, i in zip(ok, map(in_slot, ok)) if i]  # (sent, (start, end) in its slot)
-    intervalli_di = ([i for _, i in slot], [(inviata, i[0]) for inviata, i in slot])  # in the slot; waiting
-    eventi = []  # (time, +1 opens or -1 closes, 0 for a slot or 1 for a wait)
-    for tipo, intervalli in enumerate(intervalli_di):
-        for da, a in filter(None, map(accorcia, intervalli)):
-            eventi += [(da, 1, tipo), (a, -1, tipo)]
-    if not eventi:
+    passi = gradini_dai_tempi(ok)
+    if not passi:
         return None, None
-    aperti, occupati, coda = [0, 0], 0, 0
-    for _, passo, tipo in sorted(eventi):  # at one instant, what closes before what opens
-        aperti[tipo] += passo
-        occupati = max(occupati, aperti[0])
-        if n_slot is None or aperti[0] >= n_slot:
-            coda = max(coda, aperti[1])
+    occupati = max(n for _, _, n, _ in passi)
+    coda = max((in_coda for _, _, n, in_coda in passi if n_slot is None or n >= n_slot), default=0)
     return (occupati if n_slot is None else min(occupati, n_slot)), coda
 
 
@@ -1969,13 +1985,6 @@ def cifra(client: Client, sock: socket.socket, scadenza: float) -> socket.socket
 
 # Where a request's time went: the server's own times ###########################################
 
-def servizio(r: Risultato) -> Optional[float]:
-    """Seconds the server's slot spent on a request: its prompt_ms + predicted_ms."""
-    if r.prompt_ms is None or r.predicted_ms is None:
-        return None
-    return (r.prompt_ms + r.predicted_ms) / 1000
-
-
 def attesa_dello_slot(r: Risultato) -> Optional[float]:
     """From the send to when its slot took it (in_slot): the wait in the queue, plus a few ms of HTTP."""
     slot = in_slot(r)
@@ -1984,16 +1993,14 @@ def attesa_dello_slot(r: Risultato) -> Optional[float]:
 
 def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int, float]:
     """Seconds each request waited while every slot was busy, from the server's timings: its time
-    in the queue, without the HTTP trip (the intervals as in picchi_dai_tempi)."""
-    eventi = sorted((t, passo) for r in ok for t, passo in zip(accorcia(in_slot(r)) or (), (1, -1)))
-    pieni, aperti, dal = [], 0, None  # the spans when every slot was busy
-    for t, passo in eventi:
-        aperti += passo
-        if dal is None and aperti >= (n_slot or 0):
-            dal = t
-        elif dal is not None and aperti < (n_slot or 0):
-            pieni.append((dal, t))
-            dal = None
+    in the queue, without the HTTP trip (the steps as in picchi_dai_tempi)."""
+    pieni = []  # the spans when every slot was busy
+    for da, a, occupati, _ in gradini_dai_tempi(ok):
+        if not n_slot or occupati < n_slot:
+            continue
+        if pieni and pieni[-1][1] == da:  # still full: the span goes on
+            da = pieni.pop()[0]
+        pieni.append((da, a))
     attese = {}
     for r in ok:
         slot = in_slot(r)
