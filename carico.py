@@ -3324,23 +3324,10 @@ class Scala(NamedTuple):
     y_a: float  # latency at the top; the bottom is 0
 
 
-def scala_curva(punti: List[Punto]) -> Optional[Scala]:
-    misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
-    if not misurati:
-        return None
-    x = [p.throughput for p in misurati]
-    y = max(max(p.latenza, p.latenza_p90 or 0) for p in misurati)
-    if min(x) > 0.5 * max(x):  # from 0, every point would sit in the right half: show a window around them,
-        # never narrower than a third of the largest value, so that a difference of noise stays small
-        margine = max(0.1 * (max(x) - min(x)), (max(x) / 3 - (max(x) - min(x))) / 2)
-        return Scala(max(0.0, min(x) - margine), max(x) + margine, y * 1.1 or 1.0)
-    return Scala(0.0, max(x) * 1.15 or 1.0, y * 1.1 or 1.0)
-
-
-def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> List[tuple]:
-    """What both renderers mark on the capacity curves, a curve per group: its title, its measured points
-    each with its first token's median (--stream), its verdict on saturation, and the point marked as
-    saturated (only when the verdict has no doubt)."""
+def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Tuple[Optional[Scala], List[tuple]]:
+    """What both renderers draw of the capacity curves: the axes they share (None: no point was measured)
+    and, a curve per group, its title, its measured points each with its first token's median (--stream),
+    its verdict on saturation, and the point marked as saturated (only when the verdict has no doubt)."""
     segni = []
     for titolo, punti in gruppi:
         misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
@@ -3348,7 +3335,16 @@ def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> List[tuple]
         verdetto = verdetto_saturazione(punti, asse)
         satura = verdetto.dopo if verdetto is not None and verdetto.dubbio is None else None
         segni.append((titolo, list(zip(misurati, ttft)), verdetto, satura))
-    return segni
+    misurati = [p for _, punti, _, _ in segni for p, _ in punti]
+    if not misurati:
+        return None, segni
+    x = [p.throughput for p in misurati]
+    y = max(max(p.latenza, p.latenza_p90 or 0) for p in misurati)
+    if min(x) > 0.5 * max(x):  # from 0, every point would sit in the right half: show a window around them,
+        # never narrower than a third of the largest value, so that a difference of noise stays small
+        margine = max(0.1 * (max(x) - min(x)), (max(x) / 3 - (max(x) - min(x))) / 2)
+        return Scala(max(0.0, min(x) - margine), max(x) + margine, y * 1.1 or 1.0), segni
+    return Scala(0.0, max(x) * 1.15 or 1.0, y * 1.1 or 1.0), segni
 
 
 def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, str], frasi: bool = True,
@@ -3356,7 +3352,7 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
     """The capacity curves in the terminal, all on the same axes: aggregate throughput across,
     latency up; each point's mean latency (with its value of the axis beside it) and its p90, the
     saturation marked. With several curves, each has its letter."""
-    scala = scala_curva([p for _, g in gruppi for p in g])
+    scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return ["curva di capacità: nessun punto misurato"]
     colonne = larghezza - 9
@@ -3369,7 +3365,6 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
             tela[riga][col + k] = carattere
 
     lettere = "abcdefghijklmnopqrstuvwxyz" if len(gruppi) > 1 else ""
-    segni = segni_curva(asse, gruppi)
     for n, (titolo, punti, verdetto, satura) in enumerate(segni):
         for p, ttft in punti:
             if ttft is not None:
@@ -3378,7 +3373,9 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
                 metti(p.throughput, p.latenza_p90, marche["p90"])
         for p, _ in punti:
             marca = lettere[n % 26] if lettere else marche["media"]
-            metti(p.throughput, p.latenza, (marche["saturazione"] if p is satura else marca) + valore_punto(p, asse))
+            if p is satura:
+                marca = marche["saturazione"]
+            metti(p.throughput, p.latenza, marca + valore_punto(p, asse))
     con_ttft = any(ttft is not None for _, punti, _, _ in segni for _, ttft in punti)
     sature = [(titolo, verdetto) for titolo, _, verdetto, _ in segni if verdetto is not None]
     righe = [f"curva di capacità: throughput aggregato e latenza, un punto per valore di {asse}", "latenza"]
@@ -3402,7 +3399,7 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
     line of mean latency and one of p90 per curve, each point labelled with its value of the axis,
     the saturation ringed. Returns the elements and the height below them."""
     sinistra, destra, alto = 70, 20, 260
-    scala = scala_curva([p for _, g in gruppi for p in g])
+    scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return [], y
     base = y + 24 + alto
@@ -3420,7 +3417,7 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
              '</text>',
              f'<text x="{sinistra - 4}" y="{base - alto / 2}" text-anchor="end">latenza</text>']
     colori = ("#264653", "#2a9d8f", "#e76f51", "#6a4c93", "#f4a261", "#8d99ae")
-    for n, (titolo, punti, verdetto, satura) in enumerate(segni_curva(asse, gruppi)):
+    for n, (titolo, punti, verdetto, satura) in enumerate(segni):
         colore = colori[n % len(colori)]
         medie = [(px(p.throughput), py(p.latenza)) for p, _ in punti]
         p90 = [(px(p.throughput), py(p.latenza_p90)) for p, _ in punti if p.latenza_p90 is not None]
@@ -3809,11 +3806,13 @@ def slot_nel_tempo(prova: Prova) -> Tuple[List[Tratto], Optional[str]]:
         ignoti = [Tratto(r.inizio, r.fine, "slot", None, "") for r in e.risultati if not r.riuscita]
         fonte = "dai tempi del server"
     elif letti:
-        passi = [(da, a, ([None] + [c.occupati for c in letti if c.t <= da])[-1]) for da, a in zip(istanti, istanti[1:])]
+        ultima = lambda t: ([None] + [c.occupati for c in letti if c.t <= t])[-1]  # noqa: E731 (None: no reading yet)
+        passi = [(da, a, ultima(da)) for da, a in zip(istanti, istanti[1:])]
         ignoti, fonte = [], "/slots"
     else:
         return [], None
-    return [Tratto(da, a, "slot", n, f"{n} slot occupati da {da:.2f} s") for da, a, n in passi if n is not None] + ignoti, fonte
+    tratti = [Tratto(da, a, "slot", n, f"{n} slot occupati da {da:.2f} s") for da, a, n in passi if n is not None]
+    return tratti + ignoti, fonte
 
 
 def marche_per(flusso) -> Dict[str, str]:
@@ -3831,11 +3830,9 @@ def fine_asse(e: Esecuzione) -> float:
     return max([r.fine for r in e.risultati] + [c.t for c in e.campioni] + [1e-9])
 
 
-def voci_legenda(prove: List[Prova]) -> List[Tuple[str, str]]:
-    """(phase, name) of what a picture shows: the phases its requests went through."""
-    usate = {fase for p in prove for attese in [attese_di(p)] for r in p.esecuzione.risultati
-             for fase, da, a in fasi(r, attese) if fase != "viaggio" or a - da >= fine_asse(p.esecuzione) / 80}  # seen
-    return [(fase, nome) for fase, nome in LEGENDA if fase in usate]
+def fasi_viste(richieste: list, fine: float) -> set:
+    """The phases a picture's request lanes show: before the slot with one free, only where it can be seen."""
+    return {t.tipo for _, tratti in richieste for t in tratti if t.tipo != "viaggio" or t.a - t.da >= fine / 80}
 
 
 def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[str]:
@@ -3863,7 +3860,8 @@ def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[s
             for col in range(max(primo, 0), ultimo):
                 barra[col] = marche[t.tipo]
         righe.append(riga(nome, barra))
-    voci = [f"{marche[fase]} {nome}" for fase, nome in voci_legenda([prova])]
+    viste = fasi_viste(richieste, fine)
+    voci = [f"{marche[fase]} {nome}" for fase, nome in LEGENDA if fase in viste]
     if fonte:
         righe.append(riga("slot", [" " if n is None else str(n) if n < 10 else "+" for n in valori(slot)]))
         voci.append(f"cifre: slot occupati ({fonte})")
@@ -3877,8 +3875,8 @@ def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[s
             per_slot.append(tenuti)
         righe.append(riga(nome, [" " if n is None else livello(n, n_ctx, marche) for n in tenuti]))
     if contesto:
-        voci.append(f"{marche['livelli'][1]}..{marche['livelli'][8]} contesto dello slot fino a n_ctx {contesto[0][1]} "
-                    "(/slots)" + "; tutti: la somma, fino al buffer condiviso" * (nome == "ctx tutti"))
+        voce = f"{marche['livelli'][1]}..{marche['livelli'][8]} contesto dello slot fino a n_ctx {contesto[0][1]} (/slots)"
+        voci.append(voce + "; tutti: la somma, fino al buffer condiviso" * (contesto[-1][0] == "tutti"))
     return righe + a_capo("legenda: ", voci, larghezza)
 
 
@@ -3921,7 +3919,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
     pannelli, y = [], 10
     if curve is not None:
         pannelli, y = svg_curva(*curve, y, larghezza)
-    fonti, riempiti = set(), False  # where the busy slots come from; whether a slot's context was drawn
+    viste, fonti, riempiti = set(), set(), False  # the phases shown; the busy slots' sources; a slot's context drawn
     for prova in prove:
         fine = fine_asse(prova.esecuzione)
         scala = (larghezza - sinistra - destra) / fine
@@ -3930,6 +3928,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
         parti = [f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">{testo_xml(titolo)}</text>']
         y += 22
         richieste, slot, fonte, contesto = disegno(prova)
+        viste |= fasi_viste(richieste, fine)
         for nome, tratti in richieste:
             parti.append(f'<text x="4" y="{y + 13}">{nome}</text>')
             parti += [rettangolo(t, sinistra, scala, y + 2, riga - 4) for t in tratti]
@@ -3957,7 +3956,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
         y += 28
         pannelli += parti
     x = sinistra
-    voci = voci_legenda(prove) + [("slot", f"slot occupati ({' e '.join(sorted(fonti))})")] * bool(fonti) + [
+    voci = [(fase, nome) for fase, nome in LEGENDA if fase in viste] + [("slot", f"slot occupati ({' e '.join(sorted(fonti))})")] * bool(fonti) + [
         ("contesto", "contesto per slot, fino alla linea di n_ctx (/slots)")] * riempiti
     for fase, nome in voci:
         if x > sinistra and x + 24 + 8 * len(nome) > larghezza:  # the legend on as many lines as it needs
@@ -4668,8 +4667,8 @@ def corsie_contesto(prova: Prova) -> List[Tuple[str, int, List[Tratto]]]:
               for i, (_, n_ctx) in enumerate(letture[0].contesto)]
     if kv_condivisa(prova):
         corsie.append(("tutti", "tutti gli slot", letture[0].contesto[0][1], lambda c: somma(c.contesto)))
-    return [(etichetta, n_ctx, [Tratto(c.t, a, "contesto", tenuti_di(c), f"{nome}: {tenuti_di(c)} di {n_ctx} token a "
-                                       f"{c.t:.2f} s") for c, a in zip(letture, fino)])
+    return [(etichetta, n_ctx, [Tratto(c.t, a, "contesto", n, f"{nome}: {n} di {n_ctx} token a {c.t:.2f} s")
+                                for c, a in zip(letture, fino) for n in [tenuti_di(c)]])
             for etichetta, nome, n_ctx, tenuti_di in corsie]
 
 
