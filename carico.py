@@ -3758,11 +3758,6 @@ def fasi(r: Risultato, attese: Optional[Dict[int, float]] = None) -> List[Tuple[
     return [f for f in tutte if f[2] > f[1] or f[0] == "generazione"]
 
 
-def attese_di(prova: Prova) -> Dict[int, float]:
-    """Each successful request's time in the queue (every slot busy), for the pictures."""
-    return attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
-
-
 class Tratto(NamedTuple):
     """A piece of a lane of the picture, for both renderers: from `da` to `a` (s), what it is (a phase of
     LEGENDA, "slot", "contesto"), how much (busy slots, tokens; None: not known), its title in the SVG."""
@@ -3777,7 +3772,7 @@ def disegno(prova: Prova) -> tuple:
     """The picture of a run as lanes, worked out once for the terminal's columns and the SVG's rectangles:
     a lane per request (its phases), the busy slots and their source (None: nothing measured them), each
     slot's context (its name, n_ctx and pieces)."""
-    attese = attese_di(prova)
+    attese = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
     richieste = [(f"req {r.indice}", [Tratto(da, a, fase, None, f"{fase} {a - da:.3f} s")
                                       for fase, da, a in fasi(r, attese)]) for r in prova.esecuzione.risultati]
     return (richieste, *slot_nel_tempo(prova), corsie_contesto(prova))
@@ -4611,12 +4606,6 @@ def letture_contesto(prova: Prova) -> List[Campione]:
     return [c for c in campioni if c.contesto is not None]
 
 
-def da_disegnare(prova: Prova) -> List[Campione]:
-    """The readings of each slot's context worth a picture: none when no slot held a token."""
-    letture = letture_contesto(prova)
-    return letture if any(t for c in letture for t, _ in c.contesto) else []
-
-
 def somma(contesto: tuple) -> int:
     """The tokens of every slot's task together: with --kv-unified, what they ask of the buffer they share."""
     return sum(t for t, _ in contesto)
@@ -4659,8 +4648,8 @@ def livello(tenuti: int, n_ctx: int, marche: Dict[str, str]) -> str:
 def corsie_contesto(prova: Prova) -> List[Tuple[str, int, List[Tratto]]]:
     """The picture's lanes of each slot's context, a piece per /slots reading (it holds until the next), full at
     its n_ctx; with --kv-unified a lane for the sum, full at the buffer the slots share."""
-    letture = da_disegnare(prova)
-    if not letture:
+    letture = letture_contesto(prova)
+    if not any(t for c in letture for t, _ in c.contesto):  # no slot held a token: no picture of it
         return []
     fino = [c.t for c in letture[1:]] + [fine_asse(prova.esecuzione)]
     corsie = [(f"ctx {i}", f"slot {i}", n_ctx, lambda c, i=i: c.contesto[i][0] if i < len(c.contesto) else 0)
