@@ -423,10 +423,8 @@ MARGINE = 0.02  # seconds trimmed from each end of those intervals: the client r
 
 
 def servizio(r: Risultato) -> Optional[float]:
-    """Seconds the server's slot spent on a request: its prompt_ms + predicted_ms."""
-    if r.prompt_ms is None or r.predicted_ms is None:
-        return None
-    return (r.prompt_ms + r.predicted_ms) / 1000
+    """Seconds the server's slot spent on a request: its prompt_ms + predicted_ms (None: not said)."""
+    return None if r.prompt_ms is None or r.predicted_ms is None else (r.prompt_ms + r.predicted_ms) / 1000
 
 
 def in_slot(r: Risultato) -> Optional[Tuple[float, float]]:
@@ -3920,39 +3918,39 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
         scala = (larghezza - sinistra - destra) / fine
         titolo = riga_server(prova.info) + (f"  (-np {prova.configurazione.etichetta})" if prova.configurazione else "")
         titolo += "".join(f"  {c}={valore_di(c, prova.piano, prova.configurazione)}" for c in chiavi if c != "np")
-        parti = [f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">{testo_xml(titolo)}</text>']
+        pannelli.append(f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">{testo_xml(titolo)}</text>')
         y += 22
         richieste, slot, fonte, contesto = disegno(prova)
         viste |= fasi_viste(richieste, fine)
         for nome, tratti in richieste:
-            parti.append(f'<text x="4" y="{y + 13}">{nome}</text>')
-            parti += [rettangolo(t, sinistra, scala, y + 2, riga - 4) for t in tratti]
+            pannelli.append(f'<text x="4" y="{y + 13}">{nome}</text>')
+            pannelli += [rettangolo(t, sinistra, scala, y + 2, riga - 4) for t in tratti]
             y += riga
         if fonte:  # busy slots as steps, from the same source as the peak
             fonti.add(fonte)
             slot = [t for t in slot if t.a <= fine]  # the terminal's last column may reach past the end
             massimo, alto = max([t.valore for t in slot if t.valore] + [1]), 40
             y += 4
-            parti.append(f'<text x="4" y="{y + alto / 2}">slot</text>')
-            parti.append(f'<text x="4" y="{y + alto / 2 + 14}" font-size="10">max {massimo}</text>')
-            parti.append(f'<rect x="{sinistra}" y="{y}" width="{fine * scala:.1f}" height="{alto}" fill="#f4f4f4"/>')
-            parti += barre(slot, massimo, sinistra, scala, y, alto)
+            pannelli.append(f'<text x="4" y="{y + alto / 2}">slot</text>')
+            pannelli.append(f'<text x="4" y="{y + alto / 2 + 14}" font-size="10">max {massimo}</text>')
+            pannelli.append(f'<rect x="{sinistra}" y="{y}" width="{fine * scala:.1f}" height="{alto}" fill="#f4f4f4"/>')
+            pannelli += barre(slot, massimo, sinistra, scala, y, alto)
             y += alto + 6
         for nome, n_ctx, tratti in contesto:  # each slot's context, under a dashed line at its n_ctx
-            parti.append(f'<text x="4" y="{y + 13}">{nome}</text>')
-            parti += barre(tratti, n_ctx, sinistra, scala, y, 18)
-            parti.append(f'<line x1="{sinistra}" y1="{y}" x2="{sinistra + fine * scala:.1f}" y2="{y}" stroke="#e63946" '
+            pannelli.append(f'<text x="4" y="{y + 13}">{nome}</text>')
+            pannelli += barre(tratti, n_ctx, sinistra, scala, y, 18)
+            pannelli.append(f'<line x1="{sinistra}" y1="{y}" x2="{sinistra + fine * scala:.1f}" y2="{y}" stroke="#e63946" '
                          f'stroke-dasharray="4 3"><title>n_ctx {n_ctx}</title></line>')
             y += 22
         riempiti = riempiti or bool(contesto)
-        parti.append(f'<line x1="{sinistra}" y1="{y}" x2="{larghezza - destra}" y2="{y}" stroke="#333"/>')
-        parti.append(f'<text x="{sinistra}" y="{y + 14}">0 s</text>')
-        parti.append(f'<text x="{larghezza - destra}" y="{y + 14}" text-anchor="end">{fine:.2f} s</text>')
+        pannelli.append(f'<line x1="{sinistra}" y1="{y}" x2="{larghezza - destra}" y2="{y}" stroke="#333"/>')
+        pannelli.append(f'<text x="{sinistra}" y="{y + 14}">0 s</text>')
+        pannelli.append(f'<text x="{larghezza - destra}" y="{y + 14}" text-anchor="end">{fine:.2f} s</text>')
         y += 28
-        pannelli += parti
     x = sinistra
-    voci = [(fase, nome) for fase, nome in LEGENDA if fase in viste] + [("slot", f"slot occupati ({' e '.join(sorted(fonti))})")] * bool(fonti) + [
-        ("contesto", "contesto per slot, fino alla linea di n_ctx (/slots)")] * riempiti
+    voci = [(fase, nome) for fase, nome in LEGENDA if fase in viste]
+    voci += [("slot", f"slot occupati ({' e '.join(sorted(fonti))})")] * bool(fonti)
+    voci += [("contesto", "contesto per slot, fino alla linea di n_ctx (/slots)")] * riempiti
     for fase, nome in voci:
         if x > sinistra and x + 24 + 8 * len(nome) > larghezza:  # the legend on as many lines as it needs
             x, y = sinistra, y + 18
