@@ -3868,7 +3868,8 @@ def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[s
             per_slot.append(tenuti)
         righe.append(riga(nome, [" " if n is None else livello(n, n_ctx, marche) for n in tenuti]))
     if contesto:
-        voce = f"{marche['livelli'][1]}..{marche['livelli'][8]} contesto dello slot fino a n_ctx {contesto[0][1]} (/slots)"
+        voce = f"{marche['livelli'][1]}..{marche['livelli'][8]} contesto dello slot fino a n_ctx {contesto[0][1]}"
+        voce += " (/slots)"
         voci.append(voce + "; tutti: la somma, fino al buffer condiviso" * (contesto[-1][0] == "tutti"))
     return righe + a_capo("legenda: ", voci, larghezza)
 
