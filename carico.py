@@ -446,16 +446,17 @@ def gradini(nello_slot: list, in_attesa: list = ()) -> List[Tuple[float, float, 
     where a count changes to the next; at one instant, what closes before what opens. None is no interval."""
     eventi = sorted((t, passo, tipo) for tipo, intervalli in enumerate((nello_slot, in_attesa))
                     for da, a in filter(None, intervalli) for t, passo in ((da, 1), (a, -1)))
-    aperti, passi = [0, 0], []
+    aperti = [0, 0]  # in a slot, waiting
+    scalini = []
     for (t, passo, tipo), (dopo, _, _) in zip(eventi, eventi[1:]):
         aperti[tipo] += passo
         if dopo > t:
-            passi.append((t, dopo, *aperti))
-    return passi
+            scalini.append((t, dopo, *aperti))
+    return scalini
 
 
 def gradini_dai_tempi(ok: List[Risultato]) -> List[Tuple[float, float, int, int]]:
-    """The steps of the successful requests, each in its slot and, before, waiting for it (accorciati)."""
+    """The steps of the successful requests, each in its slot and, before, waiting for it (MARGINE inside)."""
     slot = [(r.inizio, i) for r, i in zip(ok, map(in_slot, ok)) if i]  # (sent, (start, end) in its slot)
     return gradini([accorcia(i) for _, i in slot], [accorcia((inviata, i[0])) for inviata, i in slot])
 
@@ -463,11 +464,11 @@ def gradini_dai_tempi(ok: List[Risultato]) -> List[Tuple[float, float, int, int]
 def picchi_dai_tempi(ok: List[Risultato], n_slot: Optional[int]) -> Tuple[Optional[int], Optional[int]]:
     """The most slots busy together (the largest overlap of the slot intervals, never above the slots) and
     the most requests waiting together while every slot was busy (with one free, the wait was HTTP)."""
-    passi = gradini_dai_tempi(ok)
-    if not passi:
+    scalini = gradini_dai_tempi(ok)
+    if not scalini:
         return None, None
-    occupati = max(n for _, _, n, _ in passi)
-    coda = max((in_coda for _, _, n, in_coda in passi if n_slot is None or n >= n_slot), default=0)
+    occupati = max(n for _, _, n, _ in scalini)
+    coda = max((in_coda for _, _, n, in_coda in scalini if n_slot is None or n >= n_slot), default=0)
     return (occupati if n_slot is None else min(occupati, n_slot)), coda
 
 
@@ -3766,14 +3767,15 @@ class Tratto(NamedTuple):
     titolo: str
 
 
-def disegno(prova: Prova) -> tuple:
+def disegno(prova: Prova) -> Tuple[List[Tuple[str, List[Tratto]]], List[Tratto], Optional[str], list]:
     """The picture of a run as lanes, worked out once for the terminal's columns and the SVG's rectangles:
     a lane per request (its phases), the busy slots and their source (None: nothing measured them), each
     slot's context (its name, n_ctx and pieces)."""
     attese = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
     richieste = [(f"req {r.indice}", [Tratto(da, a, fase, None, f"{fase} {a - da:.3f} s")
                                       for fase, da, a in fasi(r, attese)]) for r in prova.esecuzione.risultati]
-    return (richieste, *slot_nel_tempo(prova), corsie_contesto(prova))
+    slot, fonte = slot_nel_tempo(prova)
+    return richieste, slot, fonte, corsie_contesto(prova)
 
 
 def valore_fra(tratti: List[Tratto], da: float, a: float) -> Optional[int]:
@@ -3795,16 +3797,16 @@ def slot_nel_tempo(prova: Prova) -> Tuple[List[Tratto], Optional[str]]:
     istanti = sorted({0.0, fine_asse(e), float("inf")} | {c.t for c in e.campioni})
     if intervalli:  # the readings' times split the steps too, as intervals of no length
         tetto = prova.riepilogo.occupati_dai_tempi or len(intervalli)
-        passi = [(da, a, min(tetto, n)) for da, a, n, _ in gradini(intervalli, [(t, t) for t in istanti])]
+        scalini = [(da, a, min(tetto, n)) for da, a, n, _ in gradini(intervalli, [(t, t) for t in istanti])]
         ignoti = [Tratto(r.inizio, r.fine, "slot", None, "") for r in e.risultati if not r.riuscita]
         fonte = "dai tempi del server"
     elif letti:
         ultima = lambda t: ([None] + [c.occupati for c in letti if c.t <= t])[-1]  # noqa: E731 (None: no reading yet)
-        passi = [(da, a, ultima(da)) for da, a in zip(istanti, istanti[1:])]
+        scalini = [(da, a, ultima(da)) for da, a in zip(istanti, istanti[1:])]
         ignoti, fonte = [], "/slots"
     else:
         return [], None
-    tratti = [Tratto(da, a, "slot", n, f"{n} slot occupati da {da:.2f} s") for da, a, n in passi if n is not None]
+    tratti = [Tratto(da, a, "slot", n, f"{n} slot occupati da {da:.2f} s") for da, a, n in scalini if n is not None]
     return tratti + ignoti, fonte
 
 
