@@ -3870,8 +3870,8 @@ def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[s
             per_slot.append(tenuti)
         righe.append(riga(nome, [" " if n is None else livello(n, n_ctx, marche) for n in tenuti]))
     if contesto:
-        voce = f"{marche['livelli'][1]}..{marche['livelli'][8]} contesto dello slot fino a n_ctx {contesto[0][1]}"
-        voce += " (/slots)"
+        livelli = marche["livelli"]
+        voce = f"{livelli[1]}..{livelli[8]} contesto dello slot fino a n_ctx {contesto[0][1]} (/slots)"
         voci.append(voce + "; tutti: la somma, fino al buffer condiviso" * (contesto[-1][0] == "tutti"))
     return righe + a_capo("legenda: ", voci, larghezza)
 
@@ -3896,6 +3896,7 @@ def testo_xml(testo: str) -> str:
 
 
 def rettangolo(t: Tratto, sinistra: int, scala: float, y, alto) -> str:
+    """A piece of a lane as an SVG rectangle with its title; `y` and `alto` as the caller writes them."""
     return (f'<rect x="{sinistra + t.da * scala:.1f}" y="{y}" width="{max(t.a - t.da, 0) * scala:.1f}" height="{alto}" '
             f'fill="{COLORI_SVG[t.tipo]}"><title>{t.titolo}</title></rect>')
 
