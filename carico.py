@@ -419,11 +419,15 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
 MARGINE = 0.02  # seconds trimmed from each end of those intervals: the client reads an answer a little late
 
 
+def servizio(r: Risultato) -> Optional[float]:
+    """Seconds the server's slot spent on a request: its prompt_ms + predicted_ms (None: not said)."""
+    return None if r.prompt_ms is None or r.predicted_ms is None else (r.prompt_ms + r.predicted_ms) / 1000
+
+
 def in_slot(r: Risultato) -> Optional[Tuple[float, float]]:
     """When the server's slot worked on a request, from its timings (never before it was sent)."""
-    if r.prompt_ms is None or r.predicted_ms is None:
-        return None
-    return max(r.inizio, r.fine - (r.prompt_ms + r.predicted_ms) / 1000), r.fine
+    tempo = servizio(r)
+    return None if tempo is None else (max(r.inizio, r.fine - tempo), r.fine)
 
 
 def accorcia(intervallo: Optional[Tuple[float, float]]) -> Optional[Tuple[float, float]]:
@@ -434,23 +438,34 @@ def accorcia(intervallo: Optional[Tuple[float, float]]) -> Optional[Tuple[float,
     return intervallo[0] + margine, intervallo[1] - margine
 
 
+def gradini(nello_slot: list, in_attesa: list = ()) -> List[Tuple[float, float, int, int]]:
+    """One pass over the server's intervals: (from, to, slots busy, requests waiting), a step from each time
+    where a count changes to the next; at one instant, what closes before what opens. None is no interval."""
+    eventi = sorted((t, passo, tipo) for tipo, intervalli in enumerate((nello_slot, in_attesa))
+                    for da, a in filter(None, intervalli) for t, passo in ((da, 1), (a, -1)))
+    aperti = [0, 0]  # in a slot, waiting
+    scalini = []
+    for (t, passo, tipo), (dopo, _, _) in zip(eventi, eventi[1:]):
+        aperti[tipo] += passo
+        if dopo > t:
+            scalini.append((t, dopo, *aperti))
+    return scalini
+
+
+def gradini_dai_tempi(ok: List[Risultato]) -> List[Tuple[float, float, int, int]]:
+    """The steps of the successful requests, each in its slot and, before, waiting for it (MARGINE inside)."""
+    slot = [(r.inizio, i) for r, i in zip(ok, map(in_slot, ok)) if i]  # (sent, (start, end) in its slot)
+    return gradini([accorcia(i) for _, i in slot], [accorcia((inviata, i[0])) for inviata, i in slot])
+
+
 def picchi_dai_tempi(ok: List[Risultato], n_slot: Optional[int]) -> Tuple[Optional[int], Optional[int]]:
     """The most slots busy together (the largest overlap of the slot intervals, never above the slots) and
     the most requests waiting together while every slot was busy (with one free, the wait was HTTP)."""
-    slot = [(r.inizio, i) for r, i in zip(ok, map(in_slot, ok)) if i]  # (sent, (start, end) in its slot)
-    intervalli_di = ([i for _, i in slot], [(inviata, i[0]) for inviata, i in slot])  # in the slot; waiting
-    eventi = []  # (time, +1 opens or -1 closes, 0 for a slot or 1 for a wait)
-    for tipo, intervalli in enumerate(intervalli_di):
-        for da, a in filter(None, map(accorcia, intervalli)):
-            eventi += [(da, 1, tipo), (a, -1, tipo)]
-    if not eventi:
+    scalini = gradini_dai_tempi(ok)
+    if not scalini:
         return None, None
-    aperti, occupati, coda = [0, 0], 0, 0
-    for _, passo, tipo in sorted(eventi):  # at one instant, what closes before what opens
-        aperti[tipo] += passo
-        occupati = max(occupati, aperti[0])
-        if n_slot is None or aperti[0] >= n_slot:
-            coda = max(coda, aperti[1])
+    occupati = max(n for _, _, n, _ in scalini)
+    coda = max((in_coda for _, _, n, in_coda in scalini if n_slot is None or n >= n_slot), default=0)
     return (occupati if n_slot is None else min(occupati, n_slot)), coda
 
 
@@ -1966,13 +1981,6 @@ def cifra(client: Client, sock: socket.socket, scadenza: float) -> socket.socket
 
 # Where a request's time went: the server's own times ###########################################
 
-def servizio(r: Risultato) -> Optional[float]:
-    """Seconds the server's slot spent on a request: its prompt_ms + predicted_ms."""
-    if r.prompt_ms is None or r.predicted_ms is None:
-        return None
-    return (r.prompt_ms + r.predicted_ms) / 1000
-
-
 def attesa_dello_slot(r: Risultato) -> Optional[float]:
     """From the send to when its slot took it (in_slot): the wait in the queue, plus a few ms of HTTP."""
     slot = in_slot(r)
@@ -1981,16 +1989,14 @@ def attesa_dello_slot(r: Risultato) -> Optional[float]:
 
 def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int, float]:
     """Seconds each request waited while every slot was busy, from the server's timings: its time
-    in the queue, without the HTTP trip (the intervals as in picchi_dai_tempi)."""
-    eventi = sorted((t, passo) for r in ok for t, passo in zip(accorcia(in_slot(r)) or (), (1, -1)))
-    pieni, aperti, dal = [], 0, None  # the spans when every slot was busy
-    for t, passo in eventi:
-        aperti += passo
-        if dal is None and aperti >= (n_slot or 0):
-            dal = t
-        elif dal is not None and aperti < (n_slot or 0):
-            pieni.append((dal, t))
-            dal = None
+    in the queue, without the HTTP trip (the steps as in picchi_dai_tempi)."""
+    pieni = []  # the spans when every slot was busy
+    for da, a, occupati, _ in gradini_dai_tempi(ok):
+        if not n_slot or occupati < n_slot:
+            continue
+        if pieni and pieni[-1][1] == da:  # still full: the span goes on
+            da = pieni.pop()[0]
+        pieni.append((da, a))
     attese = {}
     for r in ok:
         slot = in_slot(r)
@@ -3316,17 +3322,27 @@ class Scala(NamedTuple):
     y_a: float  # latency at the top; the bottom is 0
 
 
-def scala_curva(punti: List[Punto]) -> Optional[Scala]:
-    misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
+def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Tuple[Optional[Scala], List[tuple]]:
+    """What both renderers draw of the capacity curves: the axes they share (None: no point was measured)
+    and, a curve per group, its title, its measured points each with its first token's median (--stream),
+    its verdict on saturation, and the point marked as saturated (only when the verdict has no doubt)."""
+    segni = []
+    for titolo, punti in gruppi:
+        misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
+        ttft = [percentile(p.figure.get("primo token", []), 50) for p in misurati]
+        verdetto = verdetto_saturazione(punti, asse)
+        satura = verdetto.dopo if verdetto is not None and verdetto.dubbio is None else None
+        segni.append((titolo, list(zip(misurati, ttft)), verdetto, satura))
+    misurati = [p for _, punti, _, _ in segni for p, _ in punti]
     if not misurati:
-        return None
+        return None, segni
     x = [p.throughput for p in misurati]
     y = max(max(p.latenza, p.latenza_p90 or 0) for p in misurati)
     if min(x) > 0.5 * max(x):  # from 0, every point would sit in the right half: show a window around them,
         # never narrower than a third of the largest value, so that a difference of noise stays small
         margine = max(0.1 * (max(x) - min(x)), (max(x) / 3 - (max(x) - min(x))) / 2)
-        return Scala(max(0.0, min(x) - margine), max(x) + margine, y * 1.1 or 1.0)
-    return Scala(0.0, max(x) * 1.15 or 1.0, y * 1.1 or 1.0)
+        return Scala(max(0.0, min(x) - margine), max(x) + margine, y * 1.1 or 1.0), segni
+    return Scala(0.0, max(x) * 1.15 or 1.0, y * 1.1 or 1.0), segni
 
 
 def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, str], frasi: bool = True,
@@ -3334,7 +3350,7 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
     """The capacity curves in the terminal, all on the same axes: aggregate throughput across,
     latency up; each point's mean latency (with its value of the axis beside it) and its p90, the
     saturation marked. With several curves, each has its letter."""
-    scala = scala_curva([p for _, g in gruppi for p in g])
+    scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return ["curva di capacità: nessun punto misurato"]
     colonne = larghezza - 9
@@ -3347,24 +3363,19 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
             tela[riga][col + k] = carattere
 
     lettere = "abcdefghijklmnopqrstuvwxyz" if len(gruppi) > 1 else ""
-    sature, con_ttft = [], False
-    for n, (titolo, punti) in enumerate(gruppi):
-        verdetto = verdetto_saturazione(punti, asse)
-        satura = verdetto if verdetto is not None and verdetto.dubbio is None else None  # marked only when certain
-        for p in punti:
-            ttft = percentile(p.figure.get("primo token", []), 50) if p.throughput is not None else None  # --stream
+    for n, (titolo, punti, verdetto, satura) in enumerate(segni):
+        for p, ttft in punti:
             if ttft is not None:
                 metti(p.throughput, ttft, marche["ttft"])
-                con_ttft = True
-            if p.throughput is not None and p.latenza_p90 is not None:
+            if p.latenza_p90 is not None:
                 metti(p.throughput, p.latenza_p90, marche["p90"])
-        for p in punti:
-            if p.throughput is None or p.latenza is None:
-                continue
-            marca = marche["saturazione"] if satura and p is satura.dopo else (lettere[n % 26] if lettere else marche["media"])
+        for p, _ in punti:
+            marca = lettere[n % 26] if lettere else marche["media"]
+            if p is satura:
+                marca = marche["saturazione"]
             metti(p.throughput, p.latenza, marca + valore_punto(p, asse))
-        if verdetto is not None:
-            sature.append((titolo, verdetto))
+    con_ttft = any(ttft is not None for _, punti, _, _ in segni for _, ttft in punti)
+    sature = [(titolo, verdetto) for titolo, _, verdetto, _ in segni if verdetto is not None]
     righe = [f"curva di capacità: throughput aggregato e latenza, un punto per valore di {asse}", "latenza"]
     for i, riga in enumerate(tela):
         etichetta = f"{scala.y_a:5.2f} s" if i == 0 else ("   0 s " if i == altezza - 1 else "")
@@ -3386,7 +3397,7 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
     line of mean latency and one of p90 per curve, each point labelled with its value of the axis,
     the saturation ringed. Returns the elements and the height below them."""
     sinistra, destra, alto = 70, 20, 260
-    scala = scala_curva([p for _, g in gruppi for p in g])
+    scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return [], y
     base = y + 24 + alto
@@ -3404,26 +3415,22 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezz
              '</text>',
              f'<text x="{sinistra - 4}" y="{base - alto / 2}" text-anchor="end">latenza</text>']
     colori = ("#264653", "#2a9d8f", "#e76f51", "#6a4c93", "#f4a261", "#8d99ae")
-    for n, (titolo, punti) in enumerate(gruppi):
+    for n, (titolo, punti, verdetto, satura) in enumerate(segni):
         colore = colori[n % len(colori)]
-        punti = [p for p in punti if p.throughput is not None and p.latenza is not None]
-        medie = [(px(p.throughput), py(p.latenza)) for p in punti]
-        p90 = [(px(p.throughput), py(p.latenza_p90)) for p in punti if p.latenza_p90 is not None]
+        medie = [(px(p.throughput), py(p.latenza)) for p, _ in punti]
+        p90 = [(px(p.throughput), py(p.latenza_p90)) for p, _ in punti if p.latenza_p90 is not None]
         parti.append(f'<polyline fill="none" stroke="{colore}" stroke-width="2" points="'
                      + " ".join(f"{a:.1f},{b:.1f}" for a, b in medie) + '"/>')
         parti.append(f'<polyline fill="none" stroke="{colore}" stroke-dasharray="4 3" points="'
                      + " ".join(f"{a:.1f},{b:.1f}" for a, b in p90) + '"/>')
-        verdetto = verdetto_saturazione(punti, asse)
-        satura = verdetto.dopo if verdetto is not None and verdetto.dubbio is None else None  # ringed only when certain
         for a, b in p90:
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="white" stroke="{colore}"/>')
-        for p in punti:  # --stream: the first token's median, a small square under the point
-            ttft = percentile(p.figure.get("primo token", []), 50)
+        for p, ttft in punti:  # --stream: the first token's median, a small square under the point
             if ttft is not None:
                 parti.append(f'<rect x="{px(p.throughput) - 3:.1f}" y="{py(ttft) - 3:.1f}" width="6" height="6" '
                              f'fill="{colore}"><title>{asse}={valore_punto(p, asse)}: primo token p50 {ttft:.3f} s'
                              '</title></rect>')
-        for p, (a, b) in zip(punti, medie):
+        for (p, _), (a, b) in zip(punti, medie):
             cifre = (f"{asse}={valore_punto(p, asse)}: {p.throughput:.1f} token/s, latenza media {p.latenza:.2f} s, "
                      f"p90 {fmt(p.latenza_p90, '.2f s')}, prove {len(p.intere)}")
             parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="4" fill="{colore}"><title>{testo_xml(cifre)}</title></circle>')
@@ -3749,34 +3756,57 @@ def fasi(r: Risultato, attese: Optional[Dict[int, float]] = None) -> List[Tuple[
     return [f for f in tutte if f[2] > f[1] or f[0] == "generazione"]
 
 
-def attese_di(prova: Prova) -> Dict[int, float]:
-    """Each successful request's time in the queue (every slot busy), for the pictures."""
-    return attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
+class Tratto(NamedTuple):
+    """A piece of a lane of the picture, for both renderers: from `da` to `a` (s), what it is (a phase of
+    LEGENDA, "slot", "contesto"), how much (busy slots, tokens; None: not known), its title in the SVG."""
+    da: float
+    a: float
+    tipo: str
+    valore: Optional[int]
+    titolo: str
 
 
-def slot_nel_tempo(prova: Prova):
-    """The most slots busy at once between two times, from the same source as the peak's: the
-    server's timings (each request in its slot; never above the peak they prove), else the /slots
-    readings (each holding until the next). Returns the function and the source's name, or (None,
-    None) when nothing was measured; a count it cannot know is None. A span that a request ends in and
-    the next one starts in counts as busy: the picture shows no gap the eye would take for an idle slot."""
-    intervalli = [i for i in map(in_slot, prova.esecuzione.riuscite) if i]
-    fallite = [(r.inizio, r.fine) for r in prova.esecuzione.risultati if not r.riuscita]
-    if intervalli:
+def disegno(prova: Prova) -> Tuple[List[Tuple[str, List[Tratto]]], List[Tratto], Optional[str], list]:
+    """The picture of a run as lanes, worked out once for the terminal's columns and the SVG's rectangles:
+    a lane per request (its phases), the busy slots and their source (None: nothing measured them), each
+    slot's context (its name, n_ctx and pieces)."""
+    attese = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
+    richieste = [(f"req {r.indice}", [Tratto(da, a, fase, None, f"{fase} {a - da:.3f} s")
+                                      for fase, da, a in fasi(r, attese)]) for r in prova.esecuzione.risultati]
+    slot, fonte = slot_nel_tempo(prova)
+    return richieste, slot, fonte, corsie_contesto(prova)
+
+
+def valore_fra(tratti: List[Tratto], da: float, a: float) -> Optional[int]:
+    """The most a lane held between two times, from the pieces that hold then; None where none does, or where
+    nothing known but 0 does and a piece is not known (a failed request, in flight: an idle slot is not proven)."""
+    valori = [t.valore for t in tratti if t.da < a and da < t.a]
+    n = max((v for v in valori if v is not None), default=None)
+    return None if n == 0 and None in valori else n
+
+
+def slot_nel_tempo(prova: Prova) -> Tuple[List[Tratto], Optional[str]]:
+    """The busy slots, a piece between each two times where anything changes (a request enters or leaves
+    its slot, a reading), from the same source as the peak's: the server's timings (never above the peak
+    they prove; a failed request has none, so while it was in flight a 0 is not known), else the /slots
+    readings (each holding until the next). With the source's name; ([], None) when nothing was measured."""
+    e = prova.esecuzione
+    intervalli = [i for i in map(in_slot, e.riuscite) if i]
+    letti = [c for c in e.campioni if c.occupati is not None]
+    istanti = sorted({0.0, fine_asse(e), float("inf")} | {c.t for c in e.campioni})
+    if intervalli:  # the readings' times split the steps too, as intervals of no length
         tetto = prova.riepilogo.occupati_dai_tempi or len(intervalli)
-        def dai_tempi(da: float, a: float) -> Optional[int]:  # the count changes only where an interval starts
-            n = min(tetto, max(sum(x <= t < y for x, y in intervalli) for t in [da] + [x for x, _ in intervalli
-                                                                                      if da < x < a]))
-            # A failed request has no timings: while one was in flight, an idle-looking span is unknown, not 0.
-            return None if n == 0 and any(x < a and da < y for x, y in fallite) else n
-        return dai_tempi, "dai tempi del server"
-    letti = [c for c in prova.esecuzione.campioni if c.occupati is not None]
-    if letti:
-        def letture(da: float, a: float) -> Optional[int]:
-            valori = [c.occupati for c in letti if c.t <= da][-1:] + [c.occupati for c in letti if da < c.t < a]
-            return max(valori, default=None)
-        return letture, "/slots"
-    return None, None
+        scalini = [(da, a, min(tetto, n)) for da, a, n, _ in gradini(intervalli, [(t, t) for t in istanti])]
+        ignoti = [Tratto(r.inizio, r.fine, "slot", None, "") for r in e.risultati if not r.riuscita]
+        fonte = "dai tempi del server"
+    elif letti:
+        ultima = lambda t: ([None] + [c.occupati for c in letti if c.t <= t])[-1]  # noqa: E731 (None: no reading yet)
+        scalini = [(da, a, ultima(da)) for da, a in zip(istanti, istanti[1:])]
+        ignoti, fonte = [], "/slots"
+    else:
+        return [], None
+    tratti = [Tratto(da, a, "slot", n, f"{n} slot occupati da {da:.2f} s") for da, a, n in scalini if n is not None]
+    return tratti + ignoti, fonte
 
 
 def marche_per(flusso) -> Dict[str, str]:
@@ -3794,40 +3824,55 @@ def fine_asse(e: Esecuzione) -> float:
     return max([r.fine for r in e.risultati] + [c.t for c in e.campioni] + [1e-9])
 
 
-def voci_legenda(prove: List[Prova]) -> List[Tuple[str, str]]:
-    """(phase, name) of what a picture shows: the phases its requests went through."""
-    usate = {fase for p in prove for attese in [attese_di(p)] for r in p.esecuzione.risultati
-             for fase, da, a in fasi(r, attese) if fase != "viaggio" or a - da >= fine_asse(p.esecuzione) / 80}  # seen
-    return [(fase, nome) for fase, nome in LEGENDA if fase in usate]
+def fasi_viste(richieste: list, fine: float) -> set:
+    """The phases a picture's request lanes show: before the slot with one free, only where it can be seen."""
+    return {t.tipo for _, tratti in richieste for t in tratti if t.tipo != "viaggio" or t.a - t.da >= fine / 80}
 
 
 def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[str]:
-    """One row per request on a common time axis, a row of busy slots, a legend; within `larghezza`."""
+    """One row per request on a common time axis, a row of busy slots, a row per slot's context, a legend;
+    within `larghezza`. A lane's piece fills the columns it covers; a count, the most it held in a column."""
     e = prova.esecuzione
     etichetta = max(8, len(f"req {e.n_richieste - 1} "))
     colonne = larghezza - etichetta
     fine = fine_asse(e)
     passo = fine / colonne
+    richieste, slot, fonte, contesto = disegno(prova)
+
+    def riga(nome: str, celle) -> str:
+        return f"{nome:<{etichetta}}" + "".join(celle).rstrip()
+
+    def valori(tratti: List[Tratto]) -> List[Optional[int]]:
+        return [valore_fra(tratti, col * passo, (col + 1) * passo) for col in range(colonne)]
     righe = [f"{'':<{etichetta}}0 s{f'{fine:.2f} s':>{colonne - 3}}"]
-    attese = attese_di(prova)
-    for r in e.risultati:
+    for nome, tratti in richieste:
         barra = [" "] * colonne
-        for fase, da, a in fasi(r, attese):
-            primo, ultimo = round(da / passo), min(colonne, round(a / passo))
-            if fase in ("generazione", "errore", "ignoto"):
+        for t in tratti:
+            primo, ultimo = round(t.da / passo), min(colonne, round(t.a / passo))
+            if t.tipo in ("generazione", "errore", "ignoto"):
                 primo = min(primo, ultimo - 1)  # always visible, however short
             for col in range(max(primo, 0), ultimo):
-                barra[col] = marche[fase]
-        righe.append(f"{f'req {r.indice}':<{etichetta}}" + "".join(barra).rstrip())
-    occupati, fonte = slot_nel_tempo(prova)
-    voci = [f"{marche[fase]} {nome}" for fase, nome in voci_legenda([prova])]
-    if occupati is not None:
-        celle = [occupati(col * passo, (col + 1) * passo) for col in range(colonne)]
-        righe.append(f"{'slot':<{etichetta}}" + "".join(" " if n is None else (str(n) if n < 10 else "+")
-                                                           for n in celle).rstrip())
+                barra[col] = marche[t.tipo]
+        righe.append(riga(nome, barra))
+    viste = fasi_viste(richieste, fine)
+    voci = [f"{marche[fase]} {nome}" for fase, nome in LEGENDA if fase in viste]
+    if fonte:
+        righe.append(riga("slot", [" " if n is None else str(n) if n < 10 else "+" for n in valori(slot)]))
         voci.append(f"cifre: slot occupati ({fonte})")
-    riempimento, voce = righe_riempimento(prova, marche, etichetta, colonne, passo)  # each slot's context
-    return righe + riempimento + a_capo("legenda: ", voci + [voce] * bool(voce), larghezza)
+    per_slot = []
+    for nome, n_ctx, tratti in contesto:  # a full block: the slot's n_ctx, or for tutti the buffer they share
+        if nome == "tutti":  # the sum of the rows above
+            tenuti = [None if None in n else sum(n) for n in zip(*per_slot)]
+            nome = "ctx tutti"
+        else:
+            tenuti = valori(tratti)
+            per_slot.append(tenuti)
+        righe.append(riga(nome, [" " if n is None else livello(n, n_ctx, marche) for n in tenuti]))
+    if contesto:
+        livelli = marche["livelli"]
+        voce = f"{livelli[1]}..{livelli[8]} contesto dello slot fino a n_ctx {contesto[0][1]} (/slots)"
+        voci.append(voce + "; tutti: la somma, fino al buffer condiviso" * (contesto[-1][0] == "tutti"))
+    return righe + a_capo("legenda: ", voci, larghezza)
 
 
 def a_capo(prima: str, voci: List[str], larghezza: int) -> List[str]:
@@ -3849,6 +3894,18 @@ def testo_xml(testo: str) -> str:
     return testo.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def rettangolo(t: Tratto, sinistra: int, scala: float, y, alto) -> str:
+    """A piece of a lane as an SVG rectangle with its title; `y` and `alto` as the caller writes them."""
+    return (f'<rect x="{sinistra + t.da * scala:.1f}" y="{y}" width="{max(t.a - t.da, 0) * scala:.1f}" height="{alto}" '
+            f'fill="{COLORI_SVG[t.tipo]}"><title>{t.titolo}</title></rect>')
+
+
+def barre(tratti: List[Tratto], pieno: int, sinistra: int, scala: float, y: int, alto: int) -> List[str]:
+    """A lane's counts as bars up from its floor, `alto` high at `pieno`; a piece of none, no bar."""
+    return [rettangolo(t, sinistra, scala, f"{y + alto - h:.1f}", f"{h:.1f}")
+            for t in tratti if t.valore for h in [alto * min(1.0, t.valore / pieno)]]
+
+
 def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punto]]]]] = None,
         chiavi: Sequence[str] = ()) -> str:
     """The same picture as a standalone SVG, one panel per run, for the deliverable; a sweep's
@@ -3858,51 +3915,45 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
     pannelli, y = [], 10
     if curve is not None:
         pannelli, y = svg_curva(*curve, y, larghezza)
-    fonti, riempiti = set(), False  # where the busy slots come from; whether a slot's context was drawn
+    viste, fonti, riempiti = set(), set(), False  # the phases shown; the busy slots' sources; a slot's context drawn
     for prova in prove:
-        e = prova.esecuzione
-        fine = fine_asse(e)
+        fine = fine_asse(prova.esecuzione)
         scala = (larghezza - sinistra - destra) / fine
         titolo = riga_server(prova.info) + (f"  (-np {prova.configurazione.etichetta})" if prova.configurazione else "")
         titolo += "".join(f"  {c}={valore_di(c, prova.piano, prova.configurazione)}" for c in chiavi if c != "np")
-        parti = [f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">{testo_xml(titolo)}</text>']
+        pannelli.append(f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">{testo_xml(titolo)}</text>')
         y += 22
-        attese = attese_di(prova)
-        for r in e.risultati:
-            parti.append(f'<text x="4" y="{y + 13}">req {r.indice}</text>')
-            for fase, da, a in fasi(r, attese):
-                parti.append(f'<rect x="{sinistra + da * scala:.1f}" y="{y + 2}" width="{max(a - da, 0) * scala:.1f}" '
-                             f'height="{riga - 4}" fill="{COLORI_SVG[fase]}"><title>{fase} {a - da:.3f} s</title></rect>')
+        richieste, slot, fonte, contesto = disegno(prova)
+        viste |= fasi_viste(richieste, fine)
+        for nome, tratti in richieste:
+            pannelli.append(f'<text x="4" y="{y + 13}">{nome}</text>')
+            pannelli += [rettangolo(t, sinistra, scala, y + 2, riga - 4) for t in tratti]
             y += riga
-        occupati, fonte = slot_nel_tempo(prova)
-        if occupati is not None:
-            # Busy slots as steps, one per change, from the same source as the peak.
+        if fonte:  # busy slots as steps, from the same source as the peak
             fonti.add(fonte)
-            istanti = sorted({0.0, fine} | {t for r in e.riuscite for t in (in_slot(r) or ())}
-                             | {c.t for c in e.campioni})
-            passi_slot = [(da, a, n) for da, a in zip(istanti, istanti[1:]) for n in [occupati(da, a)] if n]
-            massimo, alto = max([n for _, _, n in passi_slot] + [1]), 40
+            slot = [t for t in slot if t.a <= fine]  # the terminal's last column may reach past the end
+            massimo, alto = max([t.valore for t in slot if t.valore] + [1]), 40
             y += 4
-            parti.append(f'<text x="4" y="{y + alto / 2}">slot</text>')
-            parti.append(f'<text x="4" y="{y + alto / 2 + 14}" font-size="10">max {massimo}</text>')
-            parti.append(f'<rect x="{sinistra}" y="{y}" width="{fine * scala:.1f}" height="{alto}" fill="#f4f4f4"/>')
-            for da, a, n in passi_slot:
-                h = n / massimo * alto
-                parti.append(f'<rect x="{sinistra + da * scala:.1f}" y="{y + alto - h:.1f}" width="{(a - da) * scala:.1f}" '
-                             f'height="{h:.1f}" fill="{COLORI_SVG["slot"]}"><title>{n} slot occupati da {da:.2f} s'
-                             f'</title></rect>')
+            pannelli.append(f'<text x="4" y="{y + alto / 2}">slot</text>')
+            pannelli.append(f'<text x="4" y="{y + alto / 2 + 14}" font-size="10">max {massimo}</text>')
+            pannelli.append(f'<rect x="{sinistra}" y="{y}" width="{fine * scala:.1f}" height="{alto}" fill="#f4f4f4"/>')
+            pannelli += barre(slot, massimo, sinistra, scala, y, alto)
             y += alto + 6
-        riempimento, y = svg_riempimento(prova, y, sinistra, scala)  # each slot's context
-        parti += riempimento
-        riempiti = riempiti or bool(riempimento)
-        parti.append(f'<line x1="{sinistra}" y1="{y}" x2="{larghezza - destra}" y2="{y}" stroke="#333"/>')
-        parti.append(f'<text x="{sinistra}" y="{y + 14}">0 s</text>')
-        parti.append(f'<text x="{larghezza - destra}" y="{y + 14}" text-anchor="end">{fine:.2f} s</text>')
+        for nome, n_ctx, tratti in contesto:  # each slot's context, under a dashed line at its n_ctx
+            pannelli.append(f'<text x="4" y="{y + 13}">{nome}</text>')
+            pannelli += barre(tratti, n_ctx, sinistra, scala, y, 18)
+            pannelli.append(f'<line x1="{sinistra}" y1="{y}" x2="{sinistra + fine * scala:.1f}" y2="{y}" stroke="#e63946" '
+                         f'stroke-dasharray="4 3"><title>n_ctx {n_ctx}</title></line>')
+            y += 22
+        riempiti = riempiti or bool(contesto)
+        pannelli.append(f'<line x1="{sinistra}" y1="{y}" x2="{larghezza - destra}" y2="{y}" stroke="#333"/>')
+        pannelli.append(f'<text x="{sinistra}" y="{y + 14}">0 s</text>')
+        pannelli.append(f'<text x="{larghezza - destra}" y="{y + 14}" text-anchor="end">{fine:.2f} s</text>')
         y += 28
-        pannelli += parti
     x = sinistra
-    voci = voci_legenda(prove) + [("slot", f"slot occupati ({' e '.join(sorted(fonti))})")] * bool(fonti) + [
-        ("contesto", "contesto per slot, fino alla linea di n_ctx (/slots)")] * riempiti
+    voci = [(fase, nome) for fase, nome in LEGENDA if fase in viste]
+    voci += [("slot", f"slot occupati ({' e '.join(sorted(fonti))})")] * bool(fonti)
+    voci += [("contesto", "contesto per slot, fino alla linea di n_ctx (/slots)")] * riempiti
     for fase, nome in voci:
         if x > sinistra and x + 24 + 8 * len(nome) > larghezza:  # the legend on as many lines as it needs
             x, y = sinistra, y + 18
@@ -4555,25 +4606,9 @@ def letture_contesto(prova: Prova) -> List[Campione]:
     return [c for c in campioni if c.contesto is not None]
 
 
-def da_disegnare(prova: Prova) -> List[Campione]:
-    """The readings of each slot's context worth a picture: none when no slot held a token."""
-    letture = letture_contesto(prova)
-    return letture if any(t for c in letture for t, _ in c.contesto) else []
-
-
 def somma(contesto: tuple) -> int:
     """The tokens of every slot's task together: with --kv-unified, what they ask of the buffer they share."""
     return sum(t for t, _ in contesto)
-
-
-def contesto_fra(letture: List[Campione], da: float, a: float) -> Optional[tuple]:
-    """Each slot's most tokens between two times, from the readings that hold then (each holds until the
-    next), with its n_ctx; None where none does."""
-    valide = [c for c in letture if c.t <= da][-1:] + [c for c in letture if da < c.t < a]
-    if not valide:
-        return None
-    return tuple((max(c.contesto[i][0] for c in valide if i < len(c.contesto)), n_ctx)
-                 for i, (_, n_ctx) in enumerate(valide[0].contesto))
 
 
 def righe_contesto(prova: Prova) -> List[str]:
@@ -4588,7 +4623,8 @@ def righe_contesto(prova: Prova) -> List[str]:
     else:
         righe = [f"  contesto per slot (token del compito di ogni slot, prompt e generati: il picco fra le letture di "
                  f"/slots, ogni {prova.piano.intervallo:g} s):"]
-        for i, (picco, n_ctx) in enumerate(contesto_fra(letture, -1.0, float("inf"))):
+        for i, (_, n_ctx) in enumerate(letture[0].contesto):
+            picco = max(c.contesto[i][0] for c in letture if i < len(c.contesto))
             righe.append(f"    slot {i}: {picco} di {n_ctx} token ({picco / n_ctx:.0%})")
     if kv_condivisa(prova) and any(c.occupati for c in letture):
         chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
@@ -4609,50 +4645,20 @@ def livello(tenuti: int, n_ctx: int, marche: Dict[str, str]) -> str:
     return marche["livelli"][min(8, max(tenuti > 0, 8 * tenuti // n_ctx))]
 
 
-def righe_riempimento(prova: Prova, marche: Dict[str, str], etichetta: int, colonne: int,
-                      passo: float) -> Tuple[List[str], Optional[str]]:
-    """--grafico: one row per slot, its fill over time (a full block is its n_ctx); with --kv-unified a
-    row for the sum against the buffer the slots share. And the legend's entry."""
-    letture = da_disegnare(prova)
-    if not letture:
-        return [], None
-    celle = [contesto_fra(letture, col * passo, (col + 1) * passo) for col in range(colonne)]
-    n_slot, n_ctx = len(letture[0].contesto), letture[0].contesto[0][1]
-    righe = [f"{f'ctx {i}':<{etichetta}}" + "".join(" " if c is None or i >= len(c) else livello(*c[i], marche)
-                                                     for c in celle).rstrip() for i in range(n_slot)]
-    voce = f"{marche['livelli'][1]}..{marche['livelli'][8]} contesto dello slot fino a n_ctx {n_ctx} (/slots)"
-    if kv_condivisa(prova):
-        righe.append(f"{'ctx tutti':<{etichetta}}" + "".join(
-            " " if c is None else livello(min(n_ctx, somma(c)), n_ctx, marche) for c in celle).rstrip())
-        voce += "; tutti: la somma, fino al buffer condiviso"
-    return righe, voce
-
-
-def svg_riempimento(prova: Prova, y: int, sinistra: int, scala: float) -> Tuple[List[str], int]:
-    """--svg: each slot's fill over time as steps, under a dashed line at its n_ctx; with --kv-unified a
-    lane for the sum, under the buffer the slots share."""
-    letture = da_disegnare(prova)
-    if not letture:
-        return [], y
-    parti, alto, fine = [], 18, fine_asse(prova.esecuzione)
+def corsie_contesto(prova: Prova) -> List[Tuple[str, int, List[Tratto]]]:
+    """The picture's lanes of each slot's context, a piece per /slots reading (it holds until the next), full at
+    its n_ctx; with --kv-unified a lane for the sum, full at the buffer the slots share."""
+    letture = letture_contesto(prova)
+    if not any(t for c in letture for t, _ in c.contesto):  # no slot held a token: no picture of it
+        return []
+    fino = [c.t for c in letture[1:]] + [fine_asse(prova.esecuzione)]
     corsie = [(f"ctx {i}", f"slot {i}", n_ctx, lambda c, i=i: c.contesto[i][0] if i < len(c.contesto) else 0)
               for i, (_, n_ctx) in enumerate(letture[0].contesto)]
     if kv_condivisa(prova):
         corsie.append(("tutti", "tutti gli slot", letture[0].contesto[0][1], lambda c: somma(c.contesto)))
-    for etichetta, nome, n_ctx, tenuti_di in corsie:
-        parti.append(f'<text x="4" y="{y + 13}">{etichetta}</text>')
-        for c, dopo in zip(letture, letture[1:] + [None]):
-            tenuti = tenuti_di(c)
-            if tenuti:
-                h = alto * min(1.0, tenuti / n_ctx)
-                parti.append(f'<rect x="{sinistra + c.t * scala:.1f}" y="{y + alto - h:.1f}" '
-                             f'width="{((dopo.t if dopo else fine) - c.t) * scala:.1f}" height="{h:.1f}" '
-                             f'fill="{COLORI_SVG["contesto"]}"><title>{nome}: {tenuti} di {n_ctx} token a {c.t:.2f} s'
-                             f'</title></rect>')
-        parti.append(f'<line x1="{sinistra}" y1="{y}" x2="{sinistra + fine * scala:.1f}" y2="{y}" stroke="#e63946" '
-                     f'stroke-dasharray="4 3"><title>n_ctx {n_ctx}</title></line>')
-        y += alto + 4
-    return parti, y
+    return [(etichetta, n_ctx, [Tratto(c.t, a, "contesto", n, f"{nome}: {n} di {n_ctx} token a {c.t:.2f} s")
+                                for c, a in zip(letture, fino) for n in [tenuti_di(c)]])
+            for etichetta, nome, n_ctx, tenuti_di in corsie]
 
 
 # --turni and --sistema: conversations that outgrow the slot ####################################

@@ -303,14 +303,16 @@ def test_in_coda_solo_a_slot_pieni():
     lenta = Risultato(0, 0.0, 1.68, 8, 40.0, 500.0, 500.0)  # in its slot from 0.68 s, the other slots idle
     libera = Prova(InfoServer(4, 512, True), Esecuzione([lenta], [], 1), Piano(1, 1, 8))
     assert carico.attesa_dello_slot(lenta) == pytest.approx(0.68)
-    assert [f for f, _, _ in carico.fasi(lenta, carico.attese_di(libera))] == ["viaggio", "prompt", "generazione"]
+    attese = carico.attese_a_slot_pieni(libera.esecuzione.riuscite, libera.info.n_slot)
+    assert [f for f, _, _ in carico.fasi(lenta, attese)] == ["viaggio", "prompt", "generazione"]
     assert carico.valori_figure(libera)["attesa dello slot"] == [0.0]
     riga = next(r for r in carico.grafico(libera, carico.MARCHE_UNICODE) if r.startswith("req 0"))
     assert "░" not in riga and "·" in riga
     # One slot, two requests at once: the second waits the whole of the first's time in the slot.
     due = Prova(InfoServer(1, 512, True), Esecuzione([Risultato(0, 0.0, 1.0, 8, 40.0, 500.0, 500.0),
                                                       Risultato(1, 0.0, 2.0, 8, 40.0, 500.0, 500.0)], [], 2), Piano(2, 2, 8))
-    (coda,) = [f for f in carico.fasi(due.esecuzione.risultati[1], carico.attese_di(due)) if f[0] == "coda"]
+    attese = carico.attese_a_slot_pieni(due.esecuzione.riuscite, due.info.n_slot)
+    (coda,) = [f for f in carico.fasi(due.esecuzione.risultati[1], attese) if f[0] == "coda"]
     assert coda[2] - coda[1] == pytest.approx(1.0, abs=0.05)
 
 
