@@ -4073,11 +4073,9 @@ def spiegazione(prova: Prova) -> List[str]:
     ok = e.riuscite
     if not ok:
         primo = e.risultati[0].errore if e.risultati else "interrotta"
-        if e.n_richieste == 1:
-            return [f"L'unica richiesta non è andata a buon fine ({primo}): non ci sono cifre da leggere."
-                    ] + frase_contesto_stretto(prova)
-        return [f"Nessuna delle {e.n_richieste} richieste è andata a buon fine (la prima: {primo}): "
-                "non ci sono cifre da leggere."] + frase_contesto_stretto(prova)
+        fallite = (f"L'unica richiesta non è andata a buon fine ({primo})" if e.n_richieste == 1 else
+                   f"Nessuna delle {e.n_richieste} richieste è andata a buon fine (la prima: {primo})")
+        return [f"{fallite}: non ci sono cifre da leggere."] + frase_contesto_stretto(prova)
     frasi = []
     if info.n_slot is not None and s.picco is not None:
         insieme = min(piano.parallele, e.n_richieste)
@@ -4271,39 +4269,34 @@ class ServerAvviato:
         self.proc = None  # subprocess.Popen
 
     def __enter__(self) -> ServerAvviato:
-        try:
-            self._avvia()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def _avvia(self) -> None:
         """Refuse a port where a server already answers, start the command in its own session, then
-        wait for /health while watching the process."""
+        wait for /health while watching the process; stopped again if any of it fails."""
         import shlex
         import subprocess
         import tempfile
 
         client = Client(self.url, timeout_info=2.0)
-        try:
+        with contextlib.suppress(ErroreRete):  # nothing there: the port is ours
             client.chiama("GET", "/health")
             raise ErroreUtente(f"su {self.url} risponde già un server: fermalo, o scegli un'altra porta con --url")
-        except ErroreRete:
-            pass  # nothing there: the port is ours
         print(f"avvio: {shlex.join(self.argomenti)}", file=self.stderr, flush=True)
-        self.log = tempfile.NamedTemporaryFile(prefix="carico-server-", suffix=".log", delete=False)
         if os.name == "posix":
             # Its own session: the terminal's Ctrl+C reaches carico.py, which stops the server itself.
             gruppo = dict(start_new_session=True, preexec_fn=muori_con_il_padre)
         else:
             gruppo = dict(creationflags=subprocess.CREATE_NEW_PROCESS_GROUP)
         try:
-            self.proc = subprocess.Popen(self.argomenti, stdin=subprocess.DEVNULL, stdout=self.log,
-                                         stderr=subprocess.STDOUT, **gruppo)
-        except OSError as exc:
-            raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {perche_os(exc)}") from None
-        aspetta_pronto(client, self.attesa, self.stderr, avviato=self)
+            self.log = tempfile.NamedTemporaryFile(prefix="carico-server-", suffix=".log", delete=False)
+            try:
+                self.proc = subprocess.Popen(self.argomenti, stdin=subprocess.DEVNULL, stdout=self.log,
+                                             stderr=subprocess.STDOUT, **gruppo)
+            except OSError as exc:
+                raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {perche_os(exc)}") from None
+            aspetta_pronto(client, self.attesa, self.stderr, avviato=self)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
 
     def controlla(self, quando: str, attesa: float = 0.0) -> None:
         """An ErroreUtente with the tail of its log if the server has exited (within `attesa` seconds);
@@ -4349,12 +4342,10 @@ class ServerAvviato:
 
 def muori_con_il_padre():
     """In the started server: Linux sends it SIGTERM if carico.py dies, even by SIGKILL."""
-    try:
-        import ctypes
+    import ctypes
 
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 # --confronta: two result files side by side ####################################################
@@ -4681,9 +4672,13 @@ class Conversazioni:
         piano, turni = self.piano, self.piano.oltre.turni
         storie = {}  # each turn's future -> (user, turn from 0, the messages it sent)
 
+        def invia_turno(indice: int, domanda: dict, utente: int, turno: int) -> Risultato:
+            r = invia(client, indice, domanda, piano.timeout, t0, timer)
+            return r._replace(oltre=extra(r)._replace(conversazione=utente, turno=turno + 1))
+
         def manda(utente: int, turno: int, messaggi: list) -> None:
             domanda = {**domanda_chat("", piano), "messages": messaggi, "cache_prompt": True}
-            futuro = esecutore.submit(self.invia_turno, client, len(futuri), domanda, utente, turno, t0, timer)
+            futuro = esecutore.submit(invia_turno, len(futuri), domanda, utente, turno)
             futuri.append(futuro)
             storie[futuro] = (utente, turno, messaggi)
 
@@ -4701,11 +4696,6 @@ class Conversazioni:
                     manda(utente, turno + 1, messaggi + [risposta, self.messaggio_utente(utente, turno + 1)])
                     in_corso.add(futuri[-1])
         return EsecuzioneOltre()
-
-    def invia_turno(self, client: Client, indice: int, domanda: dict, utente: int, turno: int, t0: float,
-                    timer) -> Risultato:
-        r = invia(client, indice, domanda, self.piano.timeout, t0, timer)
-        return r._replace(oltre=extra(r)._replace(conversazione=utente, turno=turno + 1))
 
 
 def lanciatore(piano: Piano, primo_prompt: int):
@@ -4806,14 +4796,11 @@ def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
         raise ErroreUtente("--prompt-token: il tokenizzatore del server non dà pezzi che aprano parole diverse: "
                             "non so fare prompt che non condividano l'inizio")
     fatti = b"".join(pezzi), tuple(itertools.accumulate(map(len, pezzi), initial=0)), tuple(prime.values())
-    for minimo, massimo in dict.fromkeys(lunghezze):
-        if minimo == massimo and len(tokenizza(client, taglia(fatti, 0, minimo))) != minimo:
-            raise ErroreUtente(f"--prompt-token {minimo}: il tokenizzatore del server non ricompone un testo di "
-                                f"esattamente {minimo} token")
-    for prefisso in dict.fromkeys(extra(p).prefisso for p in piani if extra(p).prefisso):
-        if len(tokenizza(client, taglia(fatti, 0, prefisso))) != prefisso:
-            raise ErroreUtente(f"--prefisso {prefisso}: il tokenizzatore del server non ricompone un testo di "
-                                f"esattamente {prefisso} token")
+    esatte = [("--prompt-token", minimo) for minimo, massimo in lunghezze if minimo == massimo]
+    esatte += [("--prefisso", extra(p).prefisso) for p in piani if extra(p).prefisso]
+    for opzione, n in dict.fromkeys(esatte):
+        if len(tokenizza(client, taglia(fatti, 0, n))) != n:
+            raise ErroreUtente(f"{opzione} {n}: il tokenizzatore del server non ricompone un testo di esattamente {n} token")
     return [p._replace(oltre=p.oltre._replace(pezzi=fatti)) for p in piani]
 
 
@@ -4834,10 +4821,9 @@ def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Op
     comune = taglia(extra_piano.pezzi, 0, prefisso) if prefisso else ""
     if extra_piano.prompt_token is None:
         return comune + (" " if prefisso else "") + prompt_per(primo_prompt + indice, piano), None
-    minimo, massimo = extra_piano.prompt_token
     import random
 
-    lunghezza = minimo if minimo == massimo else random.Random(f"{extra_piano.seme or 0}:{indice}").randint(minimo, massimo)
+    lunghezza = random.Random(f"{extra_piano.seme or 0}:{indice}").randint(*extra_piano.prompt_token)
     proprio = 1 + (primo_prompt + indice) % (len(extra_piano.pezzi[2]) - 1)  # never the prefix's own start
     return comune + taglia(extra_piano.pezzi, proprio, lunghezza - prefisso), lunghezza
 
@@ -4879,17 +4865,18 @@ def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
     except ValueError:
         intero = None
     if isinstance(intero, list):  # ShareGPT: [{"conversations": [{"from": "human", "value": ...}, ...]}, ...]
-        richieste = [next((t["value"] for t in (c.get("conversations") if isinstance(c.get("conversations"), list) else [])
-                           if isinstance(t, dict)
-                           and t.get("from") in ("human", "user") and isinstance(t.get("value"), str) and t["value"]), None)
-                     for c in intero if isinstance(c, dict)]
-        senza = len(intero) - sum(1 for r in richieste if r)
-        richieste = tuple((r, None, None) for r in richieste if r)
+        domande = [next((t["value"] for t in c["conversations"] if isinstance(t, dict) and t.get("from") in ("human", "user")
+                         and isinstance(t.get("value"), str) and t["value"]), None)
+                   for c in intero if isinstance(c, dict) and isinstance(c.get("conversations"), list)]
+        richieste = tuple((d, None, None) for d in domande if d)
         if not richieste:
             errore(f"--dataset: '{percorso}' non ha conversazioni con una domanda (il formato di ShareGPT)")
-        return richieste, "ShareGPT" + (f"; {quante(senza, 'conversazione', 'conversazioni')} su {len(intero)} senza "
-                                        f"una domanda (from human), {'saltata' if senza == 1 else 'saltate'}"
-                                        if senza else "")
+        senza = len(intero) - len(richieste)
+        if not senza:
+            return richieste, "ShareGPT"
+        saltate = "saltata" if senza == 1 else "saltate"
+        return richieste, (f"ShareGPT; {quante(senza, 'conversazione', 'conversazioni')} su {len(intero)} senza una "
+                           f"domanda (from human), {saltate}")
     richieste = []
     for n, riga in enumerate(testo.splitlines(), 1):
         if not riga.strip():
@@ -4935,28 +4922,28 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
     requests were sent. With --prefisso: how many prompt tokens the server took from its cache. With
     --prompt-token: the prompts' lengths asked, and what the chat template added, measured as the
     server's prompt_tokens less the prompt's own tokens."""
-    righe = []
-    if extra(prova.piano).token_minimo is not None:
-        generati = [r.token for r in prova.esecuzione.riuscite if r.token is not None]
-        righe.append(f"token chiesti a caso fra {extra(prova.piano).token_minimo} e {prova.piano.max_token} (seme "
-                     f"{extra(prova.piano).seme or 0}): generati {da_a(generati)}")
-    if extra(prova.piano).dataset is not None and not extra(prova.piano).traccia:
-        righe.append(f"richieste da {extra(prova.piano).nome_dataset}: {len(extra(prova.piano).dataset)} richieste nel file, "
+    righe, piano, ok = [], extra(prova.piano), prova.esecuzione.riuscite
+    if piano.token_minimo is not None:
+        generati = [r.token for r in ok if r.token is not None]
+        righe.append(f"token chiesti a caso fra {piano.token_minimo} e {prova.piano.max_token} (seme {piano.seme or 0}): "
+                     f"generati {da_a(generati)}")
+    if piano.dataset is not None and not piano.traccia:
+        righe.append(f"richieste da {piano.nome_dataset}: {len(piano.dataset)} richieste nel file, "
                      f"{prova.esecuzione.n_richieste} inviate")
-    if extra(prova.piano).prefisso is not None:
-        dalla_cache = [extra(r).token_cache for r in prova.esecuzione.riuscite if extra(r).token_cache is not None]
-        prefisso = extra(prova.piano).prefisso
+    prefisso = piano.prefisso
+    if prefisso is not None:
+        dalla_cache = [extra(r).token_cache for r in ok if extra(r).token_cache is not None]
         if dalla_cache:
             righe.append((f"prefisso comune di {prefisso} token" if prefisso else "nessun prefisso comune, per confronto")
                          + f" (cache_prompt acceso): dalla cache {media(dalla_cache):.0f} token di prompt per richiesta "
                          f"in media ({da_a(dalla_cache)})" + perche_senza_prefisso(prova, log))
-    misurati = [r for r in prova.esecuzione.riuscite if extra(r).prompt_esatto and extra(r).token_prompt]
+    misurati = [r for r in ok if extra(r).prompt_esatto and extra(r).token_prompt]
     if not misurati:
         return righe
     chiesti = [extra(r).prompt_esatto for r in misurati]
     sopra = [extra(r).token_prompt - extra(r).prompt_esatto for r in misurati]
-    a_caso = extra(prova.piano).prompt_token[0] != extra(prova.piano).prompt_token[1]
-    return righe + [f"prompt: {da_a(chiesti)} token" + (f" (a caso, seme {extra(prova.piano).seme or 0})" if a_caso else "")
+    a_caso = f" (a caso, seme {piano.seme or 0})" if piano.prompt_token[0] != piano.prompt_token[1] else ""
+    return righe + [f"prompt: {da_a(chiesti)} token{a_caso}"
                     + f", contati dal tokenizzatore del server; il template della chat ne aggiunge {da_a(sopra)} "
                     f"(prompt_tokens {da_a([extra(r).token_prompt for r in misurati])})"]
 
@@ -4964,12 +4951,12 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
 def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
     """--prefisso: of the requests that reused less than half the prefix, what the evidence says. Those a slot
     took before any other request's prompt was computed could not find it (no slot held it yet). For the
-    others, the server's
-    log (--avvia starts it at -lv 4): this llama.cpp says when it restored a context checkpoint or processed
-    the whole prompt again, which it does for a model with sliding-window layers (gemma-3), whose cache cannot
-    be cut back to a common prefix. Without the log carico does not know why, and says only what it saw."""
+    others, the server's log (--avvia starts it at -lv 4): this llama.cpp says when it restored a context
+    checkpoint or processed the whole prompt again, which it does for a model with sliding-window layers
+    (gemma-3), whose cache cannot be cut back to a common prefix. Without the log carico does not know why,
+    and says only what it saw."""
     prefisso, ok = extra(prova.piano).prefisso, prova.esecuzione.riuscite
-    poche = [r for r in ok if extra(r).token_cache is not None and extra(r).token_cache < (prefisso or 0) / 2]
+    poche = [r for r in ok if extra(r).token_cache is not None and extra(r).token_cache < prefisso / 2]
     if not poche:
         return ""
     fine_prompt = {r.indice: r.fine - r.predicted_ms / 1000 for r in ok if r.predicted_ms is not None}
@@ -5150,15 +5137,10 @@ def riga_decisioni(configurazione: Configurazione, d: Decisioni) -> str:
 
 def con_contesto(comando: List[str], n_ctx: int) -> List[str]:
     """The server's command with -c n_ctx in place of its own -c (or with it added)."""
-    uscita, salta = [], False
-    for parte in comando:
-        if salta:
-            salta = False
-        elif parte in ("-c", "--ctx-size"):
-            salta = True
-        elif not parte.startswith(("-c=", "--ctx-size=")):
-            uscita.append(parte)
-    return uscita + ["-c", str(n_ctx)]
+    contesto = ("-c", "--ctx-size")
+    tenute = [parte for prima, parte in zip([""] + comando, comando)  # neither -c nor its value
+              if parte not in contesto and prima not in contesto and not parte.startswith(("-c=", "--ctx-size="))]
+    return tenute + ["-c", str(n_ctx)]
 
 
 CONVERSAZIONI_RAM, TOKEN_RAM = 4, 4096  # the lab's question: 4 conversations of 4096 tokens each
