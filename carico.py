@@ -4800,7 +4800,8 @@ def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
     esatte += [("--prefisso", extra(p).prefisso) for p in piani if extra(p).prefisso]
     for opzione, n in dict.fromkeys(esatte):
         if len(tokenizza(client, taglia(fatti, 0, n))) != n:
-            raise ErroreUtente(f"{opzione} {n}: il tokenizzatore del server non ricompone un testo di esattamente {n} token")
+            raise ErroreUtente(f"{opzione} {n}: il tokenizzatore del server non ricompone un testo di "
+                                f"esattamente {n} token")
     return [p._replace(oltre=p.oltre._replace(pezzi=fatti)) for p in piani]
 
 
@@ -4960,11 +4961,8 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
     if not poche:
         return ""
     fine_prompt = {r.indice: r.fine - r.predicted_ms / 1000 for r in ok if r.predicted_ms is not None}
-
-    def prima_di_ogni_prefisso(r: Risultato) -> bool:  # its slot began before any other had the prompt computed
-        inizio = in_slot(r)
-        return inizio is not None and all(inizio[0] < t for i, t in fine_prompt.items() if i != r.indice)
-    presto = [r for r in poche if prima_di_ogni_prefisso(r)]
+    presto = [r for r in poche if in_slot(r) is not None  # its slot began before any other had the prompt computed
+              and all(in_slot(r)[0] < t for i, t in fine_prompt.items() if i != r.indice)]
     frase = f"; {len(poche)} su {len(ok)} ne hanno presi meno della metà del prefisso"
     if len(presto) == len(poche):
         return frase + (": i loro slot le hanno prese prima che un altro avesse calcolato il prefisso" if len(poche) > 1
@@ -4993,6 +4991,8 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
 # and no room in the KV cache (500, for every request in flight: measured with --kv-unified, four long
 # requests together at -np 4 -c 2048 all failed; none waited in the queue, none was evicted).
 CONTESTO_FINITO = {"exceed_context_size_error": "slot", "Context size has been exceeded": "kv"}
+PERCHE_FINITO = {"slot": "il contesto dello slot è finito",
+                  "kv": "il buffer KV condiviso fra gli slot (--kv-unified) è pieno"}
 
 
 def contesto_finito(r: Risultato) -> Optional[str]:
@@ -5005,12 +5005,6 @@ def kv_condivisa(prova: Prova) -> bool:
     with a 500 "Context size has been exceeded.", which this llama.cpp sends only from a shared buffer
     (without --kv-unified each slot has its own, and a prompt too long gets the 400 when a slot takes it)."""
     return prova.info.kv_unificata or any(contesto_finito(r) == "kv" for r in prova.esecuzione.risultati)
-
-
-def perche_finito(r: Risultato) -> str:
-    """Why a conversation stopped, in Italian."""
-    return {"slot": "il contesto dello slot è finito", "kv": "il buffer KV condiviso fra gli slot (--kv-unified) è pieno"
-            }.get(contesto_finito(r), "è fallito")
 
 
 def frase_kv_piena(prova: Prova) -> Optional[str]:
@@ -5031,9 +5025,9 @@ def cache_ereditata(prova: Prova) -> List[Risultato]:
     """--turni: the first turns that reused more than the chat template's opening from a slot's cache
     before any answer of this run had come back: nothing of this run could be there yet, so it was left
     by an earlier run on the same server (the system prompt and the first questions are the same)."""
-    prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)
+    prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)  # None: no request, none here
     return [r for r in prova.esecuzione.riuscite if extra(r).turno == 1 and (extra(r).token_cache or 0) > APERTURA_MAX
-            and prima_risposta is not None and r.inizio < prima_risposta]
+            and r.inizio < prima_risposta]
 
 
 APERTURA_MAX = 16  # tokens a new prompt may share with any other: the chat template's opening, a few on gemma-3
@@ -5067,8 +5061,8 @@ def righe_conversazioni(prova: Prova) -> List[str]:
         suoi = [r for r in e.risultati if extra(r).conversazione == utente]  # the user's turns that ended
         if suoi and not suoi[-1].riuscita:
             ultimo = suoi[-1]
-            righe.append(f"  utente {utente}: fermo al turno {extra(ultimo).turno}, {perche_finito(ultimo)}: "
-                         f"{ultimo.errore}")
+            perche = PERCHE_FINITO.get(contesto_finito(ultimo), "è fallito")
+            righe.append(f"  utente {utente}: fermo al turno {extra(ultimo).turno}, {perche}: {ultimo.errore}")
         troncati = [r for r in suoi if r.riuscita and extra(r).finish_reason == "length" and r.token is not None
                     and r.token < prova.piano.max_token]
         for r in troncati:  # "length" before --token: the slot's context ended, when prompt and answer fill it
@@ -5186,16 +5180,16 @@ def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Option
     righe = [f"La domanda del lab: {CONVERSAZIONI_RAM} conversazioni da {TOKEN_RAM} token.",
              f"  Servono -c {chiesto}: {CONVERSAZIONI_RAM} slot da {TOKEN_RAM} (-np {CONVERSAZIONI_RAM}), o lo stesso "
              f"-c con --kv-unified, dove però le conversazioni si contendono un solo buffer."]
-    misurate_ok = [(c, g) for c, g in misurate if g is not None and g.kv_mib is not None]
-    if not misurate_ok or not n_ctx or not d.kv_mib:
-        return righe + [f"  La cache KV: n/d ({perche_nd or 'il log del server non la scrive'})."]
+    nd = f"n/d ({perche_nd or 'il log del server non la scrive'})"
+    if not any(g is not None and g.kv_mib is not None for _, g in misurate) or not n_ctx or not d.kv_mib:
+        return righe + [f"  La cache KV: {nd}."]
     righe.append(f"  La cache KV, misurata: il server di questa sessione (-np {prima.etichetta}, -c {n_ctx}) ha allocato "
                  f"{d.kv_mib:.2f} MiB; avviato con -c {chiesto}:")
     ferme = []  # the sliding-window caches that did not grow with the context
     for c, g in misurate:
         nome_server = " ".join(c.argomenti())
         if g is None or g.kv_mib is None:
-            righe.append(f"    {nome_server}: n/d ({perche_nd or 'il log del server non la scrive'})")
+            righe.append(f"    {nome_server}: {nd}")
             continue
         righe.append(f"    {nome_server}: {g.kv_mib:.2f} MiB ({g.kv_mib - d.kv_mib:+.2f} MiB, x{g.kv_mib / d.kv_mib:.1f}"
                      f" per x{chiesto / n_ctx:g} token di contesto)")
@@ -5309,11 +5303,8 @@ class ParserItaliano(argparse.ArgumentParser):
 
         opzione = re.match(r"argument (\S+): (.*)$", message, re.S)
         prefisso, resto = (f"opzione {opzione.group(1)}: ", opzione.group(2)) if opzione else ("", message)
-        for inglese, italiano in self.ERRORI:
-            tradotto, n = re.subn(f"^{inglese}$", italiano, resto, flags=re.S)
-            if n:
-                resto = tradotto
-                break
+        resto = next((re.sub(f"^{inglese}$", italiano, resto, flags=re.S) for inglese, italiano in self.ERRORI
+                      if re.match(f"^{inglese}$", resto, flags=re.S)), resto)
         ignote = re.match(r"unrecognized arguments: (.*)$", message)
         del_server = [p for p in (ignote.group(1).split() if ignote else []) if p.split("=")[0] in self.DEL_SERVER]
         if del_server:
