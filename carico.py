@@ -4260,8 +4260,8 @@ class ServerAvviato:
         parti = urllib.parse.urlsplit(url)
         # -lv 4: this llama.cpp writes the KV cache it allocated in its log only from verbosity 4 on. The
         # log's cost, measured on b11434: about 30 lines a request (7 at -lv 3), none per token.
-        verbosita = [] if {"-lv", "--log-verbosity", "-v", "--verbose"} & {p.split("=")[0] for p in comando} else [
-            "-lv", "4"]
+        verbosa = {"-lv", "--log-verbosity", "-v", "--verbose"} & {p.split("=")[0] for p in comando}
+        verbosita = [] if verbosa else ["-lv", "4"]
         self.argomenti = comando + configurazione.argomenti() + verbosita + [
             "--host", parti.hostname, "--port", str(parti.port or 80)]
         self.configurazione, self.url, self.attesa, self.stderr = configurazione, url, attesa, stderr
@@ -5081,8 +5081,7 @@ def righe_conversazioni(prova: Prova) -> List[str]:
         chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
         righe.append(f"  il buffer condiviso: le letture di /slots hanno visto gli slot chiedergli insieme fino a "
                      f"{chiesti} token di {n_ctx} ({chiesti / n_ctx:.0%})")
-    in_fondo = sum(1 for u in range(utenti) if any(extra(r).conversazione == u and extra(r).turno == piano.turni
-                                                   for r in e.riuscite))
+    in_fondo = len({extra(r).conversazione for r in e.riuscite if extra(r).turno == piano.turni})
     finite = sum(1 for r in e.risultati if contesto_finito(r))
     righe.append(f"  arrivate all'ultimo turno: {in_fondo} su {utenti}" + (
         f"; {quante(finite, 'richiesta non è entrata', 'richieste non sono entrate')} nel contesto" if finite else ""))
