@@ -5025,7 +5025,7 @@ def cache_ereditata(prova: Prova) -> List[Risultato]:
     """--turni: the first turns that reused more than the chat template's opening from a slot's cache
     before any answer of this run had come back: nothing of this run could be there yet, so it was left
     by an earlier run on the same server (the system prompt and the first questions are the same)."""
-    prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)  # None: no request, none here
+    prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)  # None only with no turn at all
     return [r for r in prova.esecuzione.riuscite if extra(r).turno == 1 and (extra(r).token_cache or 0) > APERTURA_MAX
             and r.inizio < prima_risposta]
 
