@@ -4122,11 +4122,9 @@ def spiegazione(prova: Prova) -> List[str]:
     ok = e.riuscite
     if not ok:
         primo = e.risultati[0].errore if e.risultati else "interrotta"
-        if e.n_richieste == 1:
-            return [f"L'unica richiesta non è andata a buon fine ({primo}): non ci sono cifre da leggere."
-                    ] + frase_contesto_stretto(prova)
-        return [f"Nessuna delle {e.n_richieste} richieste è andata a buon fine (la prima: {primo}): "
-                "non ci sono cifre da leggere."] + frase_contesto_stretto(prova)
+        fallite = (f"L'unica richiesta non è andata a buon fine ({primo})" if e.n_richieste == 1 else
+                   f"Nessuna delle {e.n_richieste} richieste è andata a buon fine (la prima: {primo})")
+        return [f"{fallite}: non ci sono cifre da leggere."] + frase_contesto_stretto(prova)
     frasi = []
     if info.n_slot is not None and s.picco is not None:
         insieme = min(piano.parallele, e.n_richieste)
@@ -4311,8 +4309,8 @@ class ServerAvviato:
         parti = urllib.parse.urlsplit(url)
         # -lv 4: this llama.cpp writes the KV cache it allocated in its log only from verbosity 4 on. The
         # log's cost, measured on b11434: about 30 lines a request (7 at -lv 3), none per token.
-        verbosita = [] if {"-lv", "--log-verbosity", "-v", "--verbose"} & {p.split("=")[0] for p in comando} else [
-            "-lv", "4"]
+        verbosa = {"-lv", "--log-verbosity", "-v", "--verbose"} & {p.split("=")[0] for p in comando}
+        verbosita = [] if verbosa else ["-lv", "4"]
         self.argomenti = comando + configurazione.argomenti() + verbosita + [
             "--host", parti.hostname, "--port", str(parti.port or 80)]
         self.configurazione, self.url, self.attesa, self.stderr = configurazione, url, attesa, stderr
@@ -4320,39 +4318,34 @@ class ServerAvviato:
         self.proc = None  # subprocess.Popen
 
     def __enter__(self) -> ServerAvviato:
-        try:
-            self._avvia()
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def _avvia(self) -> None:
         """Refuse a port where a server already answers, start the command in its own session, then
-        wait for /health while watching the process."""
+        wait for /health while watching the process; stopped again if any of it fails."""
         import shlex
         import subprocess
         import tempfile
 
         client = Client(self.url, timeout_info=2.0)
-        try:
+        with contextlib.suppress(ErroreRete):  # nothing there: the port is ours
             client.chiama("GET", "/health")
             raise ErroreUtente(f"su {self.url} risponde già un server: fermalo, o scegli un'altra porta con --url")
-        except ErroreRete:
-            pass  # nothing there: the port is ours
         print(f"avvio: {shlex.join(self.argomenti)}", file=self.stderr, flush=True)
-        self.log = tempfile.NamedTemporaryFile(prefix="carico-server-", suffix=".log", delete=False)
         if os.name == "posix":
             # Its own session: the terminal's Ctrl+C reaches carico.py, which stops the server itself.
             gruppo = dict(start_new_session=True, preexec_fn=muori_con_il_padre)
         else:
             gruppo = dict(creationflags=subprocess.CREATE_NEW_PROCESS_GROUP)
         try:
-            self.proc = subprocess.Popen(self.argomenti, stdin=subprocess.DEVNULL, stdout=self.log,
-                                         stderr=subprocess.STDOUT, **gruppo)
-        except OSError as exc:
-            raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {perche_os(exc)}") from None
-        aspetta_pronto(client, self.attesa, self.stderr, avviato=self)
+            self.log = tempfile.NamedTemporaryFile(prefix="carico-server-", suffix=".log", delete=False)
+            try:
+                self.proc = subprocess.Popen(self.argomenti, stdin=subprocess.DEVNULL, stdout=self.log,
+                                             stderr=subprocess.STDOUT, **gruppo)
+            except OSError as exc:
+                raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {perche_os(exc)}") from None
+            aspetta_pronto(client, self.attesa, self.stderr, avviato=self)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
 
     def controlla(self, quando: str, attesa: float = 0.0) -> None:
         """An ErroreUtente with the tail of its log if the server has exited (within `attesa` seconds);
@@ -4398,12 +4391,10 @@ class ServerAvviato:
 
 def muori_con_il_padre():
     """In the started server: Linux sends it SIGTERM if carico.py dies, even by SIGKILL."""
-    try:
-        import ctypes
+    import ctypes
 
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 # --confronta: two result files side by side ####################################################
@@ -4685,9 +4676,13 @@ class Conversazioni:
         piano, turni = self.piano, self.piano.oltre.turni
         storie = {}  # each turn's future -> (user, turn from 0, the messages it sent)
 
+        def invia_turno(indice: int, domanda: dict, utente: int, turno: int) -> Risultato:
+            r = invia(client, indice, domanda, piano.timeout, t0)
+            return r._replace(oltre=extra(r)._replace(conversazione=utente, turno=turno + 1))
+
         def manda(utente: int, turno: int, messaggi: list) -> None:
             domanda = {**domanda_chat("", piano), "messages": messaggi, "cache_prompt": True}
-            futuro = esecutore.submit(self.invia_turno, client, len(futuri), domanda, utente, turno, t0)
+            futuro = esecutore.submit(invia_turno, len(futuri), domanda, utente, turno)
             futuri.append(futuro)
             storie[futuro] = (utente, turno, messaggi)
 
@@ -4705,10 +4700,6 @@ class Conversazioni:
                     manda(utente, turno + 1, messaggi + [risposta, self.messaggio_utente(utente, turno + 1)])
                     in_corso.add(futuri[-1])
         return EsecuzioneOltre()
-
-    def invia_turno(self, client: Client, indice: int, domanda: dict, utente: int, turno: int, t0: float) -> Risultato:
-        r = invia(client, indice, domanda, self.piano.timeout, t0)
-        return r._replace(oltre=extra(r)._replace(conversazione=utente, turno=turno + 1))
 
 
 def lanciatore(piano: Piano, primo_prompt: int):
@@ -4809,14 +4800,12 @@ def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
         raise ErroreUtente("--prompt-token: il tokenizzatore del server non dà pezzi che aprano parole diverse: "
                             "non so fare prompt che non condividano l'inizio")
     fatti = b"".join(pezzi), tuple(itertools.accumulate(map(len, pezzi), initial=0)), tuple(prime.values())
-    for minimo, massimo in dict.fromkeys(lunghezze):
-        if minimo == massimo and len(tokenizza(client, taglia(fatti, 0, minimo))) != minimo:
-            raise ErroreUtente(f"--prompt-token {minimo}: il tokenizzatore del server non ricompone un testo di "
-                                f"esattamente {minimo} token")
-    for prefisso in dict.fromkeys(extra(p).prefisso for p in piani if extra(p).prefisso):
-        if len(tokenizza(client, taglia(fatti, 0, prefisso))) != prefisso:
-            raise ErroreUtente(f"--prefisso {prefisso}: il tokenizzatore del server non ricompone un testo di "
-                                f"esattamente {prefisso} token")
+    esatte = [("--prompt-token", minimo) for minimo, massimo in lunghezze if minimo == massimo]
+    esatte += [("--prefisso", extra(p).prefisso) for p in piani if extra(p).prefisso]
+    for opzione, n in dict.fromkeys(esatte):
+        if len(tokenizza(client, taglia(fatti, 0, n))) != n:
+            raise ErroreUtente(f"{opzione} {n}: il tokenizzatore del server non ricompone un testo di "
+                                f"esattamente {n} token")
     return [p._replace(oltre=p.oltre._replace(pezzi=fatti)) for p in piani]
 
 
@@ -4837,10 +4826,9 @@ def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Op
     comune = taglia(extra_piano.pezzi, 0, prefisso) if prefisso else ""
     if extra_piano.prompt_token is None:
         return comune + (" " if prefisso else "") + prompt_per(primo_prompt + indice, piano), None
-    minimo, massimo = extra_piano.prompt_token
     import random
 
-    lunghezza = minimo if minimo == massimo else random.Random(f"{extra_piano.seme or 0}:{indice}").randint(minimo, massimo)
+    lunghezza = random.Random(f"{extra_piano.seme or 0}:{indice}").randint(*extra_piano.prompt_token)
     proprio = 1 + (primo_prompt + indice) % (len(extra_piano.pezzi[2]) - 1)  # never the prefix's own start
     return comune + taglia(extra_piano.pezzi, proprio, lunghezza - prefisso), lunghezza
 
@@ -4882,17 +4870,18 @@ def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
     except ValueError:
         intero = None
     if isinstance(intero, list):  # ShareGPT: [{"conversations": [{"from": "human", "value": ...}, ...]}, ...]
-        richieste = [next((t["value"] for t in (c.get("conversations") if isinstance(c.get("conversations"), list) else [])
-                           if isinstance(t, dict)
-                           and t.get("from") in ("human", "user") and isinstance(t.get("value"), str) and t["value"]), None)
-                     for c in intero if isinstance(c, dict)]
-        senza = len(intero) - sum(1 for r in richieste if r)
-        richieste = tuple((r, None, None) for r in richieste if r)
+        domande = [next((t["value"] for t in c["conversations"] if isinstance(t, dict) and t.get("from") in ("human", "user")
+                         and isinstance(t.get("value"), str) and t["value"]), None)
+                   for c in intero if isinstance(c, dict) and isinstance(c.get("conversations"), list)]
+        richieste = tuple((d, None, None) for d in domande if d)
         if not richieste:
             errore(f"--dataset: '{percorso}' non ha conversazioni con una domanda (il formato di ShareGPT)")
-        return richieste, "ShareGPT" + (f"; {quante(senza, 'conversazione', 'conversazioni')} su {len(intero)} senza "
-                                        f"una domanda (from human), {'saltata' if senza == 1 else 'saltate'}"
-                                        if senza else "")
+        senza = len(intero) - len(richieste)
+        if not senza:
+            return richieste, "ShareGPT"
+        saltate = "saltata" if senza == 1 else "saltate"
+        return richieste, (f"ShareGPT; {quante(senza, 'conversazione', 'conversazioni')} su {len(intero)} senza una "
+                           f"domanda (from human), {saltate}")
     richieste = []
     for n, riga in enumerate(testo.splitlines(), 1):
         if not riga.strip():
@@ -4938,28 +4927,28 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
     requests were sent. With --prefisso: how many prompt tokens the server took from its cache. With
     --prompt-token: the prompts' lengths asked, and what the chat template added, measured as the
     server's prompt_tokens less the prompt's own tokens."""
-    righe = []
-    if extra(prova.piano).token_minimo is not None:
-        generati = [r.token for r in prova.esecuzione.riuscite if r.token is not None]
-        righe.append(f"token chiesti a caso fra {extra(prova.piano).token_minimo} e {prova.piano.max_token} (seme "
-                     f"{extra(prova.piano).seme or 0}): generati {da_a(generati)}")
-    if extra(prova.piano).dataset is not None and not extra(prova.piano).traccia:
-        righe.append(f"richieste da {extra(prova.piano).nome_dataset}: {len(extra(prova.piano).dataset)} richieste nel file, "
+    righe, piano, ok = [], extra(prova.piano), prova.esecuzione.riuscite
+    if piano.token_minimo is not None:
+        generati = [r.token for r in ok if r.token is not None]
+        righe.append(f"token chiesti a caso fra {piano.token_minimo} e {prova.piano.max_token} (seme {piano.seme or 0}): "
+                     f"generati {da_a(generati)}")
+    if piano.dataset is not None and not piano.traccia:
+        righe.append(f"richieste da {piano.nome_dataset}: {len(piano.dataset)} richieste nel file, "
                      f"{prova.esecuzione.n_richieste} inviate")
-    if extra(prova.piano).prefisso is not None:
-        dalla_cache = [extra(r).token_cache for r in prova.esecuzione.riuscite if extra(r).token_cache is not None]
-        prefisso = extra(prova.piano).prefisso
+    prefisso = piano.prefisso
+    if prefisso is not None:
+        dalla_cache = [extra(r).token_cache for r in ok if extra(r).token_cache is not None]
         if dalla_cache:
             righe.append((f"prefisso comune di {prefisso} token" if prefisso else "nessun prefisso comune, per confronto")
                          + f" (cache_prompt acceso): dalla cache {media(dalla_cache):.0f} token di prompt per richiesta "
                          f"in media ({da_a(dalla_cache)})" + perche_senza_prefisso(prova, log))
-    misurati = [r for r in prova.esecuzione.riuscite if extra(r).prompt_esatto and extra(r).token_prompt]
+    misurati = [r for r in ok if extra(r).prompt_esatto and extra(r).token_prompt]
     if not misurati:
         return righe
     chiesti = [extra(r).prompt_esatto for r in misurati]
     sopra = [extra(r).token_prompt - extra(r).prompt_esatto for r in misurati]
-    a_caso = extra(prova.piano).prompt_token[0] != extra(prova.piano).prompt_token[1]
-    return righe + [f"prompt: {da_a(chiesti)} token" + (f" (a caso, seme {extra(prova.piano).seme or 0})" if a_caso else "")
+    a_caso = f" (a caso, seme {piano.seme or 0})" if piano.prompt_token[0] != piano.prompt_token[1] else ""
+    return righe + [f"prompt: {da_a(chiesti)} token{a_caso}"
                     + f", contati dal tokenizzatore del server; il template della chat ne aggiunge {da_a(sopra)} "
                     f"(prompt_tokens {da_a([extra(r).token_prompt for r in misurati])})"]
 
@@ -4967,20 +4956,17 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
 def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
     """--prefisso: of the requests that reused less than half the prefix, what the evidence says. Those a slot
     took before any other request's prompt was computed could not find it (no slot held it yet). For the
-    others, the server's
-    log (--avvia starts it at -lv 4): this llama.cpp says when it restored a context checkpoint or processed
-    the whole prompt again, which it does for a model with sliding-window layers (gemma-3), whose cache cannot
-    be cut back to a common prefix. Without the log carico does not know why, and says only what it saw."""
+    others, the server's log (--avvia starts it at -lv 4): this llama.cpp says when it restored a context
+    checkpoint or processed the whole prompt again, which it does for a model with sliding-window layers
+    (gemma-3), whose cache cannot be cut back to a common prefix. Without the log carico does not know why,
+    and says only what it saw."""
     prefisso, ok = extra(prova.piano).prefisso, prova.esecuzione.riuscite
-    poche = [r for r in ok if extra(r).token_cache is not None and extra(r).token_cache < (prefisso or 0) / 2]
+    poche = [r for r in ok if extra(r).token_cache is not None and extra(r).token_cache < prefisso / 2]
     if not poche:
         return ""
     fine_prompt = {r.indice: r.fine - r.predicted_ms / 1000 for r in ok if r.predicted_ms is not None}
-
-    def prima_di_ogni_prefisso(r: Risultato) -> bool:  # its slot began before any other had the prompt computed
-        inizio = in_slot(r)
-        return inizio is not None and all(inizio[0] < t for i, t in fine_prompt.items() if i != r.indice)
-    presto = [r for r in poche if prima_di_ogni_prefisso(r)]
+    presto = [r for r in poche if in_slot(r) is not None  # its slot began before any other had the prompt computed
+              and all(in_slot(r)[0] < t for i, t in fine_prompt.items() if i != r.indice)]
     frase = f"; {len(poche)} su {len(ok)} ne hanno presi meno della metà del prefisso"
     if len(presto) == len(poche):
         return frase + (": i loro slot le hanno prese prima che un altro avesse calcolato il prefisso" if len(poche) > 1
@@ -5009,6 +4995,8 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
 # and no room in the KV cache (500, for every request in flight: measured with --kv-unified, four long
 # requests together at -np 4 -c 2048 all failed; none waited in the queue, none was evicted).
 CONTESTO_FINITO = {"exceed_context_size_error": "slot", "Context size has been exceeded": "kv"}
+PERCHE_FINITO = {"slot": "il contesto dello slot è finito",
+                  "kv": "il buffer KV condiviso fra gli slot (--kv-unified) è pieno"}
 
 
 def contesto_finito(r: Risultato) -> Optional[str]:
@@ -5021,12 +5009,6 @@ def kv_condivisa(prova: Prova) -> bool:
     with a 500 "Context size has been exceeded.", which this llama.cpp sends only from a shared buffer
     (without --kv-unified each slot has its own, and a prompt too long gets the 400 when a slot takes it)."""
     return prova.info.kv_unificata or any(contesto_finito(r) == "kv" for r in prova.esecuzione.risultati)
-
-
-def perche_finito(r: Risultato) -> str:
-    """Why a conversation stopped, in Italian."""
-    return {"slot": "il contesto dello slot è finito", "kv": "il buffer KV condiviso fra gli slot (--kv-unified) è pieno"
-            }.get(contesto_finito(r), "è fallito")
 
 
 def frase_kv_piena(prova: Prova) -> Optional[str]:
@@ -5047,9 +5029,9 @@ def cache_ereditata(prova: Prova) -> List[Risultato]:
     """--turni: the first turns that reused more than the chat template's opening from a slot's cache
     before any answer of this run had come back: nothing of this run could be there yet, so it was left
     by an earlier run on the same server (the system prompt and the first questions are the same)."""
-    prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)
+    prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)  # None only with no turn at all
     return [r for r in prova.esecuzione.riuscite if extra(r).turno == 1 and (extra(r).token_cache or 0) > APERTURA_MAX
-            and prima_risposta is not None and r.inizio < prima_risposta]
+            and r.inizio < prima_risposta]
 
 
 APERTURA_MAX = 16  # tokens a new prompt may share with any other: the chat template's opening, a few on gemma-3
@@ -5083,8 +5065,8 @@ def righe_conversazioni(prova: Prova) -> List[str]:
         suoi = [r for r in e.risultati if extra(r).conversazione == utente]  # the user's turns that ended
         if suoi and not suoi[-1].riuscita:
             ultimo = suoi[-1]
-            righe.append(f"  utente {utente}: fermo al turno {extra(ultimo).turno}, {perche_finito(ultimo)}: "
-                         f"{ultimo.errore}")
+            perche = PERCHE_FINITO.get(contesto_finito(ultimo), "è fallito")
+            righe.append(f"  utente {utente}: fermo al turno {extra(ultimo).turno}, {perche}: {ultimo.errore}")
         troncati = [r for r in suoi if r.riuscita and extra(r).finish_reason == "length" and r.token is not None
                     and r.token < prova.piano.max_token]
         for r in troncati:  # "length" before --token: the slot's context ended, when prompt and answer fill it
@@ -5103,8 +5085,7 @@ def righe_conversazioni(prova: Prova) -> List[str]:
         chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
         righe.append(f"  il buffer condiviso: le letture di /slots hanno visto gli slot chiedergli insieme fino a "
                      f"{chiesti} token di {n_ctx} ({chiesti / n_ctx:.0%})")
-    in_fondo = sum(1 for u in range(utenti) if any(extra(r).conversazione == u and extra(r).turno == piano.turni
-                                                   for r in e.riuscite))
+    in_fondo = len({extra(r).conversazione for r in e.riuscite if extra(r).turno == piano.turni})
     finite = sum(1 for r in e.risultati if contesto_finito(r))
     righe.append(f"  arrivate all'ultimo turno: {in_fondo} su {utenti}" + (
         f"; {quante(finite, 'richiesta non è entrata', 'richieste non sono entrate')} nel contesto" if finite else ""))
@@ -5153,15 +5134,10 @@ def riga_decisioni(configurazione: Configurazione, d: Decisioni) -> str:
 
 def con_contesto(comando: List[str], n_ctx: int) -> List[str]:
     """The server's command with -c n_ctx in place of its own -c (or with it added)."""
-    uscita, salta = [], False
-    for parte in comando:
-        if salta:
-            salta = False
-        elif parte in ("-c", "--ctx-size"):
-            salta = True
-        elif not parte.startswith(("-c=", "--ctx-size=")):
-            uscita.append(parte)
-    return uscita + ["-c", str(n_ctx)]
+    contesto = ("-c", "--ctx-size")
+    tenute = [parte for prima, parte in zip([""] + comando, comando)  # neither -c nor its value
+              if parte not in contesto and prima not in contesto and not parte.startswith(("-c=", "--ctx-size="))]
+    return tenute + ["-c", str(n_ctx)]
 
 
 CONVERSAZIONI_RAM, TOKEN_RAM = 4, 4096  # the lab's question: 4 conversations of 4096 tokens each
@@ -5207,16 +5183,16 @@ def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Option
     righe = [f"La domanda del lab: {CONVERSAZIONI_RAM} conversazioni da {TOKEN_RAM} token.",
              f"  Servono -c {chiesto}: {CONVERSAZIONI_RAM} slot da {TOKEN_RAM} (-np {CONVERSAZIONI_RAM}), o lo stesso "
              f"-c con --kv-unified, dove però le conversazioni si contendono un solo buffer."]
-    misurate_ok = [(c, g) for c, g in misurate if g is not None and g.kv_mib is not None]
-    if not misurate_ok or not n_ctx or not d.kv_mib:
-        return righe + [f"  La cache KV: n/d ({perche_nd or 'il log del server non la scrive'})."]
+    nd = f"n/d ({perche_nd or 'il log del server non la scrive'})"
+    if not any(g is not None and g.kv_mib is not None for _, g in misurate) or not n_ctx or not d.kv_mib:
+        return righe + [f"  La cache KV: {nd}."]
     righe.append(f"  La cache KV, misurata: il server di questa sessione (-np {prima.etichetta}, -c {n_ctx}) ha allocato "
                  f"{d.kv_mib:.2f} MiB; avviato con -c {chiesto}:")
     ferme = []  # the sliding-window caches that did not grow with the context
     for c, g in misurate:
         nome_server = " ".join(c.argomenti())
         if g is None or g.kv_mib is None:
-            righe.append(f"    {nome_server}: n/d ({perche_nd or 'il log del server non la scrive'})")
+            righe.append(f"    {nome_server}: {nd}")
             continue
         righe.append(f"    {nome_server}: {g.kv_mib:.2f} MiB ({g.kv_mib - d.kv_mib:+.2f} MiB, x{g.kv_mib / d.kv_mib:.1f}"
                      f" per x{chiesto / n_ctx:g} token di contesto)")
@@ -5330,11 +5306,8 @@ class ParserItaliano(argparse.ArgumentParser):
 
         opzione = re.match(r"argument (\S+): (.*)$", message, re.S)
         prefisso, resto = (f"opzione {opzione.group(1)}: ", opzione.group(2)) if opzione else ("", message)
-        for inglese, italiano in self.ERRORI:
-            tradotto, n = re.subn(f"^{inglese}$", italiano, resto, flags=re.S)
-            if n:
-                resto = tradotto
-                break
+        resto = next((re.sub(f"^{inglese}$", italiano, resto, flags=re.S) for inglese, italiano in self.ERRORI
+                      if re.match(f"^{inglese}$", resto, flags=re.S)), resto)
         ignote = re.match(r"unrecognized arguments: (.*)$", message)
         del_server = [p for p in (ignote.group(1).split() if ignote else []) if p.split("=")[0] in self.DEL_SERVER]
         if del_server:
