@@ -359,7 +359,7 @@ def test_pipe_chiusa_nessun_rumore(fake):
 def test_stdout_ascii_nessun_errore_di_codifica(fake):
     server = fake(loading_s=60)
     ambiente = dict(os.environ, PYTHONIOENCODING="ascii", LANG="C", LC_ALL="C")
-    proc = avvia_carico(server.url, "--attesa", "0.5", env=ambiente)
+    proc = avvia_carico(server.url, "--attesa", "1", env=ambiente)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 1
     assert "UnicodeEncodeError" not in err and "Traceback" not in err
