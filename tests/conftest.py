@@ -91,9 +91,9 @@ def pytest_terminal_summary(terminalreporter):
 # and the others steal from the tail of the longest queue. The longest tests head the blocks, so that each starts
 # at once: placed together they would run one after the other on the first worker and outlast the rest of the
 # suite. Each lane below heads its own block and runs in order. The tests that time the client's sends (the two
-# of --ritmo, 4 s at 50 a second, and --capacita) share one lane, one after the other: side by side they took
-# the cores from each other (at load 15-20, both failed in four runs of five). The 1000-request test, which
-# keeps a core busy, runs beside --capacita, which mostly waits. Measured with --durations.
+# of --ritmo, 4 s at 50 a second, and --capacita) share one lane, one after the other, so as not to take the
+# cores from each other; the 1000-request test, which keeps a core busy, runs beside --capacita, which mostly
+# waits. Measured with --durations.
 CORSIE = (("test_capacita_trova_il_ritmo_che_il_fake_regge", "test_ritmo_poisson_seminato_segue_il_programma",
            "test_ritmo_costante_sul_tempo_del_server"),
           ("test_grande_carico_memoria_limitata_e_campionamento_regolare", "test_picco_esatto_su_prove_brevi"),
