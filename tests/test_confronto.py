@@ -428,9 +428,10 @@ def test_capacita_trova_il_ritmo_che_il_fake_regge(fake, carica):
     """The fake's capacity is known by construction: one slot, 10 tokens at 10 ms each and a short
     prompt, about 0.106 s a request, 9.4 requests a second. With steady arrivals and a latency objective
     of 0.5 s, the search lands within one step of it (the last rate that held and the first that did not
-    are within 20%)."""
+    are within 20%). The search starts at 8 req/s, which holds: from 1 it would spend three more points of
+    2 s each doubling through rates that hold by far."""
     server = fake(n_slot=1, s_per_token=0.01)
-    rc, out, err = carica(server.url, "--capacita", "--slo", "latenza=0.5", "--durata", "2",
+    rc, out, err = carica(server.url, "--capacita", "--slo", "latenza=0.5", "--durata", "2", "--ritmo", "8",
                           "--token", "10", "--silenzioso")
     assert rc == 0, err
     riga = next(r for r in out.splitlines() if r.startswith("capacità sotto lo SLO (latenza <= 0.5 s, per il 95%"))

@@ -6,14 +6,13 @@ import os
 import re
 import select
 import statistics
-import subprocess
 import sys
 import time
 
 import pytest
 
 import carico
-from aiuti import CARICO, RIGA_REQ, VELOCE, rifiutata
+from aiuti import RIGA_REQ, VELOCE, rifiutata
 from fakeserver import flusso_scritto
 
 
@@ -288,17 +287,19 @@ def test_riga_dal_vivo_su_un_terminale(fake, capsys, monkeypatch):
     assert out.splitlines()[0] == "server: 2 slot, n_ctx per slot = 1024"
 
 
-def test_riga_dal_vivo_mai_in_una_pipe_ne_con_silenzioso(fake):
+def test_riga_dal_vivo_mai_in_una_pipe_ne_con_silenzioso(fake, carica, capsys, monkeypatch):
+    """In-process: the live line asks only sys.stderr.isatty(), which a pipe and capsys answer alike."""
     server = fake(n_slot=2, s_per_token=0.005)
-    proc = subprocess.run([sys.executable, CARICO, "--url", server.url, *VELOCE], capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 0 and "\r" not in proc.stderr and "slot occupati" not in proc.stderr
+    rc, _, err = carica(server.url, *VELOCE)
+    assert rc == 0 and "\r" not in err and "slot occupati" not in err
     madre, figlia = os.openpty()
-    proc = subprocess.run([sys.executable, CARICO, "--url", server.url, "--silenzioso", *VELOCE], stdout=subprocess.PIPE,
-                          stderr=figlia, timeout=60)
-    os.close(figlia)
+    with open(figlia, "w", encoding="utf-8", closefd=True) as terminale:
+        monkeypatch.setattr(sys, "stderr", terminale)
+        rc = carico.main(["--url", server.url, "--silenzioso", *VELOCE])
+    monkeypatch.undo()
+    capsys.readouterr()
     scritto = leggi_terminale(madre)
-    assert proc.returncode == 0 and b"slot occupati" not in scritto and b"\r" not in scritto.replace(b"\r\n", b"")
+    assert rc == 0 and b"slot occupati" not in scritto and b"\r" not in scritto.replace(b"\r\n", b"")
 
 
 def test_fallite_contate_per_tipo(fake, carica):
