@@ -2068,7 +2068,7 @@ class Flusso:
 
     def __init__(self, sock: socket.socket, scadenza: float):
         self.sock, self.scadenza = sock, scadenza  # scadenza: time.monotonic() when --timeout runs out
-        self.stampi = stampi_del_kernel(sock)
+        self.stampi, self.tls = stampi_del_kernel(sock), hasattr(sock, "pending")
         self.inviata = 0.0  # when the request left (perf_counter)
         self.status: Optional[int] = None
         self.blocchi: List[Tuple[float, bytes]] = []  # the body: (when its bytes arrived, the bytes)
@@ -2155,7 +2155,8 @@ class Flusso:
     def _fatto(self, dati: bytes) -> bool:
         """Whether `data: [DONE]` has come, as a whole line: the stream's end even on a connection the
         server keeps open. Looked for in full only when the bytes "[DONE]" have just arrived."""
-        coda, self._coda = self._coda + dati, (self._coda + dati)[-16:]
+        coda = self._coda + dati
+        self._coda = coda[-16:]
         if b"[DONE]" not in coda:
             return False
         righe = b"".join(dati for _, dati in self.blocchi).split(b"\n")[:-1]  # a line counts once it has ended
@@ -2268,7 +2269,7 @@ class LettoreFlussi:
                 if finito:
                     self._fine(selettore, attivi, flusso)
                     return
-                if not (hasattr(flusso.sock, "pending") and flusso.sock.pending()):
+                if not (flusso.tls and flusso.sock.pending()):  # TLS: bytes it decrypted and we have not read
                     return
         except Exception as exc:  # the stream's error, for its worker to raise
             self._fine(selettore, attivi, flusso, exc)
@@ -2388,20 +2389,14 @@ def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Tuple[dict, List[flo
                     break
         if fatto:
             break
+    fino = len(righe) - 1 if righe and righe[-1][1] == b"[DONE]" else len(righe)  # the events, [DONE] not one
     completamento = {"choices": [{}]}
     tempi, testo = [], []  # when each chunk with text arrived; the text (a conversation sends it back)
     chunk = 0  # the JSON events read
-    for quando, dato in righe:
-        if dato == b"[DONE]":
-            if "finish_reason" not in completamento["choices"][0]:
-                break
-            completamento["choices"][0]["message"] = {"role": "assistant", "content": "".join(testo)}
-            return completamento, tempi, quando
+    for (quando, _), evento in zip(righe, eventi_json([dato for _, dato in righe[:fino]])):
         chunk += 1
-        try:
-            evento = json.loads(dato.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise ErroreNelFlusso("evento non JSON nel flusso") from None
+        if evento is NON_JSON:
+            raise ErroreNelFlusso("evento non JSON nel flusso")
         if not isinstance(evento, dict):
             continue
         if isinstance(evento.get("error"), dict):
@@ -2418,7 +2413,29 @@ def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Tuple[dict, List[flo
                 completamento[chiave] = evento[chiave]
     if "finish_reason" not in completamento["choices"][0]:
         raise ErroreNelFlusso(f"{TRONCATA} dopo {chunk} chunk (nessun finish_reason)")
-    raise ErroreNelFlusso("flusso interrotto prima della fine (manca [DONE])")
+    if fino == len(righe):
+        raise ErroreNelFlusso("flusso interrotto prima della fine (manca [DONE])")
+    completamento["choices"][0]["message"] = {"role": "assistant", "content": "".join(testo)}
+    return completamento, tempi, righe[fino][0]
+
+
+NON_JSON = object()  # an event that is not JSON (None is JSON: null)
+
+
+def eventi_json(dati: List[bytes]) -> list:
+    """Each event's JSON: all of a stream's in one json.loads, a list of them (one call per event costs
+    as much again as the parsing); one at a time only when that fails, NON_JSON for an event that is not."""
+    with contextlib.suppress(ValueError):  # UnicodeDecodeError included
+        eventi = json.loads((b"[" + b",".join(dati) + b"]").decode("utf-8"))
+        if len(eventi) == len(dati):  # else an event was not one JSON value ("1,2"): one at a time
+            return eventi
+    eventi = []
+    for dato in dati:
+        try:
+            eventi.append(json.loads(dato.decode("utf-8")))
+        except ValueError:
+            eventi.append(NON_JSON)
+    return eventi
 
 
 def tpot(r: Risultato) -> Optional[float]:

@@ -228,3 +228,24 @@ def test_il_lettore_finisce_con_i_flussi(fake, carica, monkeypatch):
     while any(t.name == "flussi" for t in threading.enumerate()) and time.monotonic() < limite:
         time.sleep(0.01)
     assert not any(t.name == "flussi" for t in threading.enumerate())
+
+
+def test_gli_eventi_letti_tutti_insieme_come_uno_alla_volta():
+    """The events' JSON is parsed in one call for the whole stream: what one event at a time would say,
+    whatever they hold. `null` is JSON and skipped; `1,2` is not one JSON value (an array of the whole
+    stream would take it as two); an error event is said before a later event that is not JSON."""
+    from test_flussi import EVENTI
+
+    def con(*altri):
+        return [(1.0, b"".join(EVENTI[:2] + list(altri) + EVENTI[2:]))]
+
+    dati, tempi, _ = carico.leggi_flusso(iter(con(b"data: null\n\n")))
+    assert dati["choices"][0]["message"]["content"] == "caffè €!" and len(tempi) == 3
+    with pytest.raises(carico.ErroreNelFlusso, match="^evento non JSON nel flusso$"):
+        carico.leggi_flusso(iter(con(b"data: 1,2\n\n")))
+    with pytest.raises(carico.ErroreNelFlusso, match="^evento non JSON nel flusso$"):
+        carico.leggi_flusso(iter(con(b'data: {"a": "\xff"}\n\n')))
+    errore = b'data: {"error":{"code":500,"message":"finito","type":"server_error"}}\n\n'
+    with pytest.raises(carico.ErroreNelFlusso) as e:
+        carico.leggi_flusso(iter(con(errore, b"data: {\n\n")))
+    assert "finito" in str(e.value)
