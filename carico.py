@@ -2038,6 +2038,7 @@ TRONCATA = "il server ha interrotto la risposta"
 # them. Through TLS there is no kernel stamp: the time of the read.
 SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
 LETTURA = 65536  # bytes a read asks for: a burst of events in one read
+SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # room for one stamp (Windows: none)
 
 
 def scarto_orologi() -> float:
@@ -2123,23 +2124,25 @@ class Flusso:
         return dopo
 
     def _togli_pezzi(self, dati: bytes) -> Tuple[bytes, bool]:
-        """chunked: the payload in what has arrived so far, and whether the last (empty) chunk came."""
-        self._buffer += dati
-        carico_utile = []
+        """chunked: the payload in what has arrived so far, and whether the last (empty) chunk came. Read
+        with a position, not by cutting the buffer after each piece: a late read may bring dozens."""
+        buffer = self._buffer + dati if self._buffer else dati
+        pos, carico_utile = 0, []
         while True:
             if self._pezzo > 0:
-                parte = self._buffer[:self._pezzo]
-                carico_utile.append(parte)
-                self._buffer, self._pezzo = self._buffer[len(parte):], self._pezzo - len(parte)
+                fino = min(pos + self._pezzo, len(buffer))
+                carico_utile.append(buffer[pos:fino])
+                self._pezzo -= fino - pos
+                pos = fino
                 if self._pezzo:
-                    return b"".join(carico_utile), False
+                    break
                 self._pezzo = -1
-            riga, trovata, resto = self._buffer.partition(b"\r\n")
-            if not trovata:
-                if len(self._buffer) > 1024:
+            a_capo = buffer.find(b"\r\n", pos)
+            if a_capo < 0:
+                if len(buffer) - pos > 1024:
                     raise ErroreRete("risposta HTTP non valida (chunk)")
-                return b"".join(carico_utile), False
-            self._buffer = resto
+                break
+            riga, pos = buffer[pos:a_capo], a_capo + 2
             if self._pezzo == -1:  # the CRLF that closes a chunk's data
                 if riga:
                     raise ErroreRete("risposta HTTP non valida (chunk)")
@@ -2150,7 +2153,10 @@ class Flusso:
             except ValueError:
                 raise ErroreRete("risposta HTTP non valida (chunk)") from None
             if self._pezzo == 0:  # the last chunk (its trailers are not read)
+                self._buffer = b""
                 return b"".join(carico_utile), True
+        self._buffer = buffer[pos:]
+        return b"".join(carico_utile), False
 
     def _fatto(self, dati: bytes) -> bool:
         """Whether `data: [DONE]` has come, as a whole line: the stream's end even on a connection the
@@ -2290,7 +2296,7 @@ def leggi_con_tempo(flusso: Flusso, scarto: float) -> Optional[Tuple[float, byte
         if not flusso.stampi:
             dati = flusso.sock.recv(LETTURA)
             return time.perf_counter(), dati
-        dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, socket.CMSG_SPACE(16))
+        dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
     except OSError as exc:
         ssl = sys.modules.get("ssl")  # imported by https (see cifra)
         if isinstance(exc, BlockingIOError) or (ssl and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError))):

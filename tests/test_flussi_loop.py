@@ -249,3 +249,28 @@ def test_gli_eventi_letti_tutti_insieme_come_uno_alla_volta():
     with pytest.raises(carico.ErroreNelFlusso) as e:
         carico.leggi_flusso(iter(con(errore, b"data: {\n\n")))
     assert "finito" in str(e.value)
+
+
+def test_la_cornice_a_pezzi_tagliata_ovunque():
+    """The chunked framing undone by the reader, with chunks that split the events (7 bytes each), and the
+    answer cut into two reads at every byte, headers included: the same body each time, each piece with the
+    time of its read; the end known at the `data: [DONE]` line, or at the last chunk."""
+    from test_flussi import FLUSSO
+
+    corpo = b"".join(chunk(FLUSSO[i:i + 7]) for i in range(0, len(FLUSSO), 7)) + chunk(b"")
+    risposta = TESTA + corpo
+    for taglio in range(1, len(risposta)):
+        flusso = carico.Flusso(socket.socket(), 0.0)
+        try:
+            primo = flusso.arrivati(1.0, risposta[:taglio])
+            davanti = flusso.corpo()
+            assert primo == (b"data: [DONE]\n" in davanti), taglio  # a line counts once it has ended
+            assert primo or flusso.arrivati(2.0, risposta[taglio:]), taglio
+        finally:
+            flusso.sock.close()
+        assert flusso.status == 200 and FLUSSO.startswith(flusso.corpo()), taglio
+        assert flusso.corpo() == (davanti if primo else FLUSSO), taglio
+        assert b"".join(b for t, b in flusso.blocchi if t == 1.0) == davanti, taglio
+        assert all(t == 2.0 for t, _ in flusso.blocchi[len([1 for t, _ in flusso.blocchi if t == 1.0]):]), taglio
+        if taglio >= len(TESTA) + 4 + 7:  # past the first chunk's data: the first read gave it
+            assert davanti, taglio
