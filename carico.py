@@ -2185,6 +2185,9 @@ class LettoreFlussi:
         self._thread: Optional[threading.Thread] = None
         self._sveglia: Optional[Tuple[socket.socket, socket.socket]] = None  # wakes the thread for new streams
         self._svegliato = False  # a wake-up byte is already on its way
+        # The workers parse their ended streams one at a time: a thousand streams that end together would
+        # otherwise each take the interpreter's lock in turn, and the reader would wait behind all of them.
+        self.uno_alla_volta = threading.Lock()
 
     def avvia(self) -> None:
         """The thread started now, if it is not running: before the clock, so that it is ready for the first read."""
@@ -2371,7 +2374,8 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
         raise client.errore_di_rete(CHAT, exc, descrivi_errore_rete(exc, timeout)) from None
     if flusso.status != 200:
         raise ErroreRichiesta(descrivi_errore_http(Risposta(flusso.status, flusso.corpo())))
-    dati, chunk, fine = leggi_flusso(iter(flusso.blocchi))
+    with client.flussi.uno_alla_volta:  # see LettoreFlussi
+        dati, chunk, fine = leggi_flusso(iter(flusso.blocchi))
     if dati is None:
         raise ErroreRichiesta("risposta non JSON dal server")
     inizio = flusso.inviata - t0
