@@ -387,7 +387,7 @@ def una_prova_di_flussi(eseguibile, c, cartella):
     return {"falliti": sum(r["errore"] is not None for r in richieste), "chunk_s": chunk / prova["riepilogo"]["tempo_totale"],
             "ttft50": figure["primo token"]["p50"] * 1000, "ttft99": figure["primo token"]["p99"] * 1000,
             "itl50": figure["ITL"]["p50"] * 1000, "itl99": figure["ITL"]["p99"] * 1000, "itlmax": figure["ITL"]["max"] * 1000,
-            "cpu": cpu, "core": cpu / parete, "us_chunk": cpu / chunk * 1e6, "rss": rss, "inviate_in": (max(inizi) - min(inizi)) * 1000,
+            "cpu": cpu, "core": cpu / prova["riepilogo"]["tempo_totale"], "us_chunk": cpu / chunk * 1e6, "rss": rss, "inviate_in": (max(inizi) - min(inizi)) * 1000,
             "arrivate_in": (max(a for a, _ in veri.values()) - min(a for a, _ in veri.values())) / 1e6,
             "err_ttft99": percentile_di([abs(e) for e in errori_ttft], 99),
             "err_itl99": percentile_di([abs(e) for e in errori_itl], 99),
@@ -416,7 +416,7 @@ def flussi(ripetizioni):
     eseguibile = os.path.join(cartella, "flussi")
     subprocess.run(["cc", "-O2", "-o", eseguibile, os.path.join(QUI, "flussi.c")], check=True)
     print(f"carico: {CARICO}")
-    print("| C | chunks/s | TTFT p50/p99 ms (true 50) | ITL p50/p99/max ms (true 20) | CPU s | cores (CPU / wall) "
+    print("| C | chunks/s | TTFT p50/p99 ms (true 50) | ITL p50/p99/max ms (true 20) | CPU s | cores (CPU s / the run's s) "
           "| µs/chunk | RSS MB | all sent within ms: carico / fake | error p99 ms: TTFT / ITL / chunk | fake late p99/max ms | failed "
           "| load before / after | at |", flush=True)
     try:
