@@ -274,3 +274,29 @@ def test_la_cornice_a_pezzi_tagliata_ovunque():
         assert all(t == 2.0 for t, _ in flusso.blocchi[len([1 for t, _ in flusso.blocchi if t == 1.0]):]), taglio
         if taglio >= len(TESTA) + 4 + 7:  # past the first chunk's data: the first read gave it
             assert davanti, taglio
+
+
+def test_ctrl_c_con_i_flussi_in_volo(fake):
+    """Ctrl+C while two streams flow on the reader and two wait for a slot: what was measured is printed,
+    the streams in flight are closed at once (the server sees them go), exit 130, no traceback."""
+    import signal
+
+    from aiuti import CARICO
+
+    server = fake(n_slot=2, s_per_token=0.02)
+    proc = subprocess.Popen([sys.executable, CARICO, "--url", server.url, "--stream", "--richieste", "6",
+                             "--parallele", "4", "--token", "16", *VELOCE], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    limite = time.monotonic() + 30
+    while server.tokens_predicted_total < 36 and time.monotonic() < limite:  # two done, two streaming
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err
+    assert len(re.findall(r"^  req \d: +[\d.]+ s +16 token", out, re.M)) >= 2, out
+    assert "non completata (interrotto)" in out and "tempo totale" in out, out
+    limite = time.monotonic() + 5
+    while (server.abbandonate == 0 or server.occupati()) and time.monotonic() < limite:
+        time.sleep(0.02)
+    assert server.abbandonate >= 1 and server.occupati() == 0
