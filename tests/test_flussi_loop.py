@@ -300,3 +300,17 @@ def test_ctrl_c_con_i_flussi_in_volo(fake):
     while (server.abbandonate == 0 or server.occupati()) and time.monotonic() < limite:
         time.sleep(0.02)
     assert server.abbandonate >= 1 and server.occupati() == 0
+
+
+def test_flussi_al_ritmo_sullo_stesso_lettore(fake, carica, tmp_path):
+    """--ritmo and --durata send streams by the clock, each sent by its worker and read by the one reader
+    as it arrives: every stream whole, each with its chunks, TTFT before its end."""
+    server = fake(n_slot=4, s_per_token=0.005)
+    rc, out, err = carica(server.url, "--stream", "--ritmo", "20", "--arrivi", "costanti", "--durata", "0.5",
+                          "--token", "6", "--json", str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    richieste = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    assert len(richieste) >= 5, richieste
+    for r in richieste:
+        assert (r["errore"], len(r["chunk_s"])) == (None, 6), r
+        assert 0 < r["primo_token_s"] <= r["latenza_s"], r
