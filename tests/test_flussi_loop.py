@@ -314,3 +314,25 @@ def test_flussi_al_ritmo_sullo_stesso_lettore(fake, carica, tmp_path):
     for r in richieste:
         assert (r["errore"], len(r["chunk_s"])) == (None, 6), r
         assert 0 < r["primo_token_s"] <= r["latenza_s"], r
+
+
+def test_i_primi_flussi_partono_dal_lettore(fake, carica, monkeypatch, tmp_path):
+    """The first --parallele requests are made ready before the clock and sent by the reader at the start,
+    one after the other; those after them by their workers, as a slot frees. All timed from their send."""
+    inviate = []
+    originale = carico.LettoreFlussi._invia
+
+    def contata(self, flusso):
+        inviate.append(threading.current_thread().name)
+        return originale(self, flusso)
+
+    monkeypatch.setattr(carico.LettoreFlussi, "_invia", contata)
+    server = fake(n_slot=4, s_per_token=0.005)
+    rc, out, err = carica(server.url, "--stream", "--richieste", "10", "--parallele", "4", "--token", "4",
+                          "--json", str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    assert inviate == ["flussi"] * 4
+    richieste = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    assert [(r["errore"], len(r["chunk_s"])) for r in richieste] == [(None, 4)] * 10
+    primi = sorted(r["inizio_s"] for r in richieste)[:4]
+    assert 0 <= primi[0] and all(0 < r["primo_token_s"] <= r["latenza_s"] for r in richieste), richieste
