@@ -149,17 +149,15 @@ def test_un_lettore_in_ritardo_non_sposta_i_tempi(fake, monkeypatch):
     same, to within a few ms: the kernel's stamp, not the late read's time."""
     from test_flussi import coppia_tcp
 
-    a, b = coppia_tcp()  # Linux turns stamping on for the whole system a moment after the first socket asks
-    try:
-        carico.stampi_del_kernel(a)
-        for _ in range(200):
-            b.sendall(b"x")
-            if a.recvmsg(1, socket.CMSG_SPACE(16))[1]:
-                break
-            time.sleep(0.01)
-    finally:
-        a.close()
-        b.close()
+    # Linux turns stamping on for the whole system a moment after the first socket asks, and off a moment
+    # after the last one closes: this pair keeps it on until the test ends.
+    a, b = coppia_tcp()
+    carico.stampi_del_kernel(a)
+    for _ in range(200):
+        b.sendall(b"x")
+        if a.recvmsg(1, socket.CMSG_SPACE(16))[1]:
+            break
+        time.sleep(0.01)
     letture, originale = [], carico.Flusso.arrivati
 
     def in_ritardo(flusso, t, dati):
@@ -179,7 +177,11 @@ def test_un_lettore_in_ritardo_non_sposta_i_tempi(fake, monkeypatch):
     visti = sorted(r.inizio + c for r in risultati for c in carico.extra(r).chunk_s)
     veri = sorted(t for tempi in scritti for t in tempi)
     assert len(visti) == len(veri) == 12
-    assert max(abs(v - w) for v, w in zip(visti, veri)) < 0.01, [round(v - w, 4) for v, w in zip(visti, veri)]
+    try:
+        assert max(abs(v - w) for v, w in zip(visti, veri)) < 0.01, [round(v - w, 4) for v, w in zip(visti, veri)]
+    finally:
+        a.close()
+        b.close()
 
 
 def test_i_flussi_in_https(tmp_path):
