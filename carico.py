@@ -331,7 +331,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     campionatore = Campionatore(client, piano.intervallo, info, timer, al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     aggiunte = interruzione = None
-    partenza = Partenza()  # --stream: the first requests wait for the clock in their workers (see "Oltre il lab")
+    partenza = Partenza()  # --stream: the first requests made ready before the clock, sent at the start (see "Oltre il lab")
     client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
         if domande and not extra(piano).da_lanciare:  # the workers started before the clock, not one per submit
@@ -2036,12 +2036,14 @@ TRONCATA = "il server ha interrotto la risposta"
 # settimeout and a poll per line, and it cannot give the kernel's receive time, which needs recvmsg on
 # the socket itself. And not by one thread per stream: a thousand threads, each woken for each chunk and
 # then waiting for the interpreter's lock, cost several cores at 50,000 chunks/s. So: each request is
-# sent by its worker in one write, then ONE thread (LettoreFlussi) waits on every stream's socket at once
-# (selectors) and reads each as its bytes come, one recv a read; the read's time is taken before any
-# parsing and given to every event that read brought; the chunked framing is undone by hand (RFC 9112,
-# 7.1); the worker is woken once, when its stream has ended, and parses the events' JSON then. On Linux
-# the time is the kernel's (SO_TIMESTAMPNS): when the bytes arrived, however late the thread got to read
-# them. Through TLS there is no kernel stamp: the time of the read.
+# sent in one write (by its worker; the first --parallele by the reader, at the start: see Partenza),
+# then ONE thread (LettoreFlussi) waits on every stream's socket at once (selectors) and reads each as
+# its bytes come, one recv a read; the read's time is taken before any parsing and given to every event
+# that read brought; the chunked framing is undone by hand (RFC 9112, 7.1); the worker is woken once,
+# when its stream has ended, and parses the events' JSON then. On Linux the time is the kernel's
+# (SO_TIMESTAMPNS): when the bytes arrived, however late the reader got to read them (by less than the
+# gap between two chunks: two chunks in one read both get the later one's stamp). Through TLS there is
+# no kernel stamp: the time of the read.
 SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
 LETTURA = 65536  # bytes a read asks for: a burst of events in one read
 SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # room for one stamp (Windows: none)
@@ -2392,6 +2394,7 @@ class Partenza:
         try:
             return ricevi_flusso(client, indice, domanda, timeout, 0.0, self)
         except Exception as exc:  # a worker never raises; it was sent at the start, the clock's 0
+            self.pronte.release()  # (failed before it was handed to the reader: the start need not wait for it)
             return fallita(client, indice, 0.0, time.perf_counter() - self.t0, exc)
 
     def aspetta(self, quante: int, timeout: float = TIMEOUT_INFO) -> None:

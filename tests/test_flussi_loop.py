@@ -338,3 +338,22 @@ def test_i_primi_flussi_partono_dal_lettore(fake, carica, monkeypatch, tmp_path)
     assert [(r["errore"], len(r["chunk_s"])) for r in richieste] == [(None, 4)] * 10
     primi = sorted(r["inizio_s"] for r in richieste)[:4]
     assert 0 <= primi[0] and all(0 < r["primo_token_s"] <= r["latenza_s"] for r in richieste), richieste
+
+
+def test_connessioni_rifiutate_prima_della_partenza(fake, carica, monkeypatch):
+    """The first streams cannot connect (refused, as by a server at its connection limit): they fail with
+    the refusal at once, and the start does not wait for them (it used to wait --timeout-like seconds)."""
+    server = fake(n_slot=2, s_per_token=0.002)
+    originale = carico.Client._connetti
+
+    def rifiuta_in_prova(self, scadenza):
+        if self.sentinella.armata:  # only during the run: the checks before it connect as usual
+            raise ConnectionRefusedError(111, "Connection refused")
+        return originale(self, scadenza)
+
+    monkeypatch.setattr(carico.Client, "_connetti", rifiuta_in_prova)
+    inizio = time.monotonic()
+    rc, out, err = carica(server.url, "--stream", "--richieste", "2", "--parallele", "2", *VELOCE)
+    assert rc == 1, out + err
+    assert time.monotonic() - inizio < carico.TIMEOUT_INFO / 2, out
+    assert len(re.findall(r"^  req \d: .*errore: .*rifiutat", out, re.M)) == 2, out
