@@ -182,7 +182,7 @@ def invia(client: Client, indice: int, domanda: dict, timeout: float, t0: float)
     inizio = time.perf_counter() - t0
     try:
         if domanda.get("stream"):  # --stream: the answer comes in chunks, read as they arrive: see "Oltre il lab"
-            return ricevi_flusso(client, indice, domanda, timeout, t0, time.perf_counter)
+            return ricevi_flusso(client, indice, domanda, timeout, t0)
         with client.apri("POST", CHAT, domanda, timeout) as risposta:
             if risposta.status != 200:
                 return Risultato(indice, inizio, time.perf_counter() - t0,
@@ -328,6 +328,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     campionatore = Campionatore(client, piano.intervallo, info, al_campione=al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     aggiunte = interruzione = None
+    partenza = Partenza()  # --stream: the first requests made ready before the clock, sent at the start (see "Oltre il lab")
     client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
         if domande and not extra(piano).da_lanciare:  # the workers started before the clock, not one per submit
@@ -341,10 +342,14 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
                 raise
             if extra(piano).stream:  # and the first connections opened, the requests encoded: see "Oltre il lab"
                 apri_in_anticipo(client, domande, pronti.parties - 1, piano.timeout)
+                futuri += [esecutore.submit(partenza.invia, client, i, domanda, piano.timeout)
+                           for i, domanda in enumerate(domande[:pronti.parties - 1])]
+                partenza.aspetta(len(futuri))
         t0 = time.perf_counter()
+        client.flussi.parti(partenza, t0)
         campionatore.avvia(t0)
         if not extra(piano).da_lanciare:  # the lab: all submitted now, `parallele` at a time
-            for i, domanda in enumerate(domande):
+            for i, domanda in enumerate(domande[len(futuri):], len(futuri)):
                 futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0))
         else:  # --ritmo, --durata (by the clock), --turni (conversations): see "Oltre il lab"
             aggiunte = lanciatore(piano, primo_prompt).lancia(futuri, esecutore, client, t0)
@@ -354,6 +359,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
         client.annulla()  # the requests in flight return at once, marked ANNULLATA
     finally:
         with segnali() as notati:  # a Ctrl+C now waits: the report must not be lost
+            client.flussi.parti(partenza, None)  # (interrupted before the clock: the run is stopped, nothing is sent)
             esecutore.shutdown(wait=True, cancel_futures=True)
             apri_in_anticipo(client, [], 0)  # those left unused are closed
             campionatore.ferma()
@@ -754,6 +760,7 @@ class Client:
         self._aperti, self._lock, self.annullato = set(), threading.Lock(), threading.Event()  # sockets in flight
         self.pronte: List[socket.socket] = []  # --stream: connections opened before the clock (see "Oltre il lab")
         self.richieste_pronte: Dict[int, bytes] = {}  # --stream: id of a request's JSON -> its bytes, made before the clock
+        self.flussi = LettoreFlussi(self)  # --stream: one thread reads every stream (see "Oltre il lab")
         self.sentinella = Sentinella(self)  # during a run: is the server still there?
         self.pezzi: Dict[int, bytes] = {}  # a tokenizer without pieces (/extras/tokenize): each id's, once
 
@@ -2027,15 +2034,22 @@ class ErroreNelFlusso(ErroreRichiesta):
 TRONCATA = "il server ha interrotto la risposta"
 
 
-# The stream is read here rather than by http.client, for what stands between a thread's read and the
-# truth at a thousand streams: http.client reads an event a line at a time through its chunked reader,
-# with a settimeout and a poll per line, and it cannot give the kernel's receive time, which needs
-# recvmsg on the socket itself. Here: the request sent in one write, then one recv a read, the read's
-# time taken before any parsing and given to every event that read brought, the chunked framing undone
-# by hand (RFC 9112, 7.1), the events' JSON parsed once the stream has ended. On Linux the time is the
-# kernel's (SO_TIMESTAMPNS): when the bytes arrived, however late the thread got to read them.
+# The stream is read here rather than by http.client, for what stands between a read and the truth at a
+# thousand streams: http.client reads an event a line at a time through its chunked reader, with a
+# settimeout and a poll per line, and it cannot give the kernel's receive time, which needs recvmsg on
+# the socket itself. And not by one thread per stream: a thousand threads, each woken for each chunk and
+# then waiting for the interpreter's lock, cost several cores at 50,000 chunks/s. So: each request is
+# sent in one write (by its worker; the first --parallele by the reader, at the start: see Partenza),
+# then ONE thread (LettoreFlussi) waits on every stream's socket at once (selectors) and reads each as
+# its bytes come, one recv a read; the read's time is taken before any parsing and given to every event
+# that read brought; the chunked framing is undone by hand (RFC 9112, 7.1); the worker is woken once,
+# when its stream has ended, and parses the events' JSON then. On Linux the time is the kernel's
+# (SO_TIMESTAMPNS): when the bytes arrived, however late the reader got to read them (by less than the
+# gap between two chunks: two chunks in one read both get the later one's stamp). Through TLS there is
+# no kernel stamp: the time of the read.
 SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
 LETTURA = 65536  # bytes a read asks for: a burst of events in one read
+SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # room for one stamp (Windows: none)
 
 
 def scarto_orologi() -> float:
@@ -2048,112 +2062,99 @@ def scarto_orologi() -> float:
     return min(letture)[1]
 
 
-class LettoreFlusso:
-    """One streamed answer on its own socket: the status and headers, then the body as (time, bytes),
-    a read at a time, within the exchange's deadline."""
+def stampi_del_kernel(sock: socket.socket) -> bool:
+    """Ask Linux to stamp every read of `sock` with when its bytes arrived; False where it cannot (TLS
+    decrypts in user space; other systems)."""
+    if not sys.platform.startswith("linux") or hasattr(sock, "cipher"):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        return True
+    except OSError:
+        return False
 
-    def __init__(self, sock: socket.socket, scadenza: float, timeout: float, timer):
-        self._sock, self._scadenza, self._timeout, self._timer = sock, scadenza, timeout, timer
-        self._buffer, self._timeout_messo = b"", max(0.001, scadenza - time.monotonic())
-        sock.settimeout(self._timeout_messo)  # once; again only when the deadline is near (see _leggi)
-        self._scarto = None  # the kernel's stamps, where the platform gives them (not through TLS)
-        if timer is time.perf_counter and sys.platform.startswith("linux") and not hasattr(sock, "cipher"):
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-                self._scarto = scarto_orologi()
-        self.inviata = 0.0  # when the request left (timer's clock)
-        self._t = 0.0  # when the read that completed the headers came
+
+class Flusso:
+    """One streamed answer in flight: the status and headers, then the body as it came, (time, bytes) a
+    read at a time, the framing taken off. LettoreFlussi feeds it; its worker waits on `finito`."""
+
+    def __init__(self, sock: socket.socket, scadenza: float):
+        self.sock, self.scadenza = sock, scadenza  # scadenza: time.monotonic() when --timeout runs out
+        self.stampi, self.tls = stampi_del_kernel(sock), hasattr(sock, "pending")
+        self.inviata = 0.0  # when the request left (perf_counter)
+        self.richiesta, self.timeout = b"", 0.0  # with a Partenza: what the reader sends at the start
+        self.status: Optional[int] = None
+        self.blocchi: List[Tuple[float, bytes]] = []  # the body: (when its bytes arrived, the bytes)
+        self.errore: Optional[BaseException] = None  # what ended it before its end: a timeout, a reset...
+        self.finito = threading.Event()
+        self._buffer, self._coda = b"", b""  # bytes not yet framed; the body's last bytes (see _fatto)
         self._a_pezzi, self._mancano, self._pezzo = False, None, 0  # the body's framing, from the headers
 
-    def invia(self, richiesta: bytes) -> None:
-        self.inviata = self._timer()
-        self._sock.sendall(richiesta)
+    def arrivati(self, t: float, dati: bytes) -> bool:
+        """One read's bytes (b"": the server closed), arrived at `t`; True when the answer has ended."""
+        if not dati:
+            if self.status is None:  # as http.client's RemoteDisconnected: a reset, for the sentinel too
+                raise ConnectionResetError("connessione chiusa dal server prima della risposta")
+            return True  # the end of a body without a length; else cut short (leggi_flusso says so)
+        if self.status is None:
+            self._buffer += dati
+            dati = self._testata()
+            if self.status is None:
+                return False
+        if self._a_pezzi:
+            dati, finito = self._togli_pezzi(dati)
+        else:
+            dati = dati[:self._mancano] if self._mancano is not None else dati
+            if self._mancano is not None:
+                self._mancano -= len(dati)
+            finito = self._mancano == 0
+        if dati:
+            self.blocchi.append((t, dati))
+        return finito or self._fatto(dati)
 
-    def _leggi(self) -> Tuple[float, bytes]:
-        """One read: (when its bytes arrived, the bytes); b"" when the server closed."""
-        resto = self._scadenza - time.monotonic()
-        if resto <= 0:
-            raise socket.timeout
-        if self._timeout_messo - resto > 0.1:  # a system call: not at every read; --timeout kept to 0.1 s
-            self._timeout_messo = resto
-            self._sock.settimeout(resto)
-        if self._scarto is None:
-            dati = self._sock.recv(LETTURA)
-            return self._timer(), dati
-        dati, ausiliari, _, _ = self._sock.recvmsg(LETTURA, socket.CMSG_SPACE(16))
-        adesso = self._timer()
-        for livello, tipo, stampo in ausiliari:
-            if livello == socket.SOL_SOCKET and tipo == SO_TIMESTAMPNS and len(stampo) >= 16:
-                secondi, nano = int.from_bytes(stampo[:8], sys.byteorder), int.from_bytes(stampo[8:16], sys.byteorder)
-                arrivo = secondi + nano / 1e9 - self._scarto
-                if self.inviata - 0.001 <= arrivo <= adesso + 0.001:  # else a clock that jumped: the read's time
-                    return min(arrivo, adesso), dati
-        return adesso, dati
-
-    def testata(self) -> int:
-        """The status line and headers (1xx answers skipped); returns the status."""
+    def _testata(self) -> bytes:
+        """The status line and headers, once they are all here (1xx answers skipped): what follows them."""
         while True:
             fine = self._buffer.find(b"\r\n\r\n")
-            while fine < 0:
+            if fine < 0:
                 if len(self._buffer) > 65536:
                     raise ErroreRete("risposta HTTP non valida (intestazioni troppo lunghe)")
-                self._t, dati = self._leggi()
-                if not dati:  # as http.client's RemoteDisconnected: a reset, for the sentinel too
-                    raise ConnectionResetError("connessione chiusa dal server prima della risposta")
-                self._buffer += dati
-                fine = self._buffer.find(b"\r\n\r\n")
+                return b""
             testa, self._buffer = self._buffer[:fine].decode("latin-1"), self._buffer[fine + 4:]
             righe = testa.split("\r\n")
             parti = righe[0].split(None, 2)
             if len(parti) < 2 or not parti[0].startswith("HTTP/") or not parti[1].isdigit():
                 raise ErroreRete("risposta HTTP non valida (BadStatusLine)")
-            status = int(parti[1])
-            if status >= 200:
+            if int(parti[1]) >= 200:
                 break
         campi = dict((k.strip().lower(), v.strip()) for k, _, v in (r.partition(":") for r in righe[1:]))
         self._a_pezzi = "chunked" in campi.get("transfer-encoding", "").lower()
         lunghezza = campi.get("content-length", "")
         self._mancano = int(lunghezza) if lunghezza.isdigit() and not self._a_pezzi else None
         self._pezzo = 0  # chunked: bytes left in this chunk; -1 when its CRLF is due
-        return status
-
-    def blocchi(self) -> Iterator[Tuple[float, bytes]]:
-        """The body, as each read brought it: (when it arrived, its bytes), the framing taken off."""
-        t, dati, self._buffer = self._t, self._buffer, b""
-        while True:
-            if self._a_pezzi:
-                dati, finito = self._togli_pezzi(dati)
-            else:
-                dati = dati[:self._mancano] if self._mancano is not None else dati
-                if self._mancano is not None:
-                    self._mancano -= len(dati)
-                finito = self._mancano == 0
-            if dati:
-                yield t, dati
-            if finito:
-                return
-            t, dati = self._leggi()
-            if not dati:  # closed: the end of a body without a length; else cut short (the caller decides)
-                return
+        self.status, dopo, self._buffer = int(parti[1]), self._buffer, b""
+        return dopo
 
     def _togli_pezzi(self, dati: bytes) -> Tuple[bytes, bool]:
-        """chunked: the payload in what has arrived so far, and whether the last (empty) chunk came."""
-        self._buffer += dati
-        carico_utile = []
+        """chunked: the payload in what has arrived so far, and whether the last (empty) chunk came. Read
+        with a position, not by cutting the buffer after each piece: a late read may bring dozens."""
+        buffer = self._buffer + dati if self._buffer else dati
+        pos, carico_utile = 0, []
         while True:
             if self._pezzo > 0:
-                parte = self._buffer[:self._pezzo]
-                carico_utile.append(parte)
-                self._buffer, self._pezzo = self._buffer[len(parte):], self._pezzo - len(parte)
+                fino = min(pos + self._pezzo, len(buffer))
+                carico_utile.append(buffer[pos:fino])
+                self._pezzo -= fino - pos
+                pos = fino
                 if self._pezzo:
-                    return b"".join(carico_utile), False
+                    break
                 self._pezzo = -1
-            riga, trovata, resto = self._buffer.partition(b"\r\n")
-            if not trovata:
-                if len(self._buffer) > 1024:
+            a_capo = buffer.find(b"\r\n", pos)
+            if a_capo < 0:
+                if len(buffer) - pos > 1024:
                     raise ErroreRete("risposta HTTP non valida (chunk)")
-                return b"".join(carico_utile), False
-            self._buffer = resto
+                break
+            riga, pos = buffer[pos:a_capo], a_capo + 2
             if self._pezzo == -1:  # the CRLF that closes a chunk's data
                 if riga:
                     raise ErroreRete("risposta HTTP non valida (chunk)")
@@ -2164,10 +2165,200 @@ class LettoreFlusso:
             except ValueError:
                 raise ErroreRete("risposta HTTP non valida (chunk)") from None
             if self._pezzo == 0:  # the last chunk (its trailers are not read)
+                self._buffer = b""
                 return b"".join(carico_utile), True
+        self._buffer = buffer[pos:]
+        return b"".join(carico_utile), False
+
+    def _fatto(self, dati: bytes) -> bool:
+        """Whether `data: [DONE]` has come, as a whole line: the stream's end even on a connection the
+        server keeps open. Looked for in full only when the bytes "[DONE]" have just arrived."""
+        coda = self._coda + dati
+        self._coda = coda[-16:]
+        if b"[DONE]" not in coda:
+            return False
+        righe = b"".join(dati for _, dati in self.blocchi).split(b"\n")[:-1]  # a line counts once it has ended
+        return any(r.strip().startswith(b"data:") and r.strip()[5:].strip() == b"[DONE]" for r in righe)
 
     def corpo(self) -> bytes:
-        return b"".join(dati for _, dati in self.blocchi())
+        return b"".join(dati for _, dati in self.blocchi)
+
+
+class LettoreFlussi:
+    """One thread that reads every stream in flight: it waits on all their sockets at once (selectors),
+    reads each as its bytes come, ends a stream at its end, its error or its deadline, and then wakes
+    that stream's worker, once. The thread starts with the first stream and ends a second after the last."""
+
+    RIPOSO = 1.0  # seconds without streams before the thread ends: a run's next stream finds it there
+
+    def __init__(self, client: Client):
+        self._client, self._lock = client, threading.Lock()
+        self._nuovi: List[Flusso] = []  # handed over by the workers, not yet in the selector
+        self._thread: Optional[threading.Thread] = None
+        self._sveglia: Optional[Tuple[socket.socket, socket.socket]] = None  # wakes the thread for new streams
+        self._svegliato = False  # a wake-up byte is already on its way
+        # The workers parse their ended streams one at a time: a thousand streams that end together would
+        # otherwise each take the interpreter's lock in turn, and the reader would wait behind all of them.
+        self.uno_alla_volta = threading.Lock()
+
+    def avvia(self) -> None:
+        """The thread started now, if it is not running: before the clock, so that it is ready for the first read."""
+        with self._lock:
+            self._avvia()
+
+    def _avvia(self) -> None:
+        if self._thread is None:
+            self._sveglia, self._svegliato = socket.socketpair(), False
+            self._sveglia[0].setblocking(False)
+            self._thread = threading.Thread(target=self._gira, args=(self._sveglia,), name="flussi", daemon=True)
+            self._thread.start()
+
+    def segui(self, flusso: Flusso, partenza: Optional[Partenza] = None) -> None:
+        """Read `flusso` until its end; `flusso.finito` is set then. Its request is sent already, or (with a
+        Partenza) the reader sends it at the start."""
+        with self._lock:
+            if partenza is not None and not partenza.partita:
+                partenza.in_attesa.append(flusso)
+                partenza.pronte.release()
+                return
+            self._nuovi.append(flusso)
+            self._avvia()
+            if not self._svegliato:  # one byte wakes it; more would only be read and thrown away
+                self._svegliato = True
+                self._sveglia[1].send(b"\0")
+
+    def parti(self, partenza: Partenza, t0: Optional[float]) -> None:
+        """The start: the streams waiting for it are sent now, by the reader (none once the run is stopped)."""
+        with self._lock:
+            if partenza.partita:
+                return
+            partenza.t0, partenza.partita = t0 if t0 is not None else time.perf_counter(), True
+            self._nuovi += partenza.in_attesa
+            if partenza.in_attesa:
+                self._avvia()
+                if not self._svegliato:
+                    self._svegliato = True
+                    self._sveglia[1].send(b"\0")
+
+    def _gira(self, sveglia: Tuple[socket.socket, socket.socket]) -> None:
+        import heapq
+        import selectors
+
+        selettore, scarto = selectors.DefaultSelector(), scarto_orologi()
+        selettore.register(sveglia[0], selectors.EVENT_READ, None)
+        scadenze: List[Tuple[float, int]] = []  # (deadline, stream's number), nearest first
+        attivi: Dict[int, Flusso] = {}  # number -> the stream, while it is read
+        numeri, riposa_da = itertools.count(), time.monotonic()
+        try:
+            while True:
+                with self._lock:
+                    nuovi, self._nuovi, self._svegliato = self._nuovi, [], False
+                    if not nuovi and not attivi and time.monotonic() - riposa_da >= self.RIPOSO:
+                        self._thread = None
+                        return
+                for flusso in nuovi:
+                    flusso.numero = next(numeri)
+                    try:
+                        if flusso.richiesta:  # sent here, at the start (see Partenza)
+                            self._invia(flusso)
+                        flusso.sock.setblocking(False)
+                        selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
+                    except NonInviata as exc:
+                        self._fine(selettore, attivi, flusso, exc)
+                        continue
+                    except (OSError, ValueError) as exc:  # closed already (Ctrl+C)
+                        self._fine(selettore, attivi, flusso, exc if isinstance(exc, OSError) else OSError(str(exc)))
+                        continue
+                    attivi[flusso.numero] = flusso
+                    heapq.heappush(scadenze, (flusso.scadenza, flusso.numero))
+                adesso = time.monotonic()
+                while scadenze and (scadenze[0][1] not in attivi or scadenze[0][0] <= adesso):
+                    flusso = attivi.get(heapq.heappop(scadenze)[1])
+                    if flusso is not None:
+                        self._fine(selettore, attivi, flusso, socket.timeout())
+                if len(scadenze) > 2 * len(attivi) + 64:  # ended streams' deadlines, dropped
+                    scadenze = [s for s in scadenze if s[1] in attivi]
+                    heapq.heapify(scadenze)
+                if attivi:
+                    riposa_da = adesso  # the idle second counts from the last stream's end
+                attesa = scadenze[0][0] - adesso if scadenze else max(0.0, riposa_da + self.RIPOSO - adesso)
+                for chiave, _ in selettore.select(attesa):
+                    if chiave.data is None:
+                        with contextlib.suppress(OSError):  # BlockingIOError: already read
+                            sveglia[0].recv(4096)
+                    else:
+                        self._leggi(selettore, attivi, chiave.data, scarto)
+        finally:  # an error of its own (a bug): no worker is left waiting
+            with self._lock:
+                nuovi, self._nuovi = self._nuovi, []
+                if self._thread is threading.current_thread():
+                    self._thread = None
+            for flusso in list(attivi.values()) + nuovi:
+                self._fine(selettore, attivi, flusso, RuntimeError("il lettore dei flussi si è fermato"))
+            selettore.close()
+            for s in sveglia:
+                s.close()
+
+    def _invia(self, flusso: Flusso) -> None:
+        """A request made ready before the start: its time, then its bytes, all at once (a request larger
+        than the socket's buffer waits for the server to take it, within the deadline)."""
+        if self._client.annullato.is_set():  # Ctrl+C before the start: nothing is sent
+            raise NonInviata(NON_INVIATA)
+        flusso.scadenza = time.monotonic() + flusso.timeout  # --timeout counts from the send
+        flusso.sock.settimeout(flusso.timeout)
+        flusso.inviata = time.perf_counter()
+        flusso.sock.sendall(flusso.richiesta)
+        flusso.richiesta = b""
+
+    def _leggi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso, scarto: float) -> None:
+        """What the socket has now: one read (TLS: until nothing is left decrypted), given to the stream."""
+        try:
+            while True:
+                letto = leggi_con_tempo(flusso, scarto)
+                if letto is None:
+                    return
+                prima = flusso.status
+                finito = flusso.arrivati(*letto)
+                if prima is None and flusso.status is not None:
+                    self._client.sentinella.risposta()
+                if finito:
+                    self._fine(selettore, attivi, flusso)
+                    return
+                if not (flusso.tls and flusso.sock.pending()):  # TLS: bytes it decrypted and we have not read
+                    return
+        except Exception as exc:  # the stream's error, for its worker to raise
+            self._fine(selettore, attivi, flusso, exc)
+
+    @staticmethod
+    def _fine(selettore, attivi: Dict[int, Flusso], flusso: Flusso, errore: Optional[BaseException] = None) -> None:
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            selettore.unregister(flusso.sock)
+        attivi.pop(getattr(flusso, "numero", None), None)
+        flusso.errore = errore
+        flusso.finito.set()
+
+
+def leggi_con_tempo(flusso: Flusso, scarto: float) -> Optional[Tuple[float, bytes]]:
+    """One read of a stream's socket: (when its bytes arrived, the bytes), b"" when the server closed,
+    None when there was nothing to read after all."""
+    try:
+        if not flusso.stampi:
+            dati = flusso.sock.recv(LETTURA)
+            return time.perf_counter(), dati
+        dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
+    except OSError as exc:
+        ssl = sys.modules.get("ssl")  # imported by https (see cifra)
+        if isinstance(exc, BlockingIOError) or (ssl and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError))):
+            return None
+        raise
+    adesso = time.perf_counter()
+    for livello, tipo, stampo in ausiliari:
+        if livello == socket.SOL_SOCKET and tipo == SO_TIMESTAMPNS and len(stampo) >= 16:
+            secondi, nano = int.from_bytes(stampo[:8], sys.byteorder), int.from_bytes(stampo[8:16], sys.byteorder)
+            arrivo = secondi + nano / 1e9 - scarto
+            if flusso.inviata - 0.001 <= arrivo <= adesso + 0.001:  # else a clock that jumped: the read's time
+                return min(arrivo, adesso), dati
+    return adesso, dati
 
 
 def apri_in_anticipo(client: Client, domande: List[dict], quante: int, timeout: float = TIMEOUT_INFO) -> None:
@@ -2179,16 +2370,42 @@ def apri_in_anticipo(client: Client, domande: List[dict], quante: int, timeout: 
     client.richieste_pronte = {id(domanda): richiesta_in_flusso(client, domanda) for domanda in domande}
     for sock in vecchie:
         client.lascia(sock)
+    if quante:
+        client.flussi.avvia()
     scadenza = time.monotonic() + timeout
     for _ in range(quante):
         try:
             sock = client._connetti(scadenza)
         except OSError:
             return
-        if sys.platform.startswith("linux") and not hasattr(sock, "cipher"):  # Linux turns stamping on a moment
-            with contextlib.suppress(OSError):  # after the first socket asks: ask before the clock
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        stampi_del_kernel(sock)  # Linux turns stamping on a moment after the first socket asks: ask before the clock
         client.pronte.append(sock)
+
+
+class Partenza:
+    """--stream: the first `parallele` requests made ready before the clock, and sent at the start by the
+    reader, one after the other from one thread. Sent by their workers at the clock instead, a thousand
+    threads would each wait to wake and take the interpreter's lock: 0.1-0.3 s from the first send to the
+    last (measured at 1,000 streams, on a busy machine)."""
+
+    def __init__(self):
+        self.t0, self.partita, self.in_attesa = 0.0, False, []  # (the reader's lock guards the last two)
+        self.pronte = threading.Semaphore(0)  # one per stream handed to the reader before the start
+
+    def invia(self, client: Client, indice: int, domanda: dict, timeout: float) -> Risultato:
+        """As invia: a Risultato, never an exception."""
+        try:
+            return ricevi_flusso(client, indice, domanda, timeout, 0.0, self)
+        except Exception as exc:  # a worker never raises; it was sent at the start, the clock's 0
+            self.pronte.release()  # (failed before it was handed to the reader: the start need not wait for it)
+            return fallita(client, indice, 0.0, time.perf_counter() - self.t0, exc)
+
+    def aspetta(self, quante: int, timeout: float = TIMEOUT_INFO) -> None:
+        """Until `quante` streams wait for the start (a few seconds at most: one that is late is sent when it comes)."""
+        scadenza = time.monotonic() + timeout
+        for _ in range(quante):
+            if not self.pronte.acquire(timeout=max(0.0, scadenza - time.monotonic())):
+                return
 
 
 def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
@@ -2200,36 +2417,47 @@ def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
             "\r\n").encode("latin-1") + corpo
 
 
-def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0: float, timer) -> Risultato:
-    """One streamed request, timed from its send (the connection is opened before): every chunk's time,
-    and the end, are when their bytes arrived."""
+def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
+                  partenza: Optional[Partenza] = None) -> Risultato:
+    """One streamed request, timed from its send (the connection is opened before): sent here (with a
+    Partenza: by the reader, at the start), read by the client's LettoreFlussi; every chunk's time, and
+    the end, are when their bytes arrived."""
     if client.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
         raise NonInviata(NON_INVIATA)
     richiesta = client.richieste_pronte.pop(id(domanda), None) or richiesta_in_flusso(client, domanda)
-    scadenza, status = time.monotonic() + timeout, None
+    scadenza, flusso = time.monotonic() + timeout, None
     try:
         with client._lock:
             sock = client.pronte.pop() if client.pronte else None
         sock = sock or client._connetti(scadenza)
         try:
-            lettore = LettoreFlusso(sock, scadenza, timeout, timer)
-            lettore.invia(richiesta)
-            status = lettore.testata()
-            client.sentinella.risposta()
-            if status != 200:
-                raise ErroreRichiesta(descrivi_errore_http(Risposta(status, lettore.corpo())))
-            dati, chunk, fine = leggi_flusso(lettore.blocchi())
+            flusso = Flusso(sock, scadenza)
+            if partenza is None:
+                sock.settimeout(max(0.001, scadenza - time.monotonic()))
+                flusso.inviata = time.perf_counter()
+                sock.sendall(richiesta)
+            else:
+                flusso.richiesta, flusso.timeout = richiesta, timeout
+            client.flussi.segui(flusso, partenza)
+            flusso.finito.wait()  # the reader always sets it: at the end, an error, the deadline
         finally:
             client.lascia(sock)
+        if flusso.errore is not None:
+            raise flusso.errore
     except socket.timeout as exc:
-        tardi = f"{'nessuna risposta' if status is None else 'risposta non completa'} entro {timeout:g} s"
+        tardi = f"{'nessuna risposta' if flusso is None or flusso.status is None else 'risposta non completa'} entro {timeout:g} s"
         raise client.errore_di_rete(CHAT, exc, tardi) from None
     except OSError as exc:
         raise client.errore_di_rete(CHAT, exc, descrivi_errore_rete(exc, timeout)) from None
+    if flusso.status != 200:
+        raise ErroreRichiesta(descrivi_errore_http(Risposta(flusso.status, flusso.corpo())))
+    with client.flussi.uno_alla_volta:  # see LettoreFlussi
+        dati, chunk, fine = leggi_flusso(iter(flusso.blocchi))
     if dati is None:
         raise ErroreRichiesta("risposta non JSON dal server")
-    inizio = lettore.inviata - t0
-    return Risultato(indice, inizio, fine - t0, **cifre_completamento(dati, [t - lettore.inviata for t in chunk]))
+    t0 = partenza.t0 if partenza is not None else t0
+    inizio = flusso.inviata - t0
+    return Risultato(indice, inizio, fine - t0, **cifre_completamento(dati, [t - flusso.inviata for t in chunk]))
 
 
 def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Tuple[dict, List[float], float]:
@@ -2249,20 +2477,14 @@ def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Tuple[dict, List[flo
                     break
         if fatto:
             break
+    fino = len(righe) - 1 if righe and righe[-1][1] == b"[DONE]" else len(righe)  # the events, [DONE] not one
     completamento = {"choices": [{}]}
     tempi, testo = [], []  # when each chunk with text arrived; the text (a conversation sends it back)
     chunk = 0  # the JSON events read
-    for quando, dato in righe:
-        if dato == b"[DONE]":
-            if "finish_reason" not in completamento["choices"][0]:
-                break
-            completamento["choices"][0]["message"] = {"role": "assistant", "content": "".join(testo)}
-            return completamento, tempi, quando
+    for (quando, _), evento in zip(righe, eventi_json([dato for _, dato in righe[:fino]])):
         chunk += 1
-        try:
-            evento = json.loads(dato.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise ErroreNelFlusso("evento non JSON nel flusso") from None
+        if evento is NON_JSON:
+            raise ErroreNelFlusso("evento non JSON nel flusso")
         if not isinstance(evento, dict):
             continue
         if isinstance(evento.get("error"), dict):
@@ -2279,7 +2501,29 @@ def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Tuple[dict, List[flo
                 completamento[chiave] = evento[chiave]
     if "finish_reason" not in completamento["choices"][0]:
         raise ErroreNelFlusso(f"{TRONCATA} dopo {chunk} chunk (nessun finish_reason)")
-    raise ErroreNelFlusso("flusso interrotto prima della fine (manca [DONE])")
+    if fino == len(righe):
+        raise ErroreNelFlusso("flusso interrotto prima della fine (manca [DONE])")
+    completamento["choices"][0]["message"] = {"role": "assistant", "content": "".join(testo)}
+    return completamento, tempi, righe[fino][0]
+
+
+NON_JSON = object()  # an event that is not JSON (None is JSON: null)
+
+
+def eventi_json(dati: List[bytes]) -> list:
+    """Each event's JSON: all of a stream's in one json.loads, a list of them (one call per event costs
+    as much again as the parsing); one at a time only when that fails, NON_JSON for an event that is not."""
+    with contextlib.suppress(ValueError):  # UnicodeDecodeError included
+        eventi = json.loads((b"[" + b",".join(dati) + b"]").decode("utf-8"))
+        if len(eventi) == len(dati):  # else an event was not one JSON value ("1,2"): one at a time
+            return eventi
+    eventi = []
+    for dato in dati:
+        try:
+            eventi.append(json.loads(dato.decode("utf-8")))
+        except ValueError:
+            eventi.append(NON_JSON)
+    return eventi
 
 
 def tpot(r: Risultato) -> Optional[float]:

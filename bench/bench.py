@@ -387,7 +387,8 @@ def una_prova_di_flussi(eseguibile, c, cartella):
     return {"falliti": sum(r["errore"] is not None for r in richieste), "chunk_s": chunk / prova["riepilogo"]["tempo_totale"],
             "ttft50": figure["primo token"]["p50"] * 1000, "ttft99": figure["primo token"]["p99"] * 1000,
             "itl50": figure["ITL"]["p50"] * 1000, "itl99": figure["ITL"]["p99"] * 1000, "itlmax": figure["ITL"]["max"] * 1000,
-            "cpu": cpu, "us_chunk": cpu / chunk * 1e6, "rss": rss, "inviate_in": (max(inizi) - min(inizi)) * 1000,
+            "cpu": cpu, "core": cpu / prova["riepilogo"]["tempo_totale"], "us_chunk": cpu / chunk * 1e6, "rss": rss, "inviate_in": (max(inizi) - min(inizi)) * 1000,
+            "arrivate_in": (max(a for a, _ in veri.values()) - min(a for a, _ in veri.values())) / 1e6,
             "err_ttft99": percentile_di([abs(e) for e in errori_ttft], 99),
             "err_itl99": percentile_di([abs(e) for e in errori_itl], 99),
             "err_chunk99": percentile_di([abs(e) for e in errori_chunk], 99),
@@ -414,16 +415,23 @@ def flussi(ripetizioni):
     cartella = tempfile.mkdtemp(prefix="carico-flussi-")
     eseguibile = os.path.join(cartella, "flussi")
     subprocess.run(["cc", "-O2", "-o", eseguibile, os.path.join(QUI, "flussi.c")], check=True)
-    print("| C | chunks/s | TTFT p50/p99 ms (true 50) | ITL p50/p99/max ms (true 20) | CPU s | µs/chunk | RSS MB "
-          "| all sent within ms | error p99 ms: TTFT / ITL / chunk | fake late p99/max ms | failed |", flush=True)
+    print(f"carico: {CARICO}")
+    print("| C | chunks/s | TTFT p50/p99 ms (true 50) | ITL p50/p99/max ms (true 20) | CPU s | cores (CPU s / the run's s) "
+          "| µs/chunk | RSS MB | all sent within ms: carico / fake | error p99 ms: TTFT / ITL / chunk | fake late p99/max ms | failed "
+          "| load before / after | at |", flush=True)
     try:
         for c in FLUSSI:
+            carico_prima = os.getloadavg()[0]
             prove = [una_prova_di_flussi(eseguibile, c, cartella) for _ in range(ripetizioni)]
             m = {k: mediana([p[k] for p in prove]) for k in prove[0]}
             testo = (f"| {c} | {m['chunk_s']:,.0f} | {m['ttft50']:.1f} / {m['ttft99']:.1f} | {m['itl50']:.2f} / "
-                     f"{m['itl99']:.2f} / {m['itlmax']:.1f} | {m['cpu']:.2f} | {m['us_chunk']:.0f} | {m['rss']:.0f} | "
-                     f"{m['inviate_in']:.0f} | {m['err_ttft99']:.2f} / {m['err_itl99']:.2f} / {m['err_chunk99']:.2f} | "
-                     f"{m['ritardo_fake99']:.2f} / {m['ritardo_fake_max']:.2f} | {m['falliti']:.0f} |")
+                     f"{m['itl99']:.2f} / {m['itlmax']:.1f} | {m['cpu']:.2f} | {m['core']:.2f} | {m['us_chunk']:.0f} | "
+                     f"{m['rss']:.0f} | {m['inviate_in']:.0f} / {m['arrivate_in']:.0f} | {m['err_ttft99']:.2f} / {m['err_itl99']:.2f} / "
+                     f"{m['err_chunk99']:.2f} | {m['ritardo_fake99']:.2f} / {m['ritardo_fake_max']:.2f} | "
+                     f"{m['falliti']:.0f} | {carico_prima:.2f} / {os.getloadavg()[0]:.2f} | "
+                     f"{time.strftime('%H:%M:%S', time.gmtime())} UTC |")
+            for p in prove:  # each run, so that a median hides nothing
+                print("    run: " + ", ".join(f"{k} {v:.2f}" for k, v in p.items()), flush=True)
             print(testo, flush=True)
             riga(f"streams at C = {c}: ITL p99 / TTFT p99 error against the fake's writes", f"{m['err_itl99']:.2f} / "
                  f"{m['err_ttft99']:.2f} ms", testo, "ITL within 1 ms, TTFT within 5 ms")

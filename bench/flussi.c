@@ -165,7 +165,7 @@ int main(int argc, char **argv) {
                 char *cl = strcasestr(c->req, "content-length:");
                 int lunghezza = cl && cl < fine ? atoi(cl + 15) : 0;
                 if (c->n < (fine + 4 - c->req) + lunghezza) continue;
-                if (strncmp(c->req, "POST", 4) != 0) {
+                if (strncmp(c->req, "POST /v1/chat/completions ", 26) != 0) { /* only the chat streams count: /tokenize and others 404 */
                     const char *r200 = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 15\r\n"
                                        "Connection: close\r\n\r\n{\"status\":\"ok\"}";
                     const char *r404 = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";

@@ -1,0 +1,359 @@
+"""--stream read by one thread for all streams (LettoreFlussi): what that loop must keep true.
+
+Every stream's socket is waited on by one thread, which reads each as its bytes come and wakes the
+stream's worker once, at its end. So: the reads all happen on that thread; a stream that stalls, or runs
+out its --timeout, does not hold the others; a late loop does not move the figures (the kernel's receive
+time, on Linux); TLS streams go through it too, timed by the read; the thread ends when the streams do.
+"""
+
+import concurrent.futures
+import json
+import re
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import carico
+from aiuti import VELOCE
+from fakeserver import chunk
+
+TESTO = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+FINE = [b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n',
+        b'data: {"choices":[],"usage":{"completion_tokens":%d,"prompt_tokens":5}}\n\n', b"data: [DONE]\n\n"]
+TESTA = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def a_tempo(pause, scritti=None, chiudi=True):
+    """A scripted streamed answer: one text chunk after each pause of `pause` (seconds; None: wait until the
+    client closes), then the end. Each text chunk's write time (perf_counter, after the write) goes into
+    `scritti`. With `chiudi` False the connection stays open after [DONE], without the last chunk."""
+    def handler(h, _corpo):
+        h.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tempi = []
+        try:
+            h.wfile.write(TESTA)
+            h.wfile.flush()
+            for pausa in pause:
+                if pausa is None:
+                    h.connection.recv(1)  # until the client gives up and closes
+                    return
+                time.sleep(pausa)
+                h.wfile.write(chunk(TESTO))
+                h.wfile.flush()
+                tempi.append(time.perf_counter())
+            h.wfile.write(b"".join(chunk(e.replace(b"%d", b"%d" % len(pause))) for e in FINE))
+            if chiudi:
+                h.wfile.write(chunk(b""))
+            h.wfile.flush()
+            if not chiudi:
+                h.connection.recv(1)
+        except OSError:  # the client closed first
+            pass
+        finally:
+            if scritti is not None:
+                scritti.append(tempi)
+            h.close_connection = True
+    return handler
+
+
+def per_richiesta(*handler):
+    """The n-th request that arrives gets the n-th handler."""
+    coda, lock = list(handler), threading.Lock()
+
+    def smista(h, corpo):
+        with lock:
+            scelto = coda.pop(0)
+        scelto(h, corpo)
+    return smista
+
+
+def test_ogni_lettura_e_del_lettore_dei_flussi(fake, carica, monkeypatch, tmp_path):
+    """Six streams at once: every read of their sockets is made by one thread, the reader, none by the
+    workers; and every chunk is there."""
+    letture = []
+    originale = carico.leggi_con_tempo
+
+    def contata(flusso, scarto):
+        letture.append(threading.current_thread().name)
+        return originale(flusso, scarto)
+
+    monkeypatch.setattr(carico, "leggi_con_tempo", contata)
+    server = fake(n_slot=6, s_per_token=0.005)
+    rc, out, err = carica(server.url, "--stream", "--richieste", "6", "--parallele", "6", "--token", "8",
+                          "--json", str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    assert set(letture) == {"flussi"}, set(letture)
+    richieste = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    assert [len(r["chunk_s"]) for r in richieste] == [8] * 6
+
+
+def test_un_flusso_fermo_non_ferma_gli_altri(fake, carica, tmp_path):
+    """Four streams on the one reader; the first stalls 0.5 s after its first token. The other three
+    keep their 20 ms rhythm meanwhile and end long before it."""
+    fermo = [0.0, 0.5, 0.02, 0.02]
+    scorre = [0.0] + [0.02] * 5
+    server = fake(override={"/v1/chat/completions": per_richiesta(
+        a_tempo(fermo), a_tempo(scorre), a_tempo(scorre), a_tempo(scorre))})
+    rc, out, err = carica(server.url, "--stream", "--richieste", "4", "--parallele", "4",
+                          "--json", str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    richieste = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    lento = max(richieste, key=lambda r: r["latenza_s"])
+    altri = [r for r in richieste if r is not lento]
+    assert len(lento["chunk_s"]) == 4 and lento["chunk_s"][1] - lento["chunk_s"][0] >= 0.4, lento
+    for r in altri:
+        assert len(r["chunk_s"]) == 6, r
+        assert r["inizio_s"] + r["latenza_s"] < lento["inizio_s"] + lento["chunk_s"][1], (r, lento)
+        assert max(b - a for a, b in zip(r["chunk_s"], r["chunk_s"][1:])) < 0.25, r  # never waited for the stalled one
+
+
+def test_scadenza_di_un_flusso_mentre_gli_altri_scorrono(fake, carica, tmp_path):
+    """One stream stops after its first token and never goes on; --timeout 1: it fails at 1 s, said as
+    an answer not complete, while the other two, flowing meanwhile, are whole. The run ends with it."""
+    scorre = [0.0] + [0.05] * 9
+    server = fake(override={"/v1/chat/completions": per_richiesta(
+        a_tempo([0.0, None]), a_tempo(scorre), a_tempo(scorre))})
+    inizio = time.monotonic()
+    rc, out, err = carica(server.url, "--stream", "--richieste", "3", "--parallele", "3", "--timeout", "1",
+                          "--json", str(tmp_path / "r.json"), *VELOCE)
+    durata = time.monotonic() - inizio
+    assert rc == 1, out + err
+    richieste = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    fallite = [r for r in richieste if r["errore"]]
+    assert [r["errore"] for r in fallite] == ["risposta non completa entro 1 s"], richieste
+    assert 0.95 <= fallite[0]["latenza_s"] < 2.0, fallite
+    assert sorted(len(r["chunk_s"]) for r in richieste if not r["errore"]) == [10, 10]
+    assert durata < 4, durata
+
+
+def test_done_su_una_connessione_che_resta_aperta(fake, carica):
+    """A server that sends [DONE] and then neither ends the body nor closes: the answer is whole at
+    [DONE], not when --timeout runs out."""
+    server = fake(override={"/v1/chat/completions": a_tempo([0.0, 0.01, 0.01], chiudi=False)})
+    inizio = time.monotonic()
+    rc, out, err = carica(server.url, "--stream", "--richieste", "1", "--timeout", "20", *VELOCE)
+    assert rc == 0, out + err
+    assert re.match(r"  req 0: +0\.\d\d s +3 token", out.splitlines()[1]), out
+    assert time.monotonic() - inizio < 10
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's receive time is Linux's")
+def test_un_lettore_in_ritardo_non_sposta_i_tempi(fake, monkeypatch):
+    """Two streams, a token every 80 ms each; the reader is made 50 ms late at every third read (as a
+    reader waiting for the interpreter's lock is). Every chunk's time is when the fake wrote it all the
+    same, to within a few ms: the kernel's stamp, not the late read's time."""
+    from test_flussi import coppia_tcp
+
+    # Linux turns stamping on for the whole system a moment after the first socket asks, and off a moment
+    # after the last one closes: this pair keeps it on until the test ends.
+    a, b = coppia_tcp()
+    carico.stampi_del_kernel(a)
+    for _ in range(200):
+        b.sendall(b"x")
+        if a.recvmsg(1, socket.CMSG_SPACE(16))[1]:
+            break
+        time.sleep(0.01)
+    letture, originale = [], carico.Flusso.arrivati
+
+    def in_ritardo(flusso, t, dati):
+        letture.append(time.perf_counter() - t)
+        if len(letture) % 3 == 0:
+            time.sleep(0.05)
+        return originale(flusso, t, dati)
+
+    monkeypatch.setattr(carico.Flusso, "arrivati", in_ritardo)
+    scritti = []
+    server = fake(override={"/v1/chat/completions": a_tempo([0.0] + [0.08] * 5, scritti)})
+    client = carico.Client(server.url)
+    domanda = carico.domanda_chat("ciao", carico.Piano()) | {"stream": True}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        risultati = list(pool.map(lambda i: carico.ricevi_flusso(client, i, domanda, 5.0, 0.0), range(2)))
+    assert max(letture) >= 0.04, letture  # some reads were late by the 50 ms...
+    visti = sorted(r.inizio + c for r in risultati for c in carico.extra(r).chunk_s)
+    veri = sorted(t for tempi in scritti for t in tempi)
+    assert len(visti) == len(veri) == 12
+    try:
+        assert max(abs(v - w) for v, w in zip(visti, veri)) < 0.01, [round(v - w, 4) for v, w in zip(visti, veri)]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_i_flussi_in_https(tmp_path):
+    """TLS: no kernel stamp (the bytes are decrypted in user space), the time of the read instead; the
+    same reader, the same answer. Three tokens, then 80 ms, then three more: two reads, two times."""
+    chiave, certificato = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(chiave), "-out", str(certificato), "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+    contesto = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    contesto.load_cert_chain(str(certificato), str(chiave))
+    ascolto = socket.socket()
+    ascolto.bind(("127.0.0.1", 0))
+    ascolto.listen(1)
+
+    def servi():
+        conn, _ = ascolto.accept()
+        with contesto.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(65536)
+            tls.sendall(TESTA + chunk(TESTO) * 3)
+            time.sleep(0.08)
+            tls.sendall(chunk(TESTO) * 3 + b"".join(chunk(e.replace(b"%d", b"6")) for e in FINE) + chunk(b""))
+
+    servitore = threading.Thread(target=servi)
+    servitore.start()
+    try:
+        client = carico.Client(f"https://127.0.0.1:{ascolto.getsockname()[1]}")
+        client.tls = ssl.create_default_context(cafile=str(certificato))
+        r = carico.ricevi_flusso(client, 0, carico.domanda_chat("ciao", carico.Piano()) | {"stream": True}, 5.0, 0.0)
+    finally:
+        servitore.join(5)
+        ascolto.close()
+    c = carico.extra(r).chunk_s
+    assert (r.errore, r.token, len(c)) == (None, 6, 6), r
+    assert c[0] == c[1] == c[2] < c[3] == c[4] == c[5] and r.latenza >= 0.08, c  # each group at its read's time
+
+
+def test_il_lettore_finisce_con_i_flussi(fake, carica, monkeypatch):
+    """The reader's thread starts with the first stream and ends after the last (here after 0.05 s idle):
+    none is left behind a run."""
+    monkeypatch.setattr(carico.LettoreFlussi, "RIPOSO", 0.05)
+    server = fake(n_slot=2, s_per_token=0.002)
+    rc, out, err = carica(server.url, "--stream", "--richieste", "2", "--token", "4", *VELOCE)
+    assert rc == 0, out + err
+    limite = time.monotonic() + 5
+    while any(t.name == "flussi" for t in threading.enumerate()) and time.monotonic() < limite:
+        time.sleep(0.01)
+    assert not any(t.name == "flussi" for t in threading.enumerate())
+
+
+def test_gli_eventi_letti_tutti_insieme_come_uno_alla_volta():
+    """The events' JSON is parsed in one call for the whole stream: what one event at a time would say,
+    whatever they hold. `null` is JSON and skipped; `1,2` is not one JSON value (an array of the whole
+    stream would take it as two); an error event is said before a later event that is not JSON."""
+    from test_flussi import EVENTI
+
+    def con(*altri):
+        return [(1.0, b"".join(EVENTI[:2] + list(altri) + EVENTI[2:]))]
+
+    dati, tempi, _ = carico.leggi_flusso(iter(con(b"data: null\n\n")))
+    assert dati["choices"][0]["message"]["content"] == "caffè €!" and len(tempi) == 3
+    with pytest.raises(carico.ErroreNelFlusso, match="^evento non JSON nel flusso$"):
+        carico.leggi_flusso(iter(con(b"data: 1,2\n\n")))
+    with pytest.raises(carico.ErroreNelFlusso, match="^evento non JSON nel flusso$"):
+        carico.leggi_flusso(iter(con(b'data: {"a": "\xff"}\n\n')))
+    errore = b'data: {"error":{"code":500,"message":"finito","type":"server_error"}}\n\n'
+    with pytest.raises(carico.ErroreNelFlusso) as e:
+        carico.leggi_flusso(iter(con(errore, b"data: {\n\n")))
+    assert "finito" in str(e.value)
+
+
+def test_la_cornice_a_pezzi_tagliata_ovunque():
+    """The chunked framing undone by the reader, with chunks that split the events (7 bytes each), and the
+    answer cut into two reads at every byte, headers included: the same body each time, each piece with the
+    time of its read; the end known at the `data: [DONE]` line, or at the last chunk."""
+    from test_flussi import FLUSSO
+
+    corpo = b"".join(chunk(FLUSSO[i:i + 7]) for i in range(0, len(FLUSSO), 7)) + chunk(b"")
+    risposta = TESTA + corpo
+    for taglio in range(1, len(risposta)):
+        flusso = carico.Flusso(socket.socket(), 0.0)
+        try:
+            primo = flusso.arrivati(1.0, risposta[:taglio])
+            davanti = flusso.corpo()
+            assert primo == (b"data: [DONE]\n" in davanti), taglio  # a line counts once it has ended
+            assert primo or flusso.arrivati(2.0, risposta[taglio:]), taglio
+        finally:
+            flusso.sock.close()
+        assert flusso.status == 200 and FLUSSO.startswith(flusso.corpo()), taglio
+        assert flusso.corpo() == (davanti if primo else FLUSSO), taglio
+        assert b"".join(b for t, b in flusso.blocchi if t == 1.0) == davanti, taglio
+        assert all(t == 2.0 for t, _ in flusso.blocchi[len([1 for t, _ in flusso.blocchi if t == 1.0]):]), taglio
+        if taglio >= len(TESTA) + 4 + 7:  # past the first chunk's data: the first read gave it
+            assert davanti, taglio
+
+
+def test_ctrl_c_con_i_flussi_in_volo(fake):
+    """Ctrl+C while two streams flow on the reader and two wait for a slot: what was measured is printed,
+    the streams in flight are closed at once (the server sees them go), exit 130, no traceback."""
+    import signal
+
+    from aiuti import CARICO
+
+    server = fake(n_slot=2, s_per_token=0.02)
+    proc = subprocess.Popen([sys.executable, CARICO, "--url", server.url, "--stream", "--richieste", "6",
+                             "--parallele", "4", "--token", "16", *VELOCE], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    limite = time.monotonic() + 30
+    while server.tokens_predicted_total < 36 and time.monotonic() < limite:  # two done, two streaming
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err
+    assert len(re.findall(r"^  req \d: +[\d.]+ s +16 token", out, re.M)) >= 2, out
+    assert "non completata (interrotto)" in out and "tempo totale" in out, out
+    limite = time.monotonic() + 5
+    while (server.abbandonate == 0 or server.occupati()) and time.monotonic() < limite:
+        time.sleep(0.02)
+    assert server.abbandonate >= 1 and server.occupati() == 0
+
+
+def test_flussi_al_ritmo_sullo_stesso_lettore(fake, carica, tmp_path):
+    """--ritmo and --durata send streams by the clock, each sent by its worker and read by the one reader
+    as it arrives: every stream whole, each with its chunks, TTFT before its end."""
+    server = fake(n_slot=4, s_per_token=0.005)
+    rc, out, err = carica(server.url, "--stream", "--ritmo", "20", "--arrivi", "costanti", "--durata", "0.5",
+                          "--token", "6", "--json", str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    richieste = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    assert len(richieste) >= 5, richieste
+    for r in richieste:
+        assert (r["errore"], len(r["chunk_s"])) == (None, 6), r
+        assert 0 < r["primo_token_s"] <= r["latenza_s"], r
+
+
+def test_i_primi_flussi_partono_dal_lettore(fake, carica, monkeypatch, tmp_path):
+    """The first --parallele requests are made ready before the clock and sent by the reader at the start,
+    one after the other; those after them by their workers, as a slot frees. All timed from their send."""
+    inviate = []
+    originale = carico.LettoreFlussi._invia
+
+    def contata(self, flusso):
+        inviate.append(threading.current_thread().name)
+        return originale(self, flusso)
+
+    monkeypatch.setattr(carico.LettoreFlussi, "_invia", contata)
+    server = fake(n_slot=4, s_per_token=0.005)
+    rc, out, err = carica(server.url, "--stream", "--richieste", "10", "--parallele", "4", "--token", "4",
+                          "--json", str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    assert inviate == ["flussi"] * 4
+    richieste = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    assert [(r["errore"], len(r["chunk_s"])) for r in richieste] == [(None, 4)] * 10
+    primi = sorted(r["inizio_s"] for r in richieste)[:4]
+    assert 0 <= primi[0] and all(0 < r["primo_token_s"] <= r["latenza_s"] for r in richieste), richieste
+
+
+def test_connessioni_rifiutate_prima_della_partenza(fake, carica, monkeypatch):
+    """The first streams cannot connect (refused, as by a server at its connection limit): they fail with
+    the refusal at once, and the start does not wait for them (it used to wait --timeout-like seconds)."""
+    server = fake(n_slot=2, s_per_token=0.002)
+    originale = carico.Client._connetti
+
+    def rifiuta_in_prova(self, scadenza):
+        if self.sentinella.armata:  # only during the run: the checks before it connect as usual
+            raise ConnectionRefusedError(111, "Connection refused")
+        return originale(self, scadenza)
+
+    monkeypatch.setattr(carico.Client, "_connetti", rifiuta_in_prova)
+    inizio = time.monotonic()
+    rc, out, err = carica(server.url, "--stream", "--richieste", "2", "--parallele", "2", *VELOCE)
+    assert rc == 1, out + err
+    assert time.monotonic() - inizio < carico.TIMEOUT_INFO / 2, out
+    assert len(re.findall(r"^  req \d: .*errore: .*rifiutat", out, re.M)) == 2, out
