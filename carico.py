@@ -398,6 +398,11 @@ class Riepilogo(NamedTuple):
         return max((v for v in (self.coda_letta, self.coda_dai_tempi) if v is not None), default=None)
 
 
+def media(valori: List[float]) -> Optional[float]:
+    """The mean, the one way every figure takes it; None (printed n/d) for no values."""
+    return sum(valori) / len(valori) if valori else None
+
+
 def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
     """Mean and max latency over the successful requests; total time from the first request (t = 0) to
     the last answer; aggregate throughput = tokens generated / total time; the peaks of slots and queue."""
@@ -409,7 +414,7 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
     in_coda = [c.in_coda for c in esecuzione.campioni if c.in_coda is not None]
     dai_tempi = picchi_dai_tempi(ok, n_slot)
     return Riepilogo(len(ok), len(esecuzione.risultati) - len(ok), esecuzione.n_richieste - len(esecuzione.risultati),
-                     totale, sum(latenze) / len(latenze) if latenze else None, max(latenze, default=None), token,
+                     totale, media(latenze), max(latenze, default=None), token,
                      token / totale if token is not None and totale else None, max(occupati, default=None),
                      dai_tempi[0], max(in_coda, default=None), dai_tempi[1],
                      any(extra(r).token_stimati for r in ok),  # --stream: see "Oltre il lab"
@@ -2523,7 +2528,7 @@ PERCENTILI_DETTAGLI = (50, 90, 99)  # --dettagli's, unless --percentili; --json 
 
 def riassunto(valori: List[float], percentili: Sequence[int] = PERCENTILI_DETTAGLI) -> Dict[str, Optional[float]]:
     """min, mean, the percentiles, max of a figure (None when it has no values)."""
-    return {"min": min(valori, default=None), "media": sum(valori) / len(valori) if valori else None,
+    return {"min": min(valori, default=None), "media": media(valori),
             **{f"p{p}": percentile(valori, p) for p in percentili}, "max": max(valori, default=None), "n": len(valori)}
 
 
@@ -2552,7 +2557,7 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
     dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v, tutti) for nome, v in valori_figure(prova).items()},
             "al_secondo": cadenze(prova), "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
             "token_dalla_cache": sum(extra(r).token_cache or 0 for r in prova.esecuzione.risultati),
-            "token_per_chunk": {"min": min(per_chunk), "media": sum(per_chunk) / len(per_chunk),
+            "token_per_chunk": {"min": min(per_chunk), "media": media(per_chunk),
                                 "max": max(per_chunk)} if per_chunk else None}
     if slo:
         dati["slo"] = dict(zip(("obiettivi", "rispettate", "quota", "goodput_richieste_s", "goodput_token_s",
@@ -2584,7 +2589,7 @@ def riassunto_vllm(prova: Prova, percentili: Sequence[int] = (99,)) -> dict:
     valori = valori_figure(prova)
     for nome, figura in FIGURE_VLLM.items():
         ms = [v * 1000 for v in valori.get(figura, [])]
-        dati.update({f"mean_{nome}_ms": statistics.fmean(ms) if ms else None,
+        dati.update({f"mean_{nome}_ms": media(ms),
                      f"median_{nome}_ms": statistics.median(ms) if ms else None,
                      f"std_{nome}_ms": statistics.pstdev(ms) if ms else None})
         dati.update({f"p{p}_{nome}_ms": percentile(ms, p) for p in percentili})
@@ -2929,10 +2934,6 @@ class Punto(NamedTuple):
         return None
 
 
-def media(valori: List[float]) -> Optional[float]:
-    return sum(valori) / len(valori) if valori else None
-
-
 def dispersione(valori: List[float]) -> float:
     import statistics
 
@@ -3096,7 +3097,7 @@ def differenza_ic(a: List[float], b: List[float]) -> Tuple[float, float]:
     import statistics
 
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    return statistics.fmean(b) - statistics.fmean(a), t_critico(welch(a, b)[1]) * (va + vb) ** 0.5
+    return media(b) - media(a), t_critico(welch(a, b)[1]) * (va + vb) ** 0.5
 
 
 def dubbio_saturazione(punti: List[Punto], asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
@@ -3514,7 +3515,6 @@ def riga_little(prova: Prova) -> Optional[str]:
     is within one request; with fewer than three readings, or readings phase-locked to constant
     arrivals (each one the same moment of the cycle), no verdict, and what would give one."""
     import bisect
-    import statistics
 
     e, s = prova.esecuzione, prova.riepilogo
     inizi, fini = sorted(r.inizio for r in e.risultati), sorted(r.fine for r in e.risultati)
@@ -3525,9 +3525,9 @@ def riga_little(prova: Prova) -> Optional[str]:
     if len(coppie) < 2 or not s.n_riuscite or not s.tempo_totale or s.latenza_media is None:
         return None
     al_secondo = s.n_riuscite / s.tempo_totale
-    client, server = (statistics.fmean(v) for v in zip(*coppie))
+    client, server = (media(v) for v in zip(*coppie))
     scarti = [c - v for c, v in coppie]
-    differenza, mezzo = statistics.fmean(scarti), ic95(scarti)
+    differenza, mezzo = media(scarti), ic95(scarti)
     riga = (f"Legge di Little (L = λ × W): in volo {al_secondo * s.latenza_media:.2f} ({al_secondo:.2f} completate/s × "
             f"{s.latenza_media:.2f} s); alle stesse {len(coppie)} letture il client ne aveva in volo {client:.2f} e il "
             f"server ne contava {server:.2f} (slot occupati + requests_deferred): ")
@@ -4422,10 +4422,10 @@ def welch(a: List[float], b: List[float]) -> Tuple[float, float]:
     import statistics
 
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0:
-        return (float("inf") if statistics.fmean(a) != statistics.fmean(b) else 0.0), float("inf")
+    if va + vb == 0:  # each file's values all the same: compared as they are, not as means that may round apart
+        return (float("inf") if a[0] != b[0] else 0.0), float("inf")
     gl = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    return (statistics.fmean(b) - statistics.fmean(a)) / (va + vb) ** 0.5, gl
+    return (media(b) - media(a)) / (va + vb) ** 0.5, gl
 
 
 def oltre_il_rumore(a: List[float], b: List[float]) -> str:
