@@ -2602,12 +2602,13 @@ def righe_dettagli(prova: Prova, percentili: Optional[Sequence[int]] = None) -> 
     percentili = percentili or PERCENTILI_DETTAGLI
     d = dati_dettagli(prova, percentili=percentili)
     colonne = ("min", "media", *(f"p{p}" for p in percentili), "max")
-    righe = [f"dettagli (percentili: {METODO})", f"  {'':<24}" + "".join(f"{c:>9}" for c in colonne)]
+    larghezze = [-24] + [9] * len(colonne)
+    righe = [f"dettagli (percentili: {METODO})", in_colonne(["", *colonne], larghezze)]
     for nome, cifre in d["figure_s"].items():
         per_token = nome in ("TPOT", "ITL")  # in milliseconds
         scala, formato = (1000, ".1f") if per_token else (1, ".2f")
-        righe.append(f"  {nome + (' (ms)' if per_token else ' (s)'):<24}" + "".join(
-            f"{fmt(None if cifre[c] is None else cifre[c] * scala, formato):>9}" for c in colonne))
+        valori = [fmt(None if cifre[c] is None else cifre[c] * scala, formato) for c in colonne]
+        righe.append(in_colonne([nome + (" (ms)" if per_token else " (s)"), *valori], larghezze))
     a = d["al_secondo"]
     righe.append(f"  richieste/s {fmt(a['richieste'], '.2f')}  token di prompt/s {fmt(a['token_prompt'], '.1f')}  "
                  f"token generati/s {fmt(a['token_generati'], '.1f')}")
@@ -2742,6 +2743,19 @@ def token_in_corso(dati) -> Optional[int]:
 
 # --ripeti and --tabella: the same load again, and the deliverable's table ######################
 
+def tabella_md(testa: List[str], righe: List[List[str]]) -> List[str]:
+    """A Markdown table, as every table of carico prints it: the header, its rule, a line per row of cells."""
+    linee = [f"| {' | '.join(celle)} |" for celle in [testa, *righe]]
+    return [linee[0], "|" + "---|" * len(testa), *linee[1:]]
+
+
+def in_colonne(celle: Sequence[str], larghezze: Sequence[int], tra: str = "") -> str:
+    """A line of an aligned text table, two spaces in: each cell right-aligned in its width (left-aligned
+    where the width is negative), `tra` between cells; the cells past the widths as they are."""
+    allineate = [f"{c:>{n}}" if n >= 0 else f"{c:<{-n}}" for c, n in zip(celle, larghezze)]
+    return "  " + tra.join(allineate + list(celle[len(larghezze):]))
+
+
 def righe_ripetute(prove: List[Prova]) -> List[str]:
     """--ripeti: one line per figure, the mean over the runs with its 95% confidence interval (Student's t:
     the lab's "repeat and average", with the noise measured), the spread, min-max (a run cut short is left
@@ -2756,50 +2770,39 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
     for nome, unita, prendi in cifre:
         valori = [v for v in map(prendi, riepiloghi) if v is not None]
         if not valori:
-            righe.append(f"  {nome:<31} n/d")
+            righe.append(in_colonne([nome, ND], [-31], " "))
             continue
-        righe.append(f"  {nome:<31} {media(valori):7.2f} {unita:<8} ±{fmt(ic95(valori), '.2f')} (dev.std "
-                     f"{dispersione(valori):.2f}, {min(valori):.2f}-{max(valori):.2f})"
-                     + ("" if len(valori) == len(intere) else f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"))
+        rumore = f"±{fmt(ic95(valori), '.2f')} (dev.std {dispersione(valori):.2f}, {min(valori):.2f}-{max(valori):.2f})"
+        if len(valori) < len(intere):
+            rumore += f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"
+        righe.append(in_colonne([nome, f"{media(valori):.2f}", unita, rumore], [-31, 7, -8], " "))
     return righe
 
 
-TESTA_TABELLA = ["| np | n_ctx_slot | latenza media | latenza max | throughput |", "|---|---|---|---|---|"]
-# --avvia: the KV cache that the server's log says it allocated, after n_ctx_slot.
-TESTA_TABELLA_AVVIA = [TESTA_TABELLA[0].replace(" n_ctx_slot |", " n_ctx_slot | KV MiB |"), TESTA_TABELLA[1] + "---|"]
 INTERROTTA = " (interrotta)"  # beside a run cut short, in every table: its figures miss the requests that did not end
 
 
-def riga_tabella(prova: Prova, dopo_np: str, latenza, latenza_max, throughput) -> str:
-    """A row of the deliverable's table: the server of `prova` (and `dopo_np` beside its np), then the figures;
-    with --avvia, the KV cache it allocated."""
+def riga_tabella(punto: Punto, dopo_np: str) -> List[str]:
+    """A row of the deliverable's table: the server of `punto` (and `dopo_np` beside its np), then the figures
+    (of one run, or the mean of its runs); with --avvia, the KV cache it allocated."""
+    prova = punto.prove[0]
     c = prova.configurazione
     np = c.etichetta if c else fmt(prova.info.n_slot, "d")
-    kv = f" {fmt(c.deciso.kv_mib if c.deciso else None, '.2f')} |" if c else ""
-    return (f"| {np}{dopo_np} | {fmt(prova.info.n_ctx_slot, 'd')} |{kv} {fmt(latenza, '.2f s')} | "
-            f"{fmt(latenza_max, '.2f s')} | {fmt(throughput, '.2f token/s')} |")
-
-
-def riga_prova(prova: Prova) -> str:
-    s = prova.riepilogo
-    return riga_tabella(prova, INTERROTTA if prova.esecuzione.interruzione else "", s.latenza_media, s.latenza_max,
-                        s.throughput)
-
-
-def riga_media(punto: Punto) -> str:
-    """The deliverable's row for the mean of a point's runs: the lab's "repeat and average"."""
-    return riga_tabella(punto.prove[0], f" (media di {len(punto.intere)})", punto.latenza, punto.latenza_max,
-                        punto.throughput)
+    kv = [fmt(c.deciso.kv_mib if c.deciso else None, ".2f")] if c else []
+    return [np + dopo_np, fmt(prova.info.n_ctx_slot, "d"), *kv, fmt(punto.latenza, ".2f s"),
+            fmt(punto.latenza_max, ".2f s"), fmt(punto.throughput, ".2f token/s")]
 
 
 def tabella_consegnato(prove: List[Prova]) -> List[str]:
-    """The deliverable's table: a row per run, and after the runs of one point their mean."""
-    righe = list(TESTA_TABELLA_AVVIA if any(p.configurazione for p in prove) else TESTA_TABELLA)
+    """The deliverable's table: a row per run, and after the runs of one point their mean (the lab's "repeat
+    and average"); with --avvia, after n_ctx_slot, the KV cache that the server's log says it allocated."""
+    kv = ["KV MiB"] if any(p.configurazione for p in prove) else []
+    righe = []
     for punto in punti_di(prove):
-        righe += [riga_prova(p) for p in punto.prove]
+        righe += [riga_tabella(Punto([p]), INTERROTTA * bool(p.esecuzione.interruzione)) for p in punto.prove]
         if len(punto.prove) > 1 and punto.intere:
-            righe.append(riga_media(punto))
-    return righe
+            righe.append(riga_tabella(punto, f" (media di {len(punto.intere)})"))
+    return tabella_md(["np", "n_ctx_slot", *kv, "latenza media", "latenza max", "throughput"], righe)
 
 
 # Sweeps: lists of values, the table, the capacity curve #######################################
@@ -2923,6 +2926,11 @@ class Punto(NamedTuple):
         """The mean wait for a slot (every slot busy) before one took a request, from the server's times."""
         return media([a for p in self.intere for a in attese_a_slot_pieni(p.esecuzione.riuscite, p.info.n_slot).values()])
 
+    @property
+    def inviate_davvero(self) -> Optional[float]:
+        """The requests it really sent per second (the mean over its runs)."""
+        return media(self.valori(invii_al_secondo))
+
     def carico(self, asse: str) -> Optional[float]:
         """The load this point put on the server: the requests really in flight together
         (--parallele beyond --richieste adds none), or the requests really sent per second."""
@@ -3007,7 +3015,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     con_ritmo = any(extra(p.prove[0].piano).ritmo for p in punti)
     if con_ritmo:
         testa.append("inviate davvero")
-    righe = ["| " + " | ".join(testa) + " |", "|" + "---|" * len(testa)]
+    corpo = []
     for punto in punti:
         p = punto.prove[0]
         ripetute = len(punto.intere) > 1
@@ -3029,7 +3037,8 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
             celle[0] += INTERROTTA
         if ripetute:
             celle[0] += f" (media di {len(punto.intere)})"
-        righe.append("| " + " | ".join(celle) + " |")
+        corpo.append(celle)
+    righe = tabella_md(testa, corpo)
     righe.append("picco coda: richieste in attesa di uno slot, dai tempi del server (e da requests_deferred con "
                  "--metrics, il maggiore dei due)")
     if any(len(punto.intere) > 1 for punto in punti):
@@ -3659,15 +3668,16 @@ class Capacita:
                         + ")")
         server = f" (-np {self.configurazione.etichetta})" if self.configurazione else ""
         righe = [f"capacità{server} sotto lo SLO ({obiettivi}, per il {o.capacita:g}% delle richieste): {risposta}; "
-                 f"{quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s",
-                 "| ritmo | inviate davvero | richieste | entro lo SLO | throughput | latenza p90 | sovraccarico | esito |",
-                 "|---|---|---|---|---|---|---|---|"]
+                 f"{quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s"]
+        corpo = []
         for ritmo, prove, regge in sorted(self.punti, key=lambda x: x[0]):
-            punto, richieste = Punto(prove), sum(len(p.esecuzione.risultati) for p in prove)
-            righe.append(f"| {ritmo:.3g} | {fmt(inviate_davvero(punto), '.2f req/s')} | {richieste} "
-                         f"| {quota_slo(prove, o.slo):.0%} | {fmt(punto.throughput, '.1f token/s')} "
-                         f"| {fmt(punto.latenza_p90, '.2f s')} | {segno_sovraccarico(prove)} "
-                         f"| {'regge' if regge else 'no'} |")
+            punto = Punto(prove)
+            richieste = sum(len(p.esecuzione.risultati) for p in prove)
+            corpo.append([f"{ritmo:.3g}", fmt(punto.inviate_davvero, ".2f req/s"), str(richieste),
+                          f"{quota_slo(prove, o.slo):.0%}", fmt(punto.throughput, ".1f token/s"),
+                          fmt(punto.latenza_p90, ".2f s"), segno_sovraccarico(prove), "regge" if regge else "no"])
+        righe += tabella_md(["ritmo", "inviate davvero", "richieste", "entro lo SLO", "throughput", "latenza p90",
+                             "sovraccarico", "esito"], corpo)
         righe += self.incertezza(tiene)
         if o.grafico and len(self.punti) > 1:
             punti = punti_di([p for _, prove, _ in sorted(self.punti, key=lambda x: x[0]) for p in prove])
@@ -4438,6 +4448,9 @@ def oltre_il_rumore(a: List[float], b: List[float]) -> str:
             + f" (Welch 95%: t {t:.2f}, gl {gradi}, soglia {t_critico(gl):.2f})")
 
 
+COLONNE_CONFRONTO = (-31, 10, 10, 8)  # --confronta's figure, A, B, B/A; then, two spaces on, the verdict
+
+
 def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> List[str]:
     """--confronta A.json B.json: for each load both files measured (the same flags but np), each server
     of A against each of B, figure by figure: A's mean, B's, B/A, and whether the difference is beyond
@@ -4457,7 +4470,7 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
     righe = []
     for gruppo_a, gruppo_b in coppie:
         righe += [f"confronto: A = {nome_a} ({descrivi_prove(gruppo_a)}), B = {nome_b} ({descrivi_prove(gruppo_b)})",
-                  f"  {'cifra':<31}{'A':>10}{'B':>10}{'B/A':>8}  differenza"]
+                  in_colonne(["cifra", "A", "B", "B/A"], COLONNE_CONFRONTO) + "  differenza"]
         confrontate = 0
         for nome, chiavi, scala in FIGURE_CONFRONTO:
             va, vb = ([v * scala for v in (cifra_salvata(p, chiavi) for p in g) if v is not None]
@@ -4466,7 +4479,8 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
                 confrontate += 1
                 ma, mb = media(va), media(vb)
                 rapporto = f"×{mb / ma:.2f}" if ma else ND
-                righe.append(f"  {nome:<31}{ma:>10.3f}{mb:>10.3f}{rapporto:>8}  {oltre_il_rumore(va, vb)}")
+                celle = in_colonne([nome, f"{ma:.3f}", f"{mb:.3f}", rapporto], COLONNE_CONFRONTO)
+                righe.append(f"{celle}  {oltre_il_rumore(va, vb)}")
         if not confrontate:
             righe.append("  nessuna cifra che abbiano tutti e due (nessuna richiesta riuscita?)")
         righe.append("")
@@ -5065,17 +5079,18 @@ def righe_conversazioni(prova: Prova) -> List[str]:
     condiviso = " condivisi fra gli slot (--kv-unified)" if kv_condivisa(prova) else " per slot"
     righe = [f"conversazioni: {quante(utenti, 'utente', 'utenti')} da {quante(piano.turni, 'turno', 'turni')}"
              + (f", prompt di sistema di {piano.sistema} token" if piano.sistema else "")
-             + f"; contesto {fmt(prova.info.n_ctx_slot, 'd')} token{condiviso}",
-             "  turno  riuscite  token di prompt  dalla cache  latenza media" + ("  primo token" if stream else "")]
+             + f"; contesto {fmt(prova.info.n_ctx_slot, 'd')} token{condiviso}"]
+    testa = ["turno", "riuscite", "token di prompt", "dalla cache", "latenza media"] + ["primo token"] * stream
+    larghezze = [len(t) for t in testa]
+    righe.append(in_colonne(testa, larghezze, "  "))
     for turno in range(1, piano.turni + 1):
         ok = [r for r in e.riuscite if extra(r).turno == turno]
         cache = [extra(r).token_cache for r in ok if extra(r).token_cache is not None]
         prompt = da_a([extra(r).token_prompt for r in ok if extra(r).token_prompt is not None])
-        riga = (f"  {turno:>5}  {f'{len(ok)}/{utenti}':>8}  {prompt:>15}  {fmt(media(cache), '.0f'):>11}"
-                f"  {fmt(media([r.latenza for r in ok]), '.2f s'):>13}")
-        if stream:
-            riga += f"  {fmt(media([extra(r).primo_token for r in ok if extra(r).primo_token is not None]), '.2f s'):>11}"
-        righe.append(riga)
+        primi = [extra(r).primo_token for r in ok if extra(r).primo_token is not None]
+        celle = [str(turno), f"{len(ok)}/{utenti}", prompt, fmt(media(cache), ".0f"),
+                 fmt(media([r.latenza for r in ok]), ".2f s"), fmt(media(primi), ".2f s")]
+        righe.append(in_colonne(celle[:len(testa)], larghezze, "  "))
     for utente in range(utenti):
         suoi = [r for r in e.risultati if extra(r).conversazione == utente]  # the user's turns that ended
         if suoi and not suoi[-1].riuscita:

@@ -2,7 +2,14 @@
 table, the rates computed once, the warm-up on the lab's pool, one repeat loop, one GET/POST of a ready
 server. What a user sees stays as it was; these tests pin what the fold made one."""
 
+import json
+import signal
+import subprocess
+import sys
+import time
+
 import carico
+from aiuti import CARICO, FAKE, VELOCE, porta_libera
 
 
 # One mean ######################################################################################
@@ -20,3 +27,12 @@ def test_una_sola_media():
     assert carico.media([]) is None
     assert carico.media([1.0, 2.0, 4.5]) == 2.5
     assert carico.riassunto([])["media"] is None
+
+
+# One Markdown table, one aligned table #########################################################
+
+def test_una_tabella_markdown_e_una_allineata():
+    assert carico.tabella_md(["np", "throughput"], [["1", "9.50 token/s"], ["4", "n/d"]]) == [
+        "| np | throughput |", "|---|---|", "| 1 | 9.50 token/s |", "| 4 | n/d |"]
+    assert carico.in_colonne(["latenza (s)", "0.25", "1.50"], [-12, 6, 6]) == "  latenza (s)   0.25  1.50"
+    assert carico.in_colonne(["1", "4/4", "poi il resto"], [5, 8], "  ") == "      1       4/4  poi il resto"
