@@ -2938,7 +2938,7 @@ class Punto(NamedTuple):
         if asse == "parallele":
             return min(piano.parallele, piano.richieste) if piano.richieste else piano.parallele
         if asse == "ritmo":
-            return media(self.valori(invii_al_secondo)) or extra(piano).ritmo
+            return self.inviate_davvero or extra(piano).ritmo
         return None
 
 
@@ -3031,7 +3031,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
         celle += [fmt(percentile(figure.get(f, []), pc), ".3f s") if f == "primo token"
                   else fmt(ms(percentile(figure.get(f, []), pc)), ".1f ms") for f, pc in flussi]
         if con_ritmo:
-            inviate = fmt(inviate_davvero(punto), ".2f req/s")
+            inviate = fmt(punto.inviate_davvero, ".2f req/s")
             celle.append(inviate if all(ritmo_tenuto(q) for q in punto.intere) else f"{inviate} (non tenuto)")
         if any(q.esecuzione.interruzione for q in punto.prove):
             celle[0] += INTERROTTA
@@ -3186,7 +3186,7 @@ def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
     noise; else "forse", why not, and what would settle it."""
     prima, dopo = verdetto.prima, verdetto.dopo
     if verdetto.sovraccarico:
-        inviate = " e ".join(fmt(inviate_davvero(p), ".2f") for p in (prima, dopo) if p is not None)
+        inviate = " e ".join(fmt(p.inviate_davvero, ".2f") for p in (prima, dopo) if p is not None)
         fra = f"fra {asse}={valore_punto(prima, asse)} e {asse}={valore_punto(dopo, asse)}; " if prima else ""
         frase = (f"saturazione entro {asse}={valore_punto(dopo, asse)} ({fra}inviate davvero {inviate} req/s): lì il "
                  "server non tiene più il ritmo degli arrivi (sovraccarico: la coda cresce lungo la prova), e il ritmo "
@@ -3661,7 +3661,7 @@ class Capacita:
             risposta = (f"almeno {tiene:.3g} req/s: nessun punto provato è caduto (fino a "
                         f"{max(r for r, _, _ in self.punti):.3g} req/s, {MAX_PUNTI_CAPACITA} punti)")
         else:
-            inviate = inviate_davvero(Punto(next(p for r, p, _ in self.punti if r == tiene)))
+            inviate = Punto(next(p for r, p, _ in self.punti if r == tiene)).inviate_davvero
             risposta = (f"{tiene:.3g} req/s (inviate davvero {fmt(inviate, '.2f')}; fra {tiene:.3g}, che lo rispetta, "
                         f"e {cade:.3g}, che no" + ("" if cade / tiene <= PASSO_CAPACITA else
                                                    f": la precisione del 20% non è raggiunta in {MAX_PUNTI_CAPACITA} punti")
@@ -3711,11 +3711,6 @@ class Capacita:
                     f"una differenza dentro il rumore di {n} richieste (±{rumore:.0%}); con --ripeti o una --durata "
                     "più lunga si misura meglio"]
         return []
-
-
-def inviate_davvero(punto: Punto) -> Optional[float]:
-    """The requests a point really sent per second (the mean over its runs)."""
-    return media(punto.valori(invii_al_secondo))
 
 
 def segno_sovraccarico(prove: List[Prova]) -> str:
