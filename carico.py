@@ -2537,14 +2537,16 @@ def tipo_errore(errore: str) -> str:
     return TRONCATA if errore.startswith(TRONCATA) else errore.split(":")[0]
 
 
-def cadenze(prova: Prova) -> Dict[str, Optional[float]]:
-    """Requests, prompt tokens and generated tokens per second over the run's total time."""
-    s, ok = prova.riepilogo, prova.esecuzione.riuscite
+def cadenze(prova: Prova) -> dict:
+    """The run's counts (the requests answered, their prompt tokens, the tokens generated, all tokens) and,
+    `_s` after the name, each per second over the run's total time: computed once, for --dettagli and for
+    vLLM's names. A count nobody gave is None (an answer without usage), and so is its rate."""
+    ok, durata = prova.esecuzione.riuscite, prova.riepilogo.tempo_totale
     prompt = [extra(r).token_prompt for r in ok]
-    per_secondo = (lambda n: n / s.tempo_totale) if s.tempo_totale else (lambda n: None)  # noqa: E731
-    return {"richieste": per_secondo(len(ok)) if ok else None,
-            "token_prompt": per_secondo(sum(prompt)) if ok and None not in prompt else None,
-            "token_generati": s.throughput}
+    conti = {"richieste": len(ok), "token_prompt": None if None in prompt else sum(prompt),
+             "token_generati": prova.riepilogo.token}  # None when an answer did not say, as in the summary
+    conti["token"] = None if None in conti.values() else conti["token_prompt"] + conti["token_generati"]
+    return {**conti, **{f"{nome}_s": n / durata if durata and n is not None else None for nome, n in conti.items()}}
 
 
 def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percentili: Sequence[int] = ()) -> dict:
@@ -2554,8 +2556,11 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
     fallite = Counter(tipo_errore(r.errore) for r in prova.esecuzione.risultati if not r.riuscita)
     per_chunk = [t for t in map(token_per_chunk, prova.esecuzione.risultati) if t is not None]
     tutti = sorted(set(PERCENTILI_DETTAGLI) | set(percentili))
+    c = cadenze(prova)  # no request answered: no rate, n/d (vLLM's names say 0 requests/s)
+    al_secondo = {nome: c[f"{nome}_s"] if c["richieste"] else None
+                  for nome in ("richieste", "token_prompt", "token_generati")}
     dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v, tutti) for nome, v in valori_figure(prova).items()},
-            "al_secondo": cadenze(prova), "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
+            "al_secondo": al_secondo, "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
             "token_dalla_cache": sum(extra(r).token_cache or 0 for r in prova.esecuzione.risultati),
             "token_per_chunk": {"min": min(per_chunk), "media": media(per_chunk),
                                 "max": max(per_chunk)} if per_chunk else None}
@@ -2578,14 +2583,12 @@ def riassunto_vllm(prova: Prova, percentili: Sequence[int] = (99,)) -> dict:
     """A run's summary under the names of vLLM's `bench serve` result (duration in s, times in ms)."""
     import statistics
 
-    ok, durata = prova.esecuzione.riuscite, prova.riepilogo.tempo_totale
-    ingresso = None if any(extra(r).token_prompt is None for r in ok) else sum(extra(r).token_prompt for r in ok)
-    uscita = prova.riepilogo.token  # None when an answer did not say, as in the summary
-    al_secondo = (lambda n: n / durata if durata and n is not None else None)  # noqa: E731
-    dati = {"duration": durata, "completed": len(ok), "failed": len(prova.esecuzione.risultati) - len(ok),
-            "total_input_tokens": ingresso, "total_output_tokens": uscita,
-            "request_throughput": al_secondo(len(ok)), "output_throughput": al_secondo(uscita),
-            "total_token_throughput": al_secondo(None if None in (ingresso, uscita) else ingresso + uscita)}
+    c = cadenze(prova)
+    dati = {"duration": prova.riepilogo.tempo_totale, "completed": c["richieste"],
+            "failed": len(prova.esecuzione.risultati) - c["richieste"],
+            "total_input_tokens": c["token_prompt"], "total_output_tokens": c["token_generati"],
+            "request_throughput": c["richieste_s"], "output_throughput": c["token_generati_s"],
+            "total_token_throughput": c["token_s"]}
     valori = valori_figure(prova)
     for nome, figura in FIGURE_VLLM.items():
         ms = [v * 1000 for v in valori.get(figura, [])]
@@ -2772,7 +2775,8 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
         if not valori:
             righe.append(in_colonne([nome, ND], [-31], " "))
             continue
-        rumore = f"±{fmt(ic95(valori), '.2f')} (dev.std {dispersione(valori):.2f}, {min(valori):.2f}-{max(valori):.2f})"
+        ic, dev = fmt(ic95(valori), ".2f"), dispersione(valori)
+        rumore = f"±{ic} (dev.std {dev:.2f}, {min(valori):.2f}-{max(valori):.2f})"
         if len(valori) < len(intere):
             rumore += f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"
         righe.append(in_colonne([nome, f"{media(valori):.2f}", unita, rumore], [-31, 7, -8], " "))

@@ -36,3 +36,20 @@ def test_una_tabella_markdown_e_una_allineata():
         "| np | throughput |", "|---|---|", "| 1 | 9.50 token/s |", "| 4 | n/d |"]
     assert carico.in_colonne(["latenza (s)", "0.25", "1.50"], [-12, 6, 6]) == "  latenza (s)   0.25  1.50"
     assert carico.in_colonne(["1", "4/4", "poi il resto"], [5, 8], "  ") == "      1       4/4  poi il resto"
+
+
+# The rates, computed once ######################################################################
+
+def test_ogni_richiesta_fallita_i_ritmi_restano_quelli_di_prima(fake, carica, tmp_path):
+    """Every request failed: --dettagli's rates are n/d (no request answered), while vLLM's names say what
+    vLLM says, 0 requests a second and 0 prompt tokens: the two places keep their own values."""
+    server = fake(n_slot=2, override={"/v1/chat/completions": lambda h, _: h.errore(500, "server_error", "guasto")})
+    rc, out, _ = carica(server.url, "--dettagli", "--json", str(tmp_path / "r.json"))
+    assert rc == 1
+    assert "  richieste/s n/d  token di prompt/s n/d  token generati/s n/d" in out.splitlines()
+    dati = json.loads((tmp_path / "r.json").read_text())
+    assert dati["prove"][0]["dettagli"]["al_secondo"] == {"richieste": None, "token_prompt": None,
+                                                         "token_generati": None}
+    assert dati["duration"] > 0 and dati["completed"] == 0 and dati["failed"] == 4
+    assert (dati["request_throughput"], dati["total_input_tokens"]) == (0.0, 0)
+    assert dati["output_throughput"] is None and dati["total_token_throughput"] is None
