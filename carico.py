@@ -703,10 +703,10 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[Serv
         time.sleep(0.25)
 
 
-def chiedi(client: Client, percorso: str) -> Risposta:
-    """GET a path of a server that is ready; down or refusing the key is an ErroreUtente."""
+def chiedi(client: Client, percorso: str, dati=None) -> Risposta:
+    """GET a path of a server that is ready (POST, with `dati`); down or refusing the key is an ErroreUtente."""
     try:
-        risposta = client.chiama("GET", percorso)
+        risposta = client.chiama("GET" if dati is None else "POST", percorso, dati)
     except ErroreRete as exc:
         raise ErroreUtente(f"nessuna risposta dal server {client.base} ({percorso}): {exc}") from None
     if risposta.status == 401:
@@ -4729,10 +4729,7 @@ def lanciatore(piano: Piano, primo_prompt: int):
 def tokenizza(client: Client, testo: str) -> List[bytes]:
     """The pieces of `testo` as the server's own tokenizer cuts it (/tokenize with_pieces), as bytes:
     a piece may hold half of a UTF-8 character. A server without one: ErroreUtente, exit 1 (the server cannot)."""
-    try:
-        risposta = client.chiama("POST", "/tokenize", {"content": testo, "with_pieces": True})
-    except ErroreRete as exc:
-        raise ErroreUtente(f"nessuna risposta dal server {client.base} (/tokenize): {exc}") from None
+    risposta = chiedi(client, "/tokenize", {"content": testo, "with_pieces": True})
     altrove = tokenizza_extras(client, testo) if risposta.status == 404 else None  # not llama.cpp's
     if altrove is not None:
         return altrove

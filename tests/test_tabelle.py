@@ -53,3 +53,15 @@ def test_ogni_richiesta_fallita_i_ritmi_restano_quelli_di_prima(fake, carica, tm
     assert dati["duration"] > 0 and dati["completed"] == 0 and dati["failed"] == 4
     assert (dati["request_throughput"], dati["total_input_tokens"]) == (0.0, 0)
     assert dati["output_throughput"] is None and dati["total_token_throughput"] is None
+
+
+# One GET or POST of a ready server #############################################################
+
+def test_tokenize_che_chiede_la_chiave_lo_dice(fake, carica):
+    """/tokenize refusing the key is said as every other 401 of a ready server is: pass the key."""
+    server = fake(n_slot=2, override={"/tokenize": lambda h, _: h.errore(401, "authentication_error", "Invalid API Key")})
+    rc, out, err = carica(server.url, "--prompt-token", "64")
+    assert rc == 1
+    assert err.strip().splitlines()[-1] == (
+        f"carico.py: errore: il server su {server.url} richiede una chiave API (è stato avviato con --api-key): "
+        "passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY")
