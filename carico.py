@@ -319,13 +319,17 @@ class Campionatore:
 # 4. The pool that fires the requests ###########################################################
 
 def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: int = 0,
-                  timer=time.perf_counter, osservatore: Union[Diretta, Osservatore, None] = None) -> Esecuzione:
+                  timer=time.perf_counter, osservatore: Union[Diretta, Osservatore, None] = None,
+                  domande: Optional[List[dict]] = None) -> Esecuzione:
     """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled; the
     clock starts at the first request. Prompts start at `primo_prompt`: a second run on the same
-    server sends new ones. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled."""
+    server sends new ones (`domande`, when given, are sent instead: the warm-up's). Ctrl+C or SIGTERM:
+    the requests in flight are closed, the rest cancelled."""
     import concurrent.futures  # here, not at the top: see the note under the imports
 
-    domande = [domanda_chat(prompt_per(primo_prompt + i, piano), piano) for i in range(piano.richieste or 0)]
+    lanciate = domande is None and extra(piano).da_lanciare  # sent one by one by the extras: see "Oltre il lab"
+    if domande is None:
+        domande = [domanda_chat(prompt_per(primo_prompt + i, piano), piano) for i in range(piano.richieste or 0)]
     futuri = []  # each request's future, in the order they were submitted
     al_campione = osservatore.seguendo(futuri, piano) if osservatore else None  # the live line: see "Oltre il lab"
     campionatore = Campionatore(client, piano.intervallo, info, timer, al_campione)
@@ -333,7 +337,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     aggiunte = interruzione = None
     client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
-        if domande and not extra(piano).da_lanciare:  # the workers started before the clock, not one per submit
+        if domande and not lanciate:  # the workers started before the clock, not one per submit
             pronti = threading.Barrier(min(piano.parallele, len(domande)) + 1)
             for _ in range(pronti.parties - 1):
                 esecutore.submit(pronti.wait)
@@ -346,7 +350,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
                 apri_in_anticipo(client, domande, pronti.parties - 1, piano.timeout)
         t0 = timer()
         campionatore.avvia(t0)
-        if piano.oltre is None or not piano.oltre.da_lanciare:  # the lab: all submitted now, `parallele` at a time
+        if not lanciate:  # the lab: all submitted now, `parallele` at a time
             for i, domanda in enumerate(domande):
                 futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0, timer))
         else:  # --ritmo, --durata (by the clock), --turni (conversations): see "Oltre il lab"
@@ -1639,6 +1643,7 @@ class SessioneOltre:
         self.capacita: List[dict] = []  # --capacita: each server's answer and its points, for --json
         self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
         self.log_da = 0  # where the current run's lines begin in its log
+        self.inviate = 0  # the requests sent to the server of the runs now: its next run's first prompt
 
     def esegui(self) -> None:
         """For each server (the one at --url; with --avvia, one started per --np value): warm it up,
@@ -1658,17 +1663,16 @@ class SessioneOltre:
                 if any(extra(p).prompt_token or extra(p).prefisso for p in sessione.piani) and not extra(sessione.piani[0]).pezzi:
                     sessione.piani = con_pezzi(client, sessione.piani)  # exact prompts, on the server's tokenizer
                 if o.riscaldamento:
-                    riscalda(client, sessione.piani[0], o.riscaldamento, sys.stderr)
+                    riscalda(client, sessione.piani[0], info, o.riscaldamento)
+                self.inviate = 0
                 if o.capacita is not None:  # the rates are chosen as it goes: see "--capacita"
                     Capacita(self, client, info, decisa).cerca()
                     continue
-                inviate = 0
                 for piano in sessione.piani:
-                    for ripetizione in range(o.ripeti):
-                        self.intestazione(piano, configurazione, ripetizione)
-                        inviate += sessione.prova(client, info, piano, inviate, decisa).esecuzione.n_richieste
+                    self.intestazione(piano, configurazione)
+                    prove = self.ripetute(client, info, piano, decisa)
                     if o.ripeti > 1:
-                        print("\n".join(righe_ripetute(sessione.prove[-o.ripeti:]) + [""]), flush=True)
+                        print("\n".join(righe_ripetute(prove) + [""]), flush=True)
         prima = da_confrontare(sessione.prove) if o.spiega else None
         if prima is not None:  # --spiega with --avvia: the lab's RAM question, measured
             print("\n".join(righe_ram(prima, *misura_ram(sessione.opzioni, prima)) + [""]), flush=True)
@@ -1698,18 +1702,27 @@ class SessioneOltre:
             fallite = any(not r.riuscita for p in self.sessione.prove[-1:] for r in p.esecuzione.risultati)
             server.controlla(quando, attesa=2.0 if fallite else 0.0)
 
-    def intestazione(self, piano: Piano, configurazione: Optional[Configurazione], ripetizione: int) -> None:
-        """Before a run: which point of a sweep (every value that varies, np included), which repeat."""
+    def intestazione(self, piano: Piano, configurazione: Optional[Configurazione]) -> None:
+        """Before a point of a sweep: which one (every value that varies, np included)."""
         piani, np = self.sessione.piani, self.opzioni.np or [None]
-        if self.avviato is not None and self.avviato.log is not None:  # the run's own lines of the server's log
-            self.log_da = os.path.getsize(self.avviato.log.name)
         totale = len(piani) * len(np)
-        if totale > 1 and ripetizione == 0:
+        if totale > 1:
             n_punto = np.index(configurazione) * len(piani) + piani.index(piano) + 1
             descrizione = ", ".join(f"{c}={valore_di(c, piano, configurazione)}" for c in chiavi_griglia(self.sessione))
             print(f"punto {n_punto} di {totale}: {descrizione}")
-        if self.opzioni.ripeti > 1:
-            print(f"prova {ripetizione + 1} di {self.opzioni.ripeti}")
+
+    def ripetute(self, client: Client, info: InfoServer, piano: Piano,
+                 configurazione: Optional[Configurazione]) -> List[Prova]:
+        """One point: --ripeti runs of `piano`, each said before it, each on prompts this server was not sent."""
+        prove = []
+        for ripetizione in range(self.opzioni.ripeti):
+            if self.avviato is not None and self.avviato.log is not None:  # the run's own lines of the server's log
+                self.log_da = os.path.getsize(self.avviato.log.name)
+            if self.opzioni.ripeti > 1:
+                print(f"prova {ripetizione + 1} di {self.opzioni.ripeti}")
+            prove.append(self.sessione.prova(client, info, piano, self.inviate, configurazione))
+            self.inviate += prove[-1].esecuzione.n_richieste
+        return prove
 
     def log_della_prova(self) -> Optional[str]:
         """--avvia: what the server logged during the run just ended (at -lv 4: how it reused its cache)."""
@@ -2655,23 +2668,18 @@ def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], 
     return len(buone), quota, len(buone) / totale, None if token is None else token / totale, dal_previsto
 
 
-def riscalda(client: Client, piano: Piano, n: int, stderr) -> None:
+def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
     """--riscaldamento: n requests before the measured ones, with prompts of their own (or the
-    --prompt-file one), left out of every figure."""
-    import concurrent.futures
-
+    --prompt-file one), left out of every figure; sent as the lab's run sends its own."""
     print(f"riscaldamento: {quante(n, 'richiesta', 'richieste')} prima della prova, escluse dalle cifre",
-          file=stderr, flush=True)
+          file=sys.stderr, flush=True)
     testo = extra(piano).testo
     domande = [domanda_chat(testo if testo is not None else f"(riscaldamento {i + 1}) {prompt_per(i)}", piano)
                for i in range(n)]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(n, piano.parallele)) as esecutore:
-        try:
-            risultati = list(esecutore.map(lambda i: invia(client, i, domande[i], piano.timeout, 0.0), range(n)))
-        except Interruzione:
-            client.annulla()
-            raise
-    fallite = [r for r in risultati if not r.riuscita]
+    esecuzione = esegui_carico(client, piano._replace(richieste=n), info, domande=domande)
+    if esecuzione.interruzione:
+        raise Interruzione(esecuzione.interruzione)
+    fallite = [r for r in esecuzione.risultati if not r.riuscita]
     if fallite:
         nota(f"riscaldamento: {len(fallite)} su {quante(n, 'richiesta', 'richieste')} "
              f"{'fallita' if n == 1 else 'fallite'} (la prima: {fallite[0].errore})")
@@ -3608,16 +3616,11 @@ class Capacita:
 
     def prova_a(self, ritmo: float) -> bool:
         """Run --ripeti runs at `ritmo`, and say whether the point held."""
-        sessione, o = self.oltre.sessione, self.oltre.opzioni
-        base = sessione.piani[0]
+        o = self.oltre.opzioni
+        base = self.oltre.sessione.piani[0]
         piano = base._replace(oltre=base.oltre._replace(ritmo=ritmo))
         print(f"capacità, punto {len(self.punti) + 1}: ritmo={ritmo:.3g} req/s", flush=True)
-        prove = []
-        for ripetizione in range(o.ripeti):
-            if o.ripeti > 1:
-                print(f"prova {ripetizione + 1} di {o.ripeti}")
-            inviate = sum(p.esecuzione.n_richieste for p in sessione.prove)
-            prove.append(sessione.prova(self.client, self.info, piano, inviate, self.configurazione))
+        prove = self.oltre.ripetute(self.client, self.info, piano, self.configurazione)
         regge = quota_slo(prove, o.slo) >= o.capacita / 100 and not any(map(sovraccarico, prove))
         self.punti.append((ritmo, prove, regge))
         return regge

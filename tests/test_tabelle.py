@@ -55,6 +55,51 @@ def test_ogni_richiesta_fallita_i_ritmi_restano_quelli_di_prima(fake, carica, tm
     assert dati["output_throughput"] is None and dati["total_token_throughput"] is None
 
 
+# One repeat loop ###############################################################################
+
+def test_capacita_su_ogni_server_avviato_parte_dal_primo_prompt(tmp_path, capsys):
+    """--capacita with --avvia --np 1,2: each new server starts from the lab's first prompt, as every other
+    run of a session does (the search once went on counting the prompts of the server before)."""
+    registro = tmp_path / "prompt.jsonl"
+    url = f"http://127.0.0.1:{porta_libera()}"
+    comando = f"{sys.executable} {FAKE} serve -c 2048 --s-per-token 0.001 --registro {registro}"
+    rc = carico.main(["--url", url, "--avvia", comando, "--np", "1,2", "--capacita", "--slo", "latenza=0.001",
+                      "--durata", "1", "--ritmo", "4", "--arrivi", "costanti", "--token", "2", "--silenzioso", *VELOCE])
+    out, err = capsys.readouterr()
+    assert rc == 0, out + err
+    prompt = [json.loads(riga) for riga in registro.read_text().splitlines()]
+    assert [r for r in out.splitlines() if r.startswith("capacità, punto")] == [
+        "capacità, punto 1: ritmo=4 req/s", "capacità, punto 2: ritmo=2 req/s"] * 2
+    assert len(prompt) % 2 == 0 and len(prompt) >= 8, prompt
+    primo, secondo = prompt[:len(prompt) // 2], prompt[len(prompt) // 2:]
+    assert sorted(secondo) == sorted(primo)
+    assert carico.prompt_per(0) in secondo
+
+
+# The warm-up on the lab's pool #################################################################
+
+def test_ctrl_c_nel_riscaldamento(fake):
+    """Ctrl+C while the warm-up's requests are in the slots: the lab's pool closes them (the server sees
+    them go), nothing is measured, exit 130, no traceback."""
+    server = fake(n_slot=1, s_per_token=0.02)
+    proc = subprocess.Popen([sys.executable, CARICO, "--url", server.url, "--riscaldamento", "2", *VELOCE],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    limite = time.monotonic() + 30
+    while server.tokens_predicted_total < 5 and time.monotonic() < limite:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "riscaldamento: 2 richieste prima della prova, escluse dalle cifre" in err and "interrotto" in err
+    assert "req " not in out
+    assert all(p.startswith("(riscaldamento ") for p in server.prompts)
+    limite = time.monotonic() + 5
+    while (server.abbandonate == 0 or server.occupati()) and time.monotonic() < limite:
+        time.sleep(0.02)
+    assert server.abbandonate >= 1 and server.occupati() == 0
+
+
 # One GET or POST of a ready server #############################################################
 
 def test_tokenize_che_chiede_la_chiave_lo_dice(fake, carica):
