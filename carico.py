@@ -321,10 +321,9 @@ class Campionatore:
 def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: int = 0,
                   timer=time.perf_counter, osservatore: Union[Diretta, Osservatore, None] = None,
                   domande: Optional[List[dict]] = None) -> Esecuzione:
-    """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled; the
-    clock starts at the first request. Prompts start at `primo_prompt`: a second run on the same
-    server sends new ones (`domande`, when given, are sent instead: the warm-up's). Ctrl+C or SIGTERM:
-    the requests in flight are closed, the rest cancelled."""
+    """Fire the requests (`domande`, else the plan's from prompt `primo_prompt` on: a second run on the same
+    server sends new ones), all submitted at once to `parallele` workers, while /slots is sampled; the clock
+    starts at the first request. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled."""
     import concurrent.futures  # here, not at the top: see the note under the imports
 
     lanciate = domande is None and extra(piano).da_lanciare  # sent one by one by the extras: see "Oltre il lab"
@@ -2783,8 +2782,7 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
         if not valori:
             righe.append(in_colonne([nome, ND], [-31], " "))
             continue
-        ic, dev = fmt(ic95(valori), ".2f"), dispersione(valori)
-        rumore = f"±{ic} (dev.std {dev:.2f}, {min(valori):.2f}-{max(valori):.2f})"
+        rumore = f"±{fmt(ic95(valori), '.2f')} (dev.std {dispersione(valori):.2f}, {min(valori):.2f}-{max(valori):.2f})"
         if len(valori) < len(intere):
             rumore += f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"
         righe.append(in_colonne([nome, f"{media(valori):.2f}", unita, rumore], [-31, 7, -8], " "))
@@ -3012,15 +3010,11 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     the mean of its runs and the spread of its throughput). Along --prompt-token, the server's prompt
     speed beside the speed in the slot (prefill against decode); with --stream, the percentiles of the
     first token, TPOT and ITL over all the point's requests."""
-    testa = chiavi + (["n_ctx_slot"] if "np" in chiavi else []) + [
-        "throughput", "latenza media", "latenza p90", "latenza max", "t/s nel proprio slot", "picco slot occupati",
-        "picco coda"]
-    prefill = "prompt" in chiavi or "prefisso" in chiavi
-    if prefill:
-        testa.insert(testa.index("t/s nel proprio slot"), "prompt t/s (server)")
     cache = "prefisso" in chiavi
-    if cache:
-        testa.insert(testa.index("prompt t/s (server)"), "dalla cache (media)")
+    prefill = "prompt" in chiavi or cache
+    testa = chiavi + ["n_ctx_slot"] * ("np" in chiavi) + ["throughput", "latenza media", "latenza p90", "latenza max"]
+    testa += ["dalla cache (media)"] * cache + ["prompt t/s (server)"] * prefill
+    testa += ["t/s nel proprio slot", "picco slot occupati", "picco coda"]
     flussi = [(f, p) for f in ("primo token", "TPOT", "ITL") for p in percentili or PERCENTILI_GRIGLIA] if any(
         extra(r).chunk_s is not None for punto in punti for q in punto.intere for r in q.esecuzione.riuscite) else []
     testa += [f"{'TTFT' if f == 'primo token' else f} p{p}" for f, p in flussi]
@@ -4450,9 +4444,6 @@ def oltre_il_rumore(a: List[float], b: List[float]) -> str:
             + f" (Welch 95%: t {t:.2f}, gl {gradi}, soglia {t_critico(gl):.2f})")
 
 
-COLONNE_CONFRONTO = (-31, 10, 10, 8)  # --confronta's figure, A, B, B/A; then, two spaces on, the verdict
-
-
 def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> List[str]:
     """--confronta A.json B.json: for each load both files measured (the same flags but np), each server
     of A against each of B, figure by figure: A's mean, B's, B/A, and whether the difference is beyond
@@ -4469,10 +4460,11 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
               if carico_a == carico_b]
     if not coppie:
         return [senza_carico_comune(a, b)]
+    larghezze = (-31, 10, 10, 8)  # the figure, A, B, B/A; then, two spaces on, the verdict
     righe = []
     for gruppo_a, gruppo_b in coppie:
         righe += [f"confronto: A = {nome_a} ({descrivi_prove(gruppo_a)}), B = {nome_b} ({descrivi_prove(gruppo_b)})",
-                  in_colonne(["cifra", "A", "B", "B/A"], COLONNE_CONFRONTO) + "  differenza"]
+                  in_colonne(["cifra", "A", "B", "B/A"], larghezze) + "  differenza"]
         confrontate = 0
         for nome, chiavi, scala in FIGURE_CONFRONTO:
             va, vb = ([v * scala for v in (cifra_salvata(p, chiavi) for p in g) if v is not None]
@@ -4481,7 +4473,7 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
                 confrontate += 1
                 ma, mb = media(va), media(vb)
                 rapporto = f"×{mb / ma:.2f}" if ma else ND
-                celle = in_colonne([nome, f"{ma:.3f}", f"{mb:.3f}", rapporto], COLONNE_CONFRONTO)
+                celle = in_colonne([nome, f"{ma:.3f}", f"{mb:.3f}", rapporto], larghezze)
                 righe.append(f"{celle}  {oltre_il_rumore(va, vb)}")
         if not confrontate:
             righe.append("  nessuna cifra che abbiano tutti e due (nessuna richiesta riuscita?)")
@@ -5076,12 +5068,12 @@ def righe_conversazioni(prova: Prova) -> List[str]:
     e, piano, utenti = prova.esecuzione, extra(prova.piano), prova.piano.parallele
     stream = any(extra(r).chunk_s is not None for r in e.riuscite)
     condiviso = " condivisi fra gli slot (--kv-unified)" if kv_condivisa(prova) else " per slot"
-    righe = [f"conversazioni: {quante(utenti, 'utente', 'utenti')} da {quante(piano.turni, 'turno', 'turni')}"
-             + (f", prompt di sistema di {piano.sistema} token" if piano.sistema else "")
-             + f"; contesto {fmt(prova.info.n_ctx_slot, 'd')} token{condiviso}"]
     testa = ["turno", "riuscite", "token di prompt", "dalla cache", "latenza media"] + ["primo token"] * stream
     larghezze = [len(t) for t in testa]
-    righe.append(in_colonne(testa, larghezze, "  "))
+    righe = [f"conversazioni: {quante(utenti, 'utente', 'utenti')} da {quante(piano.turni, 'turno', 'turni')}"
+             + (f", prompt di sistema di {piano.sistema} token" if piano.sistema else "")
+             + f"; contesto {fmt(prova.info.n_ctx_slot, 'd')} token{condiviso}",
+             in_colonne(testa, larghezze, "  ")]
     for turno in range(1, piano.turni + 1):
         ok = [r for r in e.riuscite if extra(r).turno == turno]
         cache = [extra(r).token_cache for r in ok if extra(r).token_cache is not None]
