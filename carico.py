@@ -3025,14 +3025,15 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     for punto in punti:
         p = punto.prove[0]
         ripetute = len(punto.intere) > 1
-        throughput = fmt(punto.throughput, ".2f token/s") + (
-            f" ±{fmt(ic95(punto.valori(lambda q: q.riepilogo.throughput)), '.2f')}" if ripetute else "")
-        celle = [valore_punto(punto, c) for c in chiavi] + ([fmt(p.info.n_ctx_slot, "d")] if "np" in chiavi else []) + [
-            throughput, fmt(punto.latenza, ".2f s"), fmt(punto.latenza_p90, ".2f s"), fmt(punto.latenza_max, ".2f s"),
-            *([fmt(media([extra(r).token_cache for q in punto.intere for r in q.esecuzione.riuscite
-                          if extra(r).token_cache is not None]), ".0f")] if cache else []),
-            *([fmt(punto.velocita_prompt, ".1f")] if prefill else []), fmt(punto.velocita_slot, ".1f"),
-            f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}", fmt(punto.picco_coda, "d")]
+        throughput = fmt(punto.throughput, ".2f token/s")
+        if ripetute:
+            throughput += f" ±{fmt(ic95(throughput_delle_prove(punto)), '.2f')}"
+        dalla_cache = [extra(r).token_cache for q in punto.intere for r in q.esecuzione.riuscite]
+        celle = [valore_punto(punto, c) for c in chiavi] + [fmt(p.info.n_ctx_slot, "d")] * ("np" in chiavi)
+        celle += [throughput, fmt(punto.latenza, ".2f s"), fmt(punto.latenza_p90, ".2f s"), fmt(punto.latenza_max, ".2f s")]
+        celle += [fmt(media([t for t in dalla_cache if t is not None]), ".0f")] * cache
+        celle += [fmt(punto.velocita_prompt, ".1f")] * prefill
+        celle += [fmt(punto.velocita_slot, ".1f"), f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}", fmt(punto.picco_coda, "d")]
         figure = punto.figure if flussi else {}  # pooled once for all the point's percentiles
         celle += [fmt(percentile(figure.get(f, []), pc), ".3f s") if f == "primo token"
                   else fmt(ms(percentile(figure.get(f, []), pc)), ".1f ms") for f, pc in flussi]
