@@ -2782,7 +2782,8 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
         if not valori:
             righe.append(in_colonne([nome, ND], [-31], " "))
             continue
-        rumore = f"±{fmt(ic95(valori), '.2f')} (dev.std {dispersione(valori):.2f}, {min(valori):.2f}-{max(valori):.2f})"
+        estremi = f"{min(valori):.2f}-{max(valori):.2f}"
+        rumore = f"±{fmt(ic95(valori), '.2f')} (dev.std {dispersione(valori):.2f}, {estremi})"
         if len(valori) < len(intere):
             rumore += f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"
         righe.append(in_colonne([nome, f"{media(valori):.2f}", unita, rumore], [-31, 7, -8], " "))
@@ -2809,7 +2810,7 @@ def tabella_consegnato(prove: List[Prova]) -> List[str]:
     kv = ["KV MiB"] if any(p.configurazione for p in prove) else []
     righe = []
     for punto in punti_di(prove):
-        righe += [riga_tabella(Punto([p]), INTERROTTA * bool(p.esecuzione.interruzione)) for p in punto.prove]
+        righe += [riga_tabella(Punto([p]), INTERROTTA if p.esecuzione.interruzione else "") for p in punto.prove]
         if len(punto.prove) > 1 and punto.intere:
             righe.append(riga_tabella(punto, f" (media di {len(punto.intere)})"))
     return tabella_md(["np", "n_ctx_slot", *kv, "latenza media", "latenza max", "throughput"], righe)
@@ -3030,10 +3031,11 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
             throughput += f" ±{fmt(ic95(throughput_delle_prove(punto)), '.2f')}"
         dalla_cache = [extra(r).token_cache for q in punto.intere for r in q.esecuzione.riuscite]
         celle = [valore_punto(punto, c) for c in chiavi] + [fmt(p.info.n_ctx_slot, "d")] * ("np" in chiavi)
-        celle += [throughput, fmt(punto.latenza, ".2f s"), fmt(punto.latenza_p90, ".2f s"), fmt(punto.latenza_max, ".2f s")]
+        celle += [throughput] + [fmt(x, ".2f s") for x in (punto.latenza, punto.latenza_p90, punto.latenza_max)]
         celle += [fmt(media([t for t in dalla_cache if t is not None]), ".0f")] * cache
         celle += [fmt(punto.velocita_prompt, ".1f")] * prefill
-        celle += [fmt(punto.velocita_slot, ".1f"), f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}", fmt(punto.picco_coda, "d")]
+        picco = f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}"
+        celle += [fmt(punto.velocita_slot, ".1f"), picco, fmt(punto.picco_coda, "d")]
         figure = punto.figure if flussi else {}  # pooled once for all the point's percentiles
         celle += [fmt(percentile(figure.get(f, []), pc), ".3f s") if f == "primo token"
                   else fmt(ms(percentile(figure.get(f, []), pc)), ".1f ms") for f, pc in flussi]
