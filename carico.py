@@ -2569,8 +2569,7 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
     per_chunk = [t for t in map(token_per_chunk, prova.esecuzione.risultati) if t is not None]
     tutti = sorted(set(PERCENTILI_DETTAGLI) | set(percentili))
     c = cadenze(prova)  # no request answered: no rate, n/d (vLLM's names say 0 requests/s)
-    al_secondo = {nome: c[f"{nome}_s"] if c["richieste"] else None
-                  for nome in ("richieste", "token_prompt", "token_generati")}
+    al_secondo = {k: c[k + "_s"] if c["richieste"] else None for k in ("richieste", "token_prompt", "token_generati")}
     dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v, tutti) for nome, v in valori_figure(prova).items()},
             "al_secondo": al_secondo, "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
             "token_dalla_cache": sum(extra(r).token_cache or 0 for r in prova.esecuzione.risultati),
@@ -2782,11 +2781,10 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
         if not valori:
             righe.append(in_colonne([nome, ND], [-31], " "))
             continue
-        estremi = f"{min(valori):.2f}-{max(valori):.2f}"
-        rumore = f"±{fmt(ic95(valori), '.2f')} (dev.std {dispersione(valori):.2f}, {estremi})"
-        if len(valori) < len(intere):
-            rumore += f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"
-        righe.append(in_colonne([nome, f"{media(valori):.2f}", unita, rumore], [-31, 7, -8], " "))
+        rumore = (f"±{fmt(ic95(valori), '.2f')} (dev.std {dispersione(valori):.2f}, "
+                  f"{min(valori):.2f}-{max(valori):.2f})")
+        mancanti = "" if len(valori) == len(intere) else f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"
+        righe.append(in_colonne([nome, f"{media(valori):.2f}", unita, rumore + mancanti], [-31, 7, -8], " "))
     return righe
 
 
