@@ -3,13 +3,13 @@ table, the rates computed once, the warm-up on the lab's pool, one repeat loop, 
 server. What a user sees stays as it was; these tests pin what the fold made one."""
 
 import json
+import os
 import signal
-import subprocess
 import sys
 import time
 
 import carico
-from aiuti import CARICO, FAKE, VELOCE, porta_libera
+from aiuti import FAKE, VELOCE, porta_libera
 
 
 # One mean ######################################################################################
@@ -64,12 +64,12 @@ def test_capacita_su_ogni_server_avviato_parte_dal_primo_prompt(tmp_path, capsys
     url = f"http://127.0.0.1:{porta_libera()}"
     comando = f"{sys.executable} {FAKE} serve -c 2048 --s-per-token 0.001 --registro {registro}"
     rc = carico.main(["--url", url, "--avvia", comando, "--np", "1,2", "--capacita", "--slo", "latenza=0.001",
-                      "--durata", "1", "--ritmo", "4", "--arrivi", "costanti", "--token", "2", "--silenzioso", *VELOCE])
+                      "--durata", "0.5", "--ritmo", "8", "--arrivi", "costanti", "--token", "2", "--silenzioso", *VELOCE])
     out, err = capsys.readouterr()
     assert rc == 0, out + err
     prompt = [json.loads(riga) for riga in registro.read_text().splitlines()]
     assert [r for r in out.splitlines() if r.startswith("capacità, punto")] == [
-        "capacità, punto 1: ritmo=4 req/s", "capacità, punto 2: ritmo=2 req/s"] * 2
+        "capacità, punto 1: ritmo=8 req/s", "capacità, punto 2: ritmo=4 req/s"] * 2
     assert len(prompt) % 2 == 0 and len(prompt) >= 8, prompt
     primo, secondo = prompt[:len(prompt) // 2], prompt[len(prompt) // 2:]
     assert sorted(secondo) == sorted(primo)
@@ -78,22 +78,25 @@ def test_capacita_su_ogni_server_avviato_parte_dal_primo_prompt(tmp_path, capsys
 
 # The warm-up on the lab's pool #################################################################
 
-def test_ctrl_c_nel_riscaldamento(fake):
-    """Ctrl+C while the warm-up's requests are in the slots: the lab's pool closes them (the server sees
-    them go), nothing is measured, exit 130, no traceback."""
-    server = fake(n_slot=1, s_per_token=0.02)
-    proc = subprocess.Popen([sys.executable, CARICO, "--url", server.url, "--riscaldamento", "2", *VELOCE],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    limite = time.monotonic() + 30
-    while server.tokens_predicted_total < 5 and time.monotonic() < limite:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err
-    assert "riscaldamento: 2 richieste prima della prova, escluse dalle cifre" in err and "interrotto" in err
-    assert "req " not in out
-    assert all(p.startswith("(riscaldamento ") for p in server.prompts)
+def test_ctrl_c_nel_riscaldamento(fake, carica):
+    """Ctrl+C while a warm-up request is in the slot: the lab's pool closes it (the server sees it go),
+    nothing is measured, exit 130."""
+    prompt = []
+
+    def chat(h, corpo):  # the server's own answer; Ctrl+C when the slot takes the first request
+        body = json.loads(corpo)
+        prompt.append(body["messages"][0]["content"])
+        status, dati = h.server.fake.completa(body, all_avvio=lambda: len(prompt) == 1 and os.kill(os.getpid(), signal.SIGINT),
+                                              chiusa=h.chiusa)
+        if status is not None:
+            h.send_json(status, dati)
+
+    server = fake(n_slot=1, s_per_token=0.02, override={"/v1/chat/completions": chat})
+    rc, out, err = carica(server.url, "--riscaldamento", "2", "--token", "200", *VELOCE)  # 4 s a request: Ctrl+C lands in it
+    assert rc == 130, err
+    assert "riscaldamento: 2 richieste prima della prova, escluse dalle cifre" in err
+    assert err.splitlines()[-1] == "carico.py: interrotto"
+    assert out == "" and all(p.startswith("(riscaldamento ") for p in prompt), (out, prompt)
     limite = time.monotonic() + 5
     while (server.abbandonate == 0 or server.occupati()) and time.monotonic() < limite:
         time.sleep(0.02)
