@@ -326,7 +326,6 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     starts at the first request. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled."""
     import concurrent.futures  # here, not at the top: see the note under the imports
 
-    lanciate = domande is None and extra(piano).da_lanciare  # sent one by one by the extras: see "Oltre il lab"
     if domande is None:
         domande = [domanda_chat(prompt_per(primo_prompt + i, piano), piano) for i in range(piano.richieste or 0)]
     futuri = []  # each request's future, in the order they were submitted
@@ -336,7 +335,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     aggiunte = interruzione = None
     client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
-        if domande and not lanciate:  # the workers started before the clock, not one per submit
+        if domande and not extra(piano).da_lanciare:  # the workers started before the clock, not one per submit
             pronti = threading.Barrier(min(piano.parallele, len(domande)) + 1)
             for _ in range(pronti.parties - 1):
                 esecutore.submit(pronti.wait)
@@ -349,7 +348,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
                 apri_in_anticipo(client, domande, pronti.parties - 1, piano.timeout)
         t0 = timer()
         campionatore.avvia(t0)
-        if not lanciate:  # the lab: all submitted now, `parallele` at a time
+        if piano.oltre is None or not piano.oltre.da_lanciare:  # the lab: all submitted now, `parallele` at a time
             for i, domanda in enumerate(domande):
                 futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0, timer))
         else:  # --ritmo, --durata (by the clock), --turni (conversations): see "Oltre il lab"
@@ -2674,7 +2673,8 @@ def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
     testo = extra(piano).testo
     domande = [domanda_chat(testo if testo is not None else f"(riscaldamento {i + 1}) {prompt_per(i)}", piano)
                for i in range(n)]
-    esecuzione = esegui_carico(client, piano._replace(richieste=n), info, domande=domande)
+    # All sent at once, as the lab's are: a plan without extras, the requests already made with them.
+    esecuzione = esegui_carico(client, piano._replace(richieste=n, oltre=None), info, domande=domande)
     if esecuzione.interruzione:
         raise Interruzione(esecuzione.interruzione)
     fallite = [r for r in esecuzione.risultati if not r.riuscita]

@@ -3,9 +3,9 @@ table, the rates computed once, the warm-up on the lab's pool, one repeat loop, 
 server. What a user sees stays as it was; these tests pin what the fold made one."""
 
 import json
-import os
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 
@@ -85,7 +85,8 @@ def test_ctrl_c_nel_riscaldamento(fake, carica):
     def chat(h, corpo):  # the server's own answer; Ctrl+C when the slot takes the first request
         body = json.loads(corpo)
         prompt.append(body["messages"][0]["content"])
-        ctrl_c = lambda: len(prompt) == 1 and os.kill(os.getpid(), signal.SIGINT)  # noqa: E731
+        # To the main thread, as a terminal's Ctrl+C reaches the tool waiting for its requests.
+        ctrl_c = lambda: len(prompt) == 1 and signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # noqa: E731
         status, dati = h.server.fake.completa(body, all_avvio=ctrl_c, chiusa=h.chiusa)
         if status is not None:
             h.send_json(status, dati)
