@@ -316,13 +316,15 @@ class Campionatore:
 # 4. The pool that fires the requests ###########################################################
 
 def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: int = 0,
-                  osservatore: Union[Diretta, Osservatore, None] = None) -> Esecuzione:
-    """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled; the
-    clock starts at the first request. Prompts start at `primo_prompt`: a second run on the same
-    server sends new ones. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled."""
+                  osservatore: Union[Diretta, Osservatore, None] = None,
+                  domande: Optional[List[dict]] = None) -> Esecuzione:
+    """Fire the requests (`domande`, else the plan's from prompt `primo_prompt` on: a second run on the same
+    server sends new ones), all submitted at once to `parallele` workers, while /slots is sampled; the clock
+    starts at the first request. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled."""
     import concurrent.futures  # here, not at the top: see the note under the imports
 
-    domande = [domanda_chat(prompt_per(primo_prompt + i, piano), piano) for i in range(piano.richieste or 0)]
+    if domande is None:
+        domande = [domanda_chat(prompt_per(primo_prompt + i, piano), piano) for i in range(piano.richieste or 0)]
     futuri = []  # each request's future, in the order they were submitted
     al_campione = osservatore.seguendo(futuri, piano) if osservatore else None  # the live line: see "Oltre il lab"
     campionatore = Campionatore(client, piano.intervallo, info, al_campione=al_campione)
@@ -401,6 +403,11 @@ class Riepilogo(NamedTuple):
         return max((v for v in (self.coda_letta, self.coda_dai_tempi) if v is not None), default=None)
 
 
+def media(valori: List[float]) -> Optional[float]:
+    """The mean, the one way every figure takes it; None (printed n/d) for no values."""
+    return sum(valori) / len(valori) if valori else None
+
+
 def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
     """Mean and max latency over the successful requests; total time from the first request (t = 0) to
     the last answer; aggregate throughput = tokens generated / total time; the peaks of slots and queue."""
@@ -412,7 +419,7 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
     in_coda = [c.in_coda for c in esecuzione.campioni if c.in_coda is not None]
     dai_tempi = picchi_dai_tempi(ok, n_slot)
     return Riepilogo(len(ok), len(esecuzione.risultati) - len(ok), esecuzione.n_richieste - len(esecuzione.risultati),
-                     totale, sum(latenze) / len(latenze) if latenze else None, max(latenze, default=None), token,
+                     totale, media(latenze), max(latenze, default=None), token,
                      token / totale if token is not None and totale else None, max(occupati, default=None),
                      dai_tempi[0], max(in_coda, default=None), dai_tempi[1],
                      any(extra(r).token_stimati for r in ok),  # --stream: see "Oltre il lab"
@@ -722,10 +729,10 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[Serv
         time.sleep(0.25)
 
 
-def chiedi(client: Client, percorso: str) -> Risposta:
-    """GET a path of a server that is ready; down or refusing the key is an ErroreUtente."""
+def chiedi(client: Client, percorso: str, dati=None) -> Risposta:
+    """GET a path of a server that is ready (POST, with `dati`); down or refusing the key is an ErroreUtente."""
     try:
-        risposta = client.chiama("GET", percorso)
+        risposta = client.chiama("GET" if dati is None else "POST", percorso, dati)
     except ErroreRete as exc:
         raise ErroreUtente(f"nessuna risposta dal server {client.base} ({percorso}): {exc}") from None
     if risposta.status == 401:
@@ -1653,6 +1660,7 @@ class SessioneOltre:
         self.capacita: List[dict] = []  # --capacita: each server's answer and its points, for --json
         self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
         self.log_da = 0  # where the current run's lines begin in its log
+        self.inviate = 0  # the requests sent to the server of the runs now: its next run's first prompt
 
     def esegui(self) -> None:
         """For each server (the one at --url; with --avvia, one started per --np value): warm it up,
@@ -1672,17 +1680,16 @@ class SessioneOltre:
                 if any(extra(p).prompt_token or extra(p).prefisso for p in sessione.piani) and not extra(sessione.piani[0]).pezzi:
                     sessione.piani = con_pezzi(client, sessione.piani)  # exact prompts, on the server's tokenizer
                 if o.riscaldamento:
-                    riscalda(client, sessione.piani[0], o.riscaldamento)
+                    riscalda(client, sessione.piani[0], info, o.riscaldamento)
+                self.inviate = 0
                 if o.capacita is not None:  # the rates are chosen as it goes: see "--capacita"
                     Capacita(self, client, info, decisa).cerca()
                     continue
-                inviate = 0
                 for piano in sessione.piani:
-                    for ripetizione in range(o.ripeti):
-                        self.intestazione(piano, configurazione, ripetizione)
-                        inviate += sessione.prova(client, info, piano, inviate, decisa).esecuzione.n_richieste
+                    self.intestazione(piano, configurazione)
+                    prove = self.ripetute(client, info, piano, decisa)
                     if o.ripeti > 1:
-                        print("\n".join(righe_ripetute(sessione.prove[-o.ripeti:]) + [""]), flush=True)
+                        print("\n".join(righe_ripetute(prove) + [""]), flush=True)
         prima = da_confrontare(sessione.prove) if o.spiega else None
         if prima is not None:  # --spiega with --avvia: the lab's RAM question, measured
             print("\n".join(righe_ram(prima, *misura_ram(sessione.opzioni, prima)) + [""]), flush=True)
@@ -1712,18 +1719,27 @@ class SessioneOltre:
             fallite = any(not r.riuscita for p in self.sessione.prove[-1:] for r in p.esecuzione.risultati)
             server.controlla(quando, attesa=2.0 if fallite else 0.0)
 
-    def intestazione(self, piano: Piano, configurazione: Optional[Configurazione], ripetizione: int) -> None:
-        """Before a run: which point of a sweep (every value that varies, np included), which repeat."""
+    def intestazione(self, piano: Piano, configurazione: Optional[Configurazione]) -> None:
+        """Before a point of a sweep: which one (every value that varies, np included)."""
         piani, np = self.sessione.piani, self.opzioni.np or [None]
-        if self.avviato is not None and self.avviato.log is not None:  # the run's own lines of the server's log
-            self.log_da = os.path.getsize(self.avviato.log.name)
         totale = len(piani) * len(np)
-        if totale > 1 and ripetizione == 0:
+        if totale > 1:
             n_punto = np.index(configurazione) * len(piani) + piani.index(piano) + 1
             descrizione = ", ".join(f"{c}={valore_di(c, piano, configurazione)}" for c in chiavi_griglia(self.sessione))
             print(f"punto {n_punto} di {totale}: {descrizione}")
-        if self.opzioni.ripeti > 1:
-            print(f"prova {ripetizione + 1} di {self.opzioni.ripeti}")
+
+    def ripetute(self, client: Client, info: InfoServer, piano: Piano,
+                 configurazione: Optional[Configurazione]) -> List[Prova]:
+        """One point: --ripeti runs of `piano`, each said before it, each on prompts this server was not sent."""
+        prove = []
+        for ripetizione in range(self.opzioni.ripeti):
+            if self.avviato is not None and self.avviato.log is not None:  # the run's own lines of the server's log
+                self.log_da = os.path.getsize(self.avviato.log.name)
+            if self.opzioni.ripeti > 1:
+                print(f"prova {ripetizione + 1} di {self.opzioni.ripeti}")
+            prove.append(self.sessione.prova(client, info, piano, self.inviate, configurazione))
+            self.inviate += prove[-1].esecuzione.n_richieste
+        return prove
 
     def log_della_prova(self) -> Optional[str]:
         """--avvia: what the server logged during the run just ended (at -lv 4: how it reused its cache)."""
@@ -2771,7 +2787,7 @@ PERCENTILI_DETTAGLI = (50, 90, 99)  # --dettagli's, unless --percentili; --json 
 
 def riassunto(valori: List[float], percentili: Sequence[int] = PERCENTILI_DETTAGLI) -> Dict[str, Optional[float]]:
     """min, mean, the percentiles, max of a figure (None when it has no values)."""
-    return {"min": min(valori, default=None), "media": sum(valori) / len(valori) if valori else None,
+    return {"min": min(valori, default=None), "media": media(valori),
             **{f"p{p}": percentile(valori, p) for p in percentili}, "max": max(valori, default=None), "n": len(valori)}
 
 
@@ -2780,14 +2796,16 @@ def tipo_errore(errore: str) -> str:
     return TRONCATA if errore.startswith(TRONCATA) else errore.split(":")[0]
 
 
-def cadenze(prova: Prova) -> Dict[str, Optional[float]]:
-    """Requests, prompt tokens and generated tokens per second over the run's total time."""
-    s, ok = prova.riepilogo, prova.esecuzione.riuscite
+def cadenze(prova: Prova) -> dict:
+    """The run's counts (the requests answered, their prompt tokens, the tokens generated, all tokens) and,
+    `_s` after the name, each per second over the run's total time: computed once, for --dettagli and for
+    vLLM's names. A count nobody gave is None (an answer without usage), and so is its rate."""
+    ok, durata = prova.esecuzione.riuscite, prova.riepilogo.tempo_totale
     prompt = [extra(r).token_prompt for r in ok]
-    per_secondo = (lambda n: n / s.tempo_totale) if s.tempo_totale else (lambda n: None)  # noqa: E731
-    return {"richieste": per_secondo(len(ok)) if ok else None,
-            "token_prompt": per_secondo(sum(prompt)) if ok and None not in prompt else None,
-            "token_generati": s.throughput}
+    conti = {"richieste": len(ok), "token_prompt": None if None in prompt else sum(prompt),
+             "token_generati": prova.riepilogo.token}  # None when an answer did not say, as in the summary
+    conti["token"] = None if None in conti.values() else conti["token_prompt"] + conti["token_generati"]
+    return {**conti, **{f"{nome}_s": n / durata if durata and n is not None else None for nome, n in conti.items()}}
 
 
 def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percentili: Sequence[int] = ()) -> dict:
@@ -2797,10 +2815,12 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
     fallite = Counter(tipo_errore(r.errore) for r in prova.esecuzione.risultati if not r.riuscita)
     per_chunk = [t for t in map(token_per_chunk, prova.esecuzione.risultati) if t is not None]
     tutti = sorted(set(PERCENTILI_DETTAGLI) | set(percentili))
+    c = cadenze(prova)  # no request answered: no rate, n/d (vLLM's names say 0 requests/s)
+    al_secondo = {k: c[k + "_s"] if c["richieste"] else None for k in ("richieste", "token_prompt", "token_generati")}
     dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v, tutti) for nome, v in valori_figure(prova).items()},
-            "al_secondo": cadenze(prova), "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
+            "al_secondo": al_secondo, "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
             "token_dalla_cache": sum(extra(r).token_cache or 0 for r in prova.esecuzione.risultati),
-            "token_per_chunk": {"min": min(per_chunk), "media": sum(per_chunk) / len(per_chunk),
+            "token_per_chunk": {"min": min(per_chunk), "media": media(per_chunk),
                                 "max": max(per_chunk)} if per_chunk else None}
     if slo:
         dati["slo"] = dict(zip(("obiettivi", "rispettate", "quota", "goodput_richieste_s", "goodput_token_s",
@@ -2821,18 +2841,16 @@ def riassunto_vllm(prova: Prova, percentili: Sequence[int] = (99,)) -> dict:
     """A run's summary under the names of vLLM's `bench serve` result (duration in s, times in ms)."""
     import statistics
 
-    ok, durata = prova.esecuzione.riuscite, prova.riepilogo.tempo_totale
-    ingresso = None if any(extra(r).token_prompt is None for r in ok) else sum(extra(r).token_prompt for r in ok)
-    uscita = prova.riepilogo.token  # None when an answer did not say, as in the summary
-    al_secondo = (lambda n: n / durata if durata and n is not None else None)  # noqa: E731
-    dati = {"duration": durata, "completed": len(ok), "failed": len(prova.esecuzione.risultati) - len(ok),
-            "total_input_tokens": ingresso, "total_output_tokens": uscita,
-            "request_throughput": al_secondo(len(ok)), "output_throughput": al_secondo(uscita),
-            "total_token_throughput": al_secondo(None if None in (ingresso, uscita) else ingresso + uscita)}
+    c = cadenze(prova)
+    dati = {"duration": prova.riepilogo.tempo_totale, "completed": c["richieste"],
+            "failed": len(prova.esecuzione.risultati) - c["richieste"],
+            "total_input_tokens": c["token_prompt"], "total_output_tokens": c["token_generati"],
+            "request_throughput": c["richieste_s"], "output_throughput": c["token_generati_s"],
+            "total_token_throughput": c["token_s"]}
     valori = valori_figure(prova)
     for nome, figura in FIGURE_VLLM.items():
         ms = [v * 1000 for v in valori.get(figura, [])]
-        dati.update({f"mean_{nome}_ms": statistics.fmean(ms) if ms else None,
+        dati.update({f"mean_{nome}_ms": media(ms),
                      f"median_{nome}_ms": statistics.median(ms) if ms else None,
                      f"std_{nome}_ms": statistics.pstdev(ms) if ms else None})
         dati.update({f"p{p}_{nome}_ms": percentile(ms, p) for p in percentili})
@@ -2845,12 +2863,13 @@ def righe_dettagli(prova: Prova, percentili: Optional[Sequence[int]] = None) -> 
     percentili = percentili or PERCENTILI_DETTAGLI
     d = dati_dettagli(prova, percentili=percentili)
     colonne = ("min", "media", *(f"p{p}" for p in percentili), "max")
-    righe = [f"dettagli (percentili: {METODO})", f"  {'':<24}" + "".join(f"{c:>9}" for c in colonne)]
+    larghezze = [-24] + [9] * len(colonne)
+    righe = [f"dettagli (percentili: {METODO})", in_colonne(["", *colonne], larghezze)]
     for nome, cifre in d["figure_s"].items():
         per_token = nome in ("TPOT", "ITL")  # in milliseconds
         scala, formato = (1000, ".1f") if per_token else (1, ".2f")
-        righe.append(f"  {nome + (' (ms)' if per_token else ' (s)'):<24}" + "".join(
-            f"{fmt(None if cifre[c] is None else cifre[c] * scala, formato):>9}" for c in colonne))
+        valori = [fmt(None if cifre[c] is None else cifre[c] * scala, formato) for c in colonne]
+        righe.append(in_colonne([nome + (" (ms)" if per_token else " (s)"), *valori], larghezze))
     a = d["al_secondo"]
     righe.append(f"  richieste/s {fmt(a['richieste'], '.2f')}  token di prompt/s {fmt(a['token_prompt'], '.1f')}  "
                  f"token generati/s {fmt(a['token_generati'], '.1f')}")
@@ -2894,23 +2913,19 @@ def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], 
     return len(buone), quota, len(buone) / totale, None if token is None else token / totale, dal_previsto
 
 
-def riscalda(client: Client, piano: Piano, n: int) -> None:
+def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
     """--riscaldamento: n requests before the measured ones, with prompts of their own (or the
-    --prompt-file one), left out of every figure."""
-    import concurrent.futures
-
+    --prompt-file one), left out of every figure; sent as the lab's run sends its own."""
     print(f"riscaldamento: {quante(n, 'richiesta', 'richieste')} prima della prova, escluse dalle cifre",
           file=sys.stderr, flush=True)
     testo = extra(piano).testo
     domande = [domanda_chat(testo if testo is not None else f"(riscaldamento {i + 1}) {prompt_per(i)}", piano)
                for i in range(n)]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(n, piano.parallele)) as esecutore:
-        try:
-            risultati = list(esecutore.map(lambda i: invia(client, i, domande[i], piano.timeout, 0.0), range(n)))
-        except Interruzione:
-            client.annulla()
-            raise
-    fallite = [r for r in risultati if not r.riuscita]
+    # All sent at once, as the lab's are: a plan without extras, the requests already made with them.
+    esecuzione = esegui_carico(client, piano._replace(richieste=n, oltre=None), info, domande=domande)
+    if esecuzione.interruzione:
+        raise Interruzione(esecuzione.interruzione)
+    fallite = [r for r in esecuzione.risultati if not r.riuscita]
     if fallite:
         nota(f"riscaldamento: {len(fallite)} su {quante(n, 'richiesta', 'richieste')} "
              f"{'fallita' if n == 1 else 'fallite'} (la prima: {fallite[0].errore})")
@@ -2985,6 +3000,19 @@ def token_in_corso(dati) -> Optional[int]:
 
 # --ripeti and --tabella: the same load again, and the deliverable's table ######################
 
+def tabella_md(testa: List[str], righe: List[List[str]]) -> List[str]:
+    """A Markdown table, as every table of carico prints it: the header, its rule, a line per row of cells."""
+    linee = [f"| {' | '.join(celle)} |" for celle in [testa, *righe]]
+    return [linee[0], "|" + "---|" * len(testa), *linee[1:]]
+
+
+def in_colonne(celle: Sequence[str], larghezze: Sequence[int], tra: str = "") -> str:
+    """A line of an aligned text table, two spaces in: each cell right-aligned in its width (left-aligned
+    where the width is negative), `tra` between cells; the cells past the widths as they are."""
+    allineate = [f"{c:>{n}}" if n >= 0 else f"{c:<{-n}}" for c, n in zip(celle, larghezze)]
+    return "  " + tra.join(allineate + list(celle[len(larghezze):]))
+
+
 def righe_ripetute(prove: List[Prova]) -> List[str]:
     """--ripeti: one line per figure, the mean over the runs with its 95% confidence interval (Student's t:
     the lab's "repeat and average", with the noise measured), the spread, min-max (a run cut short is left
@@ -2999,17 +3027,15 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
     for nome, unita, prendi in cifre:
         valori = [v for v in map(prendi, riepiloghi) if v is not None]
         if not valori:
-            righe.append(f"  {nome:<31} n/d")
+            righe.append(in_colonne([nome, ND], [-31], " "))
             continue
-        righe.append(f"  {nome:<31} {media(valori):7.2f} {unita:<8} ±{fmt(ic95(valori), '.2f')} (dev.std "
-                     f"{dispersione(valori):.2f}, {min(valori):.2f}-{max(valori):.2f})"
-                     + ("" if len(valori) == len(intere) else f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"))
+        rumore = (f"±{fmt(ic95(valori), '.2f')} (dev.std {dispersione(valori):.2f}, "
+                  f"{min(valori):.2f}-{max(valori):.2f})")
+        mancanti = "" if len(valori) == len(intere) else f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"
+        righe.append(in_colonne([nome, f"{media(valori):.2f}", unita, rumore + mancanti], [-31, 7, -8], " "))
     return righe
 
 
-TESTA_TABELLA = ["| np | n_ctx_slot | latenza media | latenza max | throughput |", "|---|---|---|---|---|"]
-# --avvia: the KV cache that the server's log says it allocated, after n_ctx_slot.
-TESTA_TABELLA_AVVIA = [TESTA_TABELLA[0].replace(" n_ctx_slot |", " n_ctx_slot | KV MiB |"), TESTA_TABELLA[1] + "---|"]
 INTERROTTA = " (interrotta)"  # beside a run cut short, in every table: its figures miss the requests that did not end
 
 
@@ -3021,35 +3047,27 @@ def etichetta_np(prova: Prova) -> Optional[str]:
     return None if prova.info.n_slot is None else str(prova.info.n_slot)
 
 
-def riga_tabella(prova: Prova, dopo_np: str, latenza, latenza_max, throughput) -> str:
-    """A row of the deliverable's table: the server of `prova` (and `dopo_np` beside its np), then the figures;
-    with --avvia, the KV cache it allocated."""
+def riga_tabella(punto: Punto, dopo_np: str) -> List[str]:
+    """A row of the deliverable's table: the server of `punto` (and `dopo_np` beside its np), then the figures
+    (of one run, or the mean of its runs); with --avvia, the KV cache it allocated."""
+    prova = punto.prove[0]
     c = prova.configurazione
-    kv = f" {fmt(c.deciso.kv_mib if c.deciso else None, '.2f')} |" if c else ""
-    return (f"| {fmt(etichetta_np(prova), 's')}{dopo_np} | {fmt(prova.info.n_ctx_slot, 'd')} |{kv} {fmt(latenza, '.2f s')} | "
-            f"{fmt(latenza_max, '.2f s')} | {fmt(throughput, '.2f token/s')} |")
-
-
-def riga_prova(prova: Prova) -> str:
-    s = prova.riepilogo
-    return riga_tabella(prova, INTERROTTA if prova.esecuzione.interruzione else "", s.latenza_media, s.latenza_max,
-                        s.throughput)
-
-
-def riga_media(punto: Punto) -> str:
-    """The deliverable's row for the mean of a point's runs: the lab's "repeat and average"."""
-    return riga_tabella(punto.prove[0], f" (media di {len(punto.intere)})", punto.latenza, punto.latenza_max,
-                        punto.throughput)
+    np = fmt(etichetta_np(prova), "s")
+    kv = [fmt(c.deciso.kv_mib if c.deciso else None, ".2f")] if c else []
+    return [np + dopo_np, fmt(prova.info.n_ctx_slot, "d"), *kv, fmt(punto.latenza, ".2f s"),
+            fmt(punto.latenza_max, ".2f s"), fmt(punto.throughput, ".2f token/s")]
 
 
 def tabella_consegnato(prove: List[Prova]) -> List[str]:
-    """The deliverable's table: a row per run, and after the runs of one point their mean."""
-    righe = list(TESTA_TABELLA_AVVIA if any(p.configurazione for p in prove) else TESTA_TABELLA)
+    """The deliverable's table: a row per run, and after the runs of one point their mean (the lab's "repeat
+    and average"); with --avvia, after n_ctx_slot, the KV cache that the server's log says it allocated."""
+    kv = ["KV MiB"] if any(p.configurazione for p in prove) else []
+    righe = []
     for punto in punti_di(prove):
-        righe += [riga_prova(p) for p in punto.prove]
+        righe += [riga_tabella(Punto([p]), INTERROTTA if p.esecuzione.interruzione else "") for p in punto.prove]
         if len(punto.prove) > 1 and punto.intere:
-            righe.append(riga_media(punto))
-    return righe
+            righe.append(riga_tabella(punto, f" (media di {len(punto.intere)})"))
+    return tabella_md(["np", "n_ctx_slot", *kv, "latenza media", "latenza max", "throughput"], righe)
 
 
 # Sweeps: lists of values, the table, the capacity curve #######################################
@@ -3167,6 +3185,11 @@ class Punto(NamedTuple):
         """The mean wait for a slot (every slot busy) before one took a request, from the server's times."""
         return media([a for p in self.intere for a in attese_a_slot_pieni(p.esecuzione.riuscite, p.info.n_slot).values()])
 
+    @property
+    def inviate_davvero(self) -> Optional[float]:
+        """The requests it really sent per second (the mean over its runs)."""
+        return media(self.valori(invii_al_secondo))
+
     def carico(self, asse: str) -> Optional[float]:
         """The load this point put on the server: the requests really in flight together
         (--parallele beyond --richieste adds none), or the requests really sent per second."""
@@ -3174,12 +3197,8 @@ class Punto(NamedTuple):
         if asse == "parallele":
             return min(piano.parallele, piano.richieste) if piano.richieste else piano.parallele
         if asse == "ritmo":
-            return media(self.valori(invii_al_secondo)) or extra(piano).ritmo
+            return self.inviate_davvero or extra(piano).ritmo
         return None
-
-
-def media(valori: List[float]) -> Optional[float]:
-    return sum(valori) / len(valori) if valori else None
 
 
 def dispersione(valori: List[float]) -> float:
@@ -3240,44 +3259,43 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     the mean of its runs and the spread of its throughput). Along --prompt-token, the server's prompt
     speed beside the speed in the slot (prefill against decode); with --stream, the percentiles of the
     first token, TPOT and ITL over all the point's requests."""
-    testa = chiavi + (["n_ctx_slot"] if "np" in chiavi else []) + [
-        "throughput", "latenza media", "latenza p90", "latenza max", "t/s nel proprio slot", "picco slot occupati",
-        "picco coda"]
-    prefill = "prompt" in chiavi or "prefisso" in chiavi
-    if prefill:
-        testa.insert(testa.index("t/s nel proprio slot"), "prompt t/s (server)")
     cache = "prefisso" in chiavi
-    if cache:
-        testa.insert(testa.index("prompt t/s (server)"), "dalla cache (media)")
+    prefill = "prompt" in chiavi or cache
+    testa = chiavi + ["n_ctx_slot"] * ("np" in chiavi) + ["throughput", "latenza media", "latenza p90", "latenza max"]
+    testa += ["dalla cache (media)"] * cache + ["prompt t/s (server)"] * prefill
+    testa += ["t/s nel proprio slot", "picco slot occupati", "picco coda"]
     flussi = [(f, p) for f in ("primo token", "TPOT", "ITL") for p in percentili or PERCENTILI_GRIGLIA] if any(
         extra(r).chunk_s is not None for punto in punti for q in punto.intere for r in q.esecuzione.riuscite) else []
     testa += [f"{'TTFT' if f == 'primo token' else f} p{p}" for f, p in flussi]
     con_ritmo = any(extra(p.prove[0].piano).ritmo for p in punti)
     if con_ritmo:
         testa.append("inviate davvero")
-    righe = ["| " + " | ".join(testa) + " |", "|" + "---|" * len(testa)]
+    corpo = []
     for punto in punti:
         p = punto.prove[0]
         ripetute = len(punto.intere) > 1
-        throughput = fmt(punto.throughput, ".2f token/s") + (
-            f" ±{fmt(ic95(punto.valori(lambda q: q.riepilogo.throughput)), '.2f')}" if ripetute else "")
-        celle = [valore_punto(punto, c) for c in chiavi] + ([fmt(p.info.n_ctx_slot, "d")] if "np" in chiavi else []) + [
-            throughput, fmt(punto.latenza, ".2f s"), fmt(punto.latenza_p90, ".2f s"), fmt(punto.latenza_max, ".2f s"),
-            *([fmt(media([extra(r).token_cache for q in punto.intere for r in q.esecuzione.riuscite
-                          if extra(r).token_cache is not None]), ".0f")] if cache else []),
-            *([fmt(punto.velocita_prompt, ".1f")] if prefill else []), fmt(punto.velocita_slot, ".1f"),
-            f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}", fmt(punto.picco_coda, "d")]
+        throughput = fmt(punto.throughput, ".2f token/s")
+        if ripetute:
+            throughput += f" ±{fmt(ic95(throughput_delle_prove(punto)), '.2f')}"
+        dalla_cache = [extra(r).token_cache for q in punto.intere for r in q.esecuzione.riuscite]
+        celle = [valore_punto(punto, c) for c in chiavi] + [fmt(p.info.n_ctx_slot, "d")] * ("np" in chiavi)
+        celle += [throughput] + [fmt(x, ".2f s") for x in (punto.latenza, punto.latenza_p90, punto.latenza_max)]
+        celle += [fmt(media([t for t in dalla_cache if t is not None]), ".0f")] * cache
+        celle += [fmt(punto.velocita_prompt, ".1f")] * prefill
+        picco = f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}"
+        celle += [fmt(punto.velocita_slot, ".1f"), picco, fmt(punto.picco_coda, "d")]
         figure = punto.figure if flussi else {}  # pooled once for all the point's percentiles
         celle += [fmt(percentile(figure.get(f, []), pc), ".3f s") if f == "primo token"
                   else fmt(ms(percentile(figure.get(f, []), pc)), ".1f ms") for f, pc in flussi]
         if con_ritmo:
-            inviate = fmt(inviate_davvero(punto), ".2f req/s")
+            inviate = fmt(punto.inviate_davvero, ".2f req/s")
             celle.append(inviate if all(ritmo_tenuto(q) for q in punto.intere) else f"{inviate} (non tenuto)")
         if any(q.esecuzione.interruzione for q in punto.prove):
             celle[0] += INTERROTTA
         if ripetute:
             celle[0] += f" (media di {len(punto.intere)})"
-        righe.append("| " + " | ".join(celle) + " |")
+        corpo.append(celle)
+    righe = tabella_md(testa, corpo)
     righe.append("picco coda: richieste in attesa di uno slot, dai tempi del server (e da requests_deferred con "
                  "--metrics, il maggiore dei due)")
     if any(len(punto.intere) > 1 for punto in punti):
@@ -3345,7 +3363,7 @@ def differenza_ic(a: List[float], b: List[float]) -> Tuple[float, float]:
     import statistics
 
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    return statistics.fmean(b) - statistics.fmean(a), t_critico(welch(a, b)[1]) * (va + vb) ** 0.5
+    return media(b) - media(a), t_critico(welch(a, b)[1]) * (va + vb) ** 0.5
 
 
 def dubbio_saturazione(punti: List[Punto], asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
@@ -3425,7 +3443,7 @@ def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
     noise; else "forse", why not, and what would settle it."""
     prima, dopo = verdetto.prima, verdetto.dopo
     if verdetto.sovraccarico:
-        inviate = " e ".join(fmt(inviate_davvero(p), ".2f") for p in (prima, dopo) if p is not None)
+        inviate = " e ".join(fmt(p.inviate_davvero, ".2f") for p in (prima, dopo) if p is not None)
         fra = f"fra {asse}={valore_punto(prima, asse)} e {asse}={valore_punto(dopo, asse)}; " if prima else ""
         frase = (f"saturazione entro {asse}={valore_punto(dopo, asse)} ({fra}inviate davvero {inviate} req/s): lì il "
                  "server non tiene più il ritmo degli arrivi (sovraccarico: la coda cresce lungo la prova), e il ritmo "
@@ -3764,7 +3782,6 @@ def riga_little(prova: Prova) -> Optional[str]:
     is within one request; with fewer than three readings, or readings phase-locked to constant
     arrivals (each one the same moment of the cycle), no verdict, and what would give one."""
     import bisect
-    import statistics
 
     e, s = prova.esecuzione, prova.riepilogo
     inizi, fini = sorted(r.inizio for r in e.risultati), sorted(r.fine for r in e.risultati)
@@ -3775,9 +3792,9 @@ def riga_little(prova: Prova) -> Optional[str]:
     if len(coppie) < 2 or not s.n_riuscite or not s.tempo_totale or s.latenza_media is None:
         return None
     al_secondo = s.n_riuscite / s.tempo_totale
-    client, server = (statistics.fmean(v) for v in zip(*coppie))
+    client, server = (media(v) for v in zip(*coppie))
     scarti = [c - v for c, v in coppie]
-    differenza, mezzo = statistics.fmean(scarti), ic95(scarti)
+    differenza, mezzo = media(scarti), ic95(scarti)
     riga = (f"Legge di Little (L = λ × W): in volo {al_secondo * s.latenza_media:.2f} ({al_secondo:.2f} completate/s × "
             f"{s.latenza_media:.2f} s); alle stesse {len(coppie)} letture il client ne aveva in volo {client:.2f} e il "
             f"server ne contava {server:.2f} (slot occupati + requests_deferred): ")
@@ -3845,16 +3862,11 @@ class Capacita:
 
     def prova_a(self, ritmo: float) -> bool:
         """Run --ripeti runs at `ritmo`, and say whether the point held."""
-        sessione, o = self.oltre.sessione, self.oltre.opzioni
-        base = sessione.piani[0]
+        o = self.oltre.opzioni
+        base = self.oltre.sessione.piani[0]
         piano = base._replace(oltre=base.oltre._replace(ritmo=ritmo))
         print(f"capacità, punto {len(self.punti) + 1}: ritmo={ritmo:.3g} req/s", flush=True)
-        prove = []
-        for ripetizione in range(o.ripeti):
-            if o.ripeti > 1:
-                print(f"prova {ripetizione + 1} di {o.ripeti}")
-            inviate = sum(p.esecuzione.n_richieste for p in sessione.prove)
-            prove.append(sessione.prova(self.client, self.info, piano, inviate, self.configurazione))
+        prove = self.oltre.ripetute(self.client, self.info, piano, self.configurazione)
         regge = quota_slo(prove, o.slo) >= o.capacita / 100 and not any(map(sovraccarico, prove))
         self.punti.append((ritmo, prove, regge))
         return regge
@@ -3902,22 +3914,23 @@ class Capacita:
             risposta = (f"almeno {tiene:.3g} req/s: nessun punto provato è caduto (fino a "
                         f"{max(r for r, _, _ in self.punti):.3g} req/s, {MAX_PUNTI_CAPACITA} punti)")
         else:
-            inviate = inviate_davvero(Punto(next(p for r, p, _ in self.punti if r == tiene)))
+            inviate = Punto(next(p for r, p, _ in self.punti if r == tiene)).inviate_davvero
             risposta = (f"{tiene:.3g} req/s (inviate davvero {fmt(inviate, '.2f')}; fra {tiene:.3g}, che lo rispetta, "
                         f"e {cade:.3g}, che no" + ("" if cade / tiene <= PASSO_CAPACITA else
                                                    f": la precisione del 20% non è raggiunta in {MAX_PUNTI_CAPACITA} punti")
                         + ")")
         server = f" (-np {self.configurazione.etichetta})" if self.configurazione else ""
         righe = [f"capacità{server} sotto lo SLO ({obiettivi}, per il {o.capacita:g}% delle richieste): {risposta}; "
-                 f"{quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s",
-                 "| ritmo | inviate davvero | richieste | entro lo SLO | throughput | latenza p90 | sovraccarico | esito |",
-                 "|---|---|---|---|---|---|---|---|"]
+                 f"{quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s"]
+        corpo = []
         for ritmo, prove, regge in sorted(self.punti, key=lambda x: x[0]):
-            punto, richieste = Punto(prove), sum(len(p.esecuzione.risultati) for p in prove)
-            righe.append(f"| {ritmo:.3g} | {fmt(inviate_davvero(punto), '.2f req/s')} | {richieste} "
-                         f"| {quota_slo(prove, o.slo):.0%} | {fmt(punto.throughput, '.1f token/s')} "
-                         f"| {fmt(punto.latenza_p90, '.2f s')} | {segno_sovraccarico(prove)} "
-                         f"| {'regge' if regge else 'no'} |")
+            punto = Punto(prove)
+            richieste = sum(len(p.esecuzione.risultati) for p in prove)
+            corpo.append([f"{ritmo:.3g}", fmt(punto.inviate_davvero, ".2f req/s"), str(richieste),
+                          f"{quota_slo(prove, o.slo):.0%}", fmt(punto.throughput, ".1f token/s"),
+                          fmt(punto.latenza_p90, ".2f s"), segno_sovraccarico(prove), "regge" if regge else "no"])
+        righe += tabella_md(["ritmo", "inviate davvero", "richieste", "entro lo SLO", "throughput", "latenza p90",
+                             "sovraccarico", "esito"], corpo)
         righe += self.incertezza(tiene)
         if o.grafico and len(self.punti) > 1:
             punti = punti_di([p for _, prove, _ in sorted(self.punti, key=lambda x: x[0]) for p in prove])
@@ -3951,11 +3964,6 @@ class Capacita:
                     f"una differenza dentro il rumore di {n} richieste (±{rumore:.0%}); con --ripeti o una --durata "
                     "più lunga si misura meglio"]
         return []
-
-
-def inviate_davvero(punto: Punto) -> Optional[float]:
-    """The requests a point really sent per second (the mean over its runs)."""
-    return media(punto.valori(invii_al_secondo))
 
 
 def segno_sovraccarico(prove: List[Prova]) -> str:
@@ -4706,10 +4714,10 @@ def welch(a: List[float], b: List[float]) -> Tuple[float, float]:
     import statistics
 
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0:
-        return (float("inf") if statistics.fmean(a) != statistics.fmean(b) else 0.0), float("inf")
+    if va + vb == 0:  # each file's values all the same: compared as they are, not as means that may round apart
+        return (float("inf") if a[0] != b[0] else 0.0), float("inf")
     gl = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    return (statistics.fmean(b) - statistics.fmean(a)) / (va + vb) ** 0.5, gl
+    return (media(b) - media(a)) / (va + vb) ** 0.5, gl
 
 
 def oltre_il_rumore(a: List[float], b: List[float]) -> str:
@@ -4738,10 +4746,11 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
               if carico_a == carico_b]
     if not coppie:
         return [senza_carico_comune(a, b)]
+    larghezze = (-31, 10, 10, 8)  # the figure, A, B, B/A; then, two spaces on, the verdict
     righe = []
     for gruppo_a, gruppo_b in coppie:
         righe += [f"confronto: A = {nome_a} ({descrivi_prove(gruppo_a)}), B = {nome_b} ({descrivi_prove(gruppo_b)})",
-                  f"  {'cifra':<31}{'A':>10}{'B':>10}{'B/A':>8}  differenza"]
+                  in_colonne(["cifra", "A", "B", "B/A"], larghezze) + "  differenza"]
         confrontate = 0
         for nome, chiavi, scala in FIGURE_CONFRONTO:
             va, vb = ([v * scala for v in (cifra_salvata(p, chiavi) for p in g) if v is not None]
@@ -4750,7 +4759,8 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
                 confrontate += 1
                 ma, mb = media(va), media(vb)
                 rapporto = f"×{mb / ma:.2f}" if ma else ND
-                righe.append(f"  {nome:<31}{ma:>10.3f}{mb:>10.3f}{rapporto:>8}  {oltre_il_rumore(va, vb)}")
+                celle = in_colonne([nome, f"{ma:.3f}", f"{mb:.3f}", rapporto], larghezze)
+                righe.append(f"{celle}  {oltre_il_rumore(va, vb)}")
         if not confrontate:
             righe.append("  nessuna cifra che abbiano tutti e due (nessuna richiesta riuscita?)")
         righe.append("")
@@ -4954,10 +4964,7 @@ def lanciatore(piano: Piano, primo_prompt: int):
 def tokenizza(client: Client, testo: str) -> List[bytes]:
     """The pieces of `testo` as the server's own tokenizer cuts it (/tokenize with_pieces), as bytes:
     a piece may hold half of a UTF-8 character. A server without one: ErroreUtente, exit 1 (the server cannot)."""
-    try:
-        risposta = client.chiama("POST", "/tokenize", {"content": testo, "with_pieces": True})
-    except ErroreRete as exc:
-        raise ErroreUtente(f"nessuna risposta dal server {client.base} (/tokenize): {exc}") from None
+    risposta = chiedi(client, "/tokenize", {"content": testo, "with_pieces": True})
     altrove = tokenizza_extras(client, testo) if risposta.status == 404 else None  # not llama.cpp's
     if altrove is not None:
         return altrove
@@ -5292,19 +5299,20 @@ def righe_conversazioni(prova: Prova) -> List[str]:
     e, piano, utenti = prova.esecuzione, extra(prova.piano), prova.piano.parallele
     stream = any(extra(r).chunk_s is not None for r in e.riuscite)
     condiviso = " condivisi fra gli slot (--kv-unified)" if kv_condivisa(prova) else " per slot"
+    testa = ["turno", "riuscite", "token di prompt", "dalla cache", "latenza media"] + ["primo token"] * stream
+    larghezze = [len(t) for t in testa]
     righe = [f"conversazioni: {quante(utenti, 'utente', 'utenti')} da {quante(piano.turni, 'turno', 'turni')}"
              + (f", prompt di sistema di {piano.sistema} token" if piano.sistema else "")
              + f"; contesto {fmt(prova.info.n_ctx_slot, 'd')} token{condiviso}",
-             "  turno  riuscite  token di prompt  dalla cache  latenza media" + ("  primo token" if stream else "")]
+             in_colonne(testa, larghezze, "  ")]
     for turno in range(1, piano.turni + 1):
         ok = [r for r in e.riuscite if extra(r).turno == turno]
         cache = [extra(r).token_cache for r in ok if extra(r).token_cache is not None]
         prompt = da_a([extra(r).token_prompt for r in ok if extra(r).token_prompt is not None])
-        riga = (f"  {turno:>5}  {f'{len(ok)}/{utenti}':>8}  {prompt:>15}  {fmt(media(cache), '.0f'):>11}"
-                f"  {fmt(media([r.latenza for r in ok]), '.2f s'):>13}")
-        if stream:
-            riga += f"  {fmt(media([extra(r).primo_token for r in ok if extra(r).primo_token is not None]), '.2f s'):>11}"
-        righe.append(riga)
+        primi = [extra(r).primo_token for r in ok if extra(r).primo_token is not None]
+        celle = [str(turno), f"{len(ok)}/{utenti}", prompt, fmt(media(cache), ".0f"),
+                 fmt(media([r.latenza for r in ok]), ".2f s"), fmt(media(primi), ".2f s")]
+        righe.append(in_colonne(celle[:len(testa)], larghezze, "  "))
     for utente in range(utenti):
         suoi = [r for r in e.risultati if extra(r).conversazione == utente]  # the user's turns that ended
         if suoi and not suoi[-1].riuscita:
