@@ -117,7 +117,7 @@ def test_la_stessa_etichetta_di_np_in_tabella_csv_e_json(configurazione, n_slot,
     r = carico.Risultato(0, 0.0, 1.0, 8, 10.0, 50.0, 700.0)
     prova = carico.Prova(carico.InfoServer(n_slot, 1024, True), carico.Esecuzione([r], [], 1), carico.Piano(1, 1, 8),
                          configurazione)
-    assert carico.riga_prova(prova).startswith(f"| {tabella} | 1024 |")
+    assert carico.riga_tabella(carico.Punto([prova]), "")[:2] == [tabella, "1024"]
     assert carico.testo_csv([prova]).splitlines()[1].startswith(f"1,{csv},1,8,")
     assert json.loads(carico.testo_json([prova], [prova.piano], "http://x"))["prove"][0]["np"] == json_
 
