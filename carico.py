@@ -94,7 +94,10 @@ class Risultato(NamedTuple):
     prompt_ms: Optional[float] = None  # the server's timings.prompt_ms: its slot's time on the prompt
     predicted_ms: Optional[float] = None  # the server's timings.predicted_ms: its slot's time generating
     errore: Optional[str] = None  # why it failed, in Italian; None when it succeeded
-    oltre: Optional[RisultatoOltre] = None  # finish_reason, cached tokens, the streamed chunks...
+    token_prompt: Optional[int] = None  # the prompt's tokens, from usage
+    token_cache: Optional[int] = None  # timings.cache_n: prompt tokens the server took from a cache (notes)
+    finish_reason: Optional[str] = None  # stop (EOS: fewer tokens than asked, notes) or length
+    oltre: Optional[RisultatoOltre] = None  # the streamed chunks, the schedule, the conversation...
 
     @property
     def latenza(self) -> float:
@@ -206,20 +209,23 @@ def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
         raise ErroreRichiesta("risposta non valida: la risposta non è un completamento di chat (manca choices)")
     usage = dati.get("usage") if isinstance(dati.get("usage"), dict) else {}
     timings = dati.get("timings") if isinstance(dati.get("timings"), dict) else {}
-    token, token_prompt = numero(usage.get("completion_tokens"), int), numero(usage.get("prompt_tokens"), int)
-    scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
-    finish, messaggio = scelta.get("finish_reason"), scelta.get("message") if isinstance(scelta.get("message"), dict) else {}
-    # What the extras read (see "Oltre il lab"): the prompt's tokens, those reused from a cache, why it stopped, the text.
+    token = numero(usage.get("completion_tokens"), int)
     token = token if token is not None else numero(timings.get("predicted_n"), int)
+    token_prompt = numero(usage.get("prompt_tokens"), int)
+    scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
+    finish = scelta.get("finish_reason")
+    messaggio = scelta.get("message") if isinstance(scelta.get("message"), dict) else {}
     # --stream from a server that gives neither: one token per chunk with text, said as an estimate.
     stimati = token is None and chunk_s is not None
-    aggiunte = RisultatoOltre(token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
-                           numero(timings.get("cache_n"), int), finish if isinstance(finish, str) else None,
-                           tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"),
-                           token_stimati=stimati)
+    # What the extras read (see "Oltre il lab"): the chunks' times, the text (a conversation sends it back).
+    aggiunte = RisultatoOltre(tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"),
+                              token_stimati=stimati)
     return dict(token=len(chunk_s) if stimati else token,
                 tps=velocita_nello_slot(timings), prompt_ms=numero(timings.get("prompt_ms")),
-                predicted_ms=numero(timings.get("predicted_ms")), oltre=aggiunte)
+                predicted_ms=numero(timings.get("predicted_ms")),
+                token_prompt=token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
+                token_cache=numero(timings.get("cache_n"), int),
+                finish_reason=finish if isinstance(finish, str) else None, oltre=aggiunte)
 
 
 def velocita_nello_slot(timings: dict) -> Optional[float]:
@@ -590,26 +596,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             flusso.reconfigure(errors="replace")
     piani, opzioni = analizza_argomenti(argv)
     with segnali(al_segnale):
-        return Sessione(piani, opzioni).esegui()
+        return (Sessione if opzioni.oltre is None else SessioneOltre)(piani, opzioni).esegui()
 
 
 class Sessione:
-    """One invocation: ask the server what it is, run the load, print it (with extras, SessioneOltre runs
-    it). What was measured is printed whatever stops it; `codice()` decides the exit code, once."""
+    """One invocation of the lab: ask the server what it is, run the load, print it. What was measured is
+    printed whatever stops it; `codice()` decides the exit code, once. With extras, the session is a
+    Sessione that runs more (see "The session's extra steps"): it calls these steps and fills the hooks."""
 
     def __init__(self, piani: List[Piano], opzioni: Opzioni):
-        self.piani, self.opzioni = piani, opzioni  # the lab: one plan; a sweep: one per point
+        self.piani = piani  # the lab: one plan; a sweep: one per point
+        self.opzioni = opzioni
         self.prove: List[Prova] = []
         self.errore = 0  # the exit code when something the user must fix stopped it, or a file was not written
         self.arresto: Optional[int] = None  # stopped early: 130 (Ctrl+C), 143 (SIGTERM), 141 (stdout closed)
-        self.oltre = SessioneOltre(self) if opzioni.oltre is not None else None  # the extras' steps, if any
 
     def esegui(self) -> int:
         try:
-            if self.oltre is None:  # the lab: one server, one run
-                self.prova(*self.collega(), self.piani[0])
-            else:  # more runs, sweeps, more servers: see "Oltre il lab"
-                self.oltre.esegui()
+            self.corri()
         except ErroreUtente as exc:
             print(f"carico.py: errore: {exc}", file=sys.stderr)
             self.errore = exc.codice
@@ -619,11 +623,12 @@ class Sessione:
         except BrokenPipeError:  # the reader went away (| head): stop; the files are still written
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             self.arresto = 141
-        if self.oltre is not None and self.prove:
-            with segnali() as notati:  # a Ctrl+C now waits: the files whole, never half written
-                self.oltre.alla_fine()  # the files, then the tables
-            self.arresto = self.arresto or next(iter(notati), None)
+        self.alla_fine()
         return self.codice()
+
+    def corri(self) -> None:
+        """The lab: one server, one run."""
+        self.prova(*self.collega(), self.piani[0])
 
     def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
         """A client for the server at --url, and what the server says about itself."""
@@ -639,14 +644,11 @@ class Sessione:
         """One run: look at the machine, write the `server:` line, fire the load, print the report."""
         macchina = guarda_la_macchina()
         print(riga_server(info) + (riga_kv_unificata(info) if info.kv_unificata else ""), flush=True)  # step 5
-        osservatore = Diretta(sys.stderr, info.n_slot, client.sentinella) if sys.stderr.isatty() else None  # live line
-        osservatore = self.oltre.osservatore(osservatore) if self.oltre else osservatore  # each slot's context too
-        esecuzione = esegui_carico(client, piano, info, primo_prompt, osservatore=osservatore)
+        esecuzione = esegui_carico(client, piano, info, primo_prompt, osservatore=self.osservatore(client, info))
         prova = Prova(info, esecuzione, piano, configurazione, macchina)
         self.prove.append(prova)  # before printing: a closed stdout must not lose it
         stampa_prova(prova)
-        if self.oltre is not None:
-            self.oltre.dopo_la_prova(prova)  # its pace, figures, picture, explanation
+        self.dopo_la_prova(prova)
         if esecuzione.interruzione:
             raise Interruzione(esecuzione.interruzione)
         if esecuzione.server_andato:  # the session ends: what was measured is saved (exit 1)
@@ -657,7 +659,21 @@ class Sessione:
     def codice(self) -> int:
         """0: every request answered; 1: one failed, or no server, or a file not written; 128 + a signal (2, 3: below)."""
         fallite = [r for p in self.prove for r in p.esecuzione.risultati if not r.riuscita]
-        return self.arresto or self.errore or ((self.oltre.codice(fallite) if self.oltre else 1) if fallite else 0)
+        return self.arresto or self.errore or (self.codice_fallite(fallite) if fallite else 0)
+
+    # The hooks: what the lab does at these points; a session with extras does more.
+    def osservatore(self, client: Client, info: InfoServer) -> Optional[Diretta]:
+        """Who watches a run while it lasts: on a terminal, the live line."""
+        return Diretta(sys.stderr, info.n_slot, client.sentinella) if sys.stderr.isatty() else None
+
+    def dopo_la_prova(self, prova: Prova) -> None:
+        """After a run's lines: in the lab, nothing more."""
+
+    def alla_fine(self) -> None:
+        """After the runs, whatever stopped them: in the lab, nothing more."""
+
+    def codice_fallite(self, fallite: List[Risultato]) -> int:
+        return 1
 
 
 # What a careful tool needs #####################################################################
@@ -1429,9 +1445,6 @@ class PianoOltre(NamedTuple):
 
 class RisultatoOltre(NamedTuple):
     """What the extras read of one request."""
-    token_prompt: Optional[int] = None  # the prompt's tokens, from usage
-    token_cache: Optional[int] = None  # timings.cache_n: prompt tokens the server reused from a cache
-    finish_reason: Optional[str] = None  # stop (EOS: fewer tokens than asked) or length
     chunk_s: Optional[Tuple[float, ...]] = None  # --stream: seconds from send to each chunk with text
     previsto: Optional[float] = None  # --ritmo: when the schedule meant to send it
     prompt_esatto: Optional[int] = None  # --prompt-token: the prompt's tokens by the server's tokenizer
@@ -1623,50 +1636,51 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, argv: Optional[Sequence
 
 
 # The session's extra steps ####################################################################
-# The lab's path (Sessione) calls these, when any extra was asked for, at the points of a session.
+# A session with extras is a Sessione that runs more: it calls the lab's own steps, and fills its hooks.
 
-class SessioneOltre:
-    """The extras of one session: they run it (Sessione.esegui hands it over), calling the lab's own
-    steps, `Sessione.collega` and `Sessione.prova`, for each server, point and repeat."""
+class SessioneOltre(Sessione):
+    """The session when any extra was asked for: it calls the lab's own steps, `collega` and `prova`,
+    for each server, point and repeat, and fills the lab's hooks (the live line, after a run, at the end)."""
 
-    def __init__(self, sessione: Sessione):
-        self.sessione, self.opzioni = sessione, sessione.opzioni.oltre
+    def __init__(self, piani: List[Piano], opzioni: Opzioni):
+        super().__init__(piani, opzioni)
+        self.oltre: OpzioniOltre = opzioni.oltre  # what the extras asked for
         self.capacita: List[dict] = []  # --capacita: each server's answer and its points, for --json
         self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
         self.log_da = 0  # where the current run's lines begin in its log
 
-    def esegui(self) -> None:
+    def corri(self) -> None:
         """For each server (the one at --url; with --avvia, one started per --np value): warm it up,
         then run each plan --ripeti times, each run with its headers; after each point, the mean of
         its repeats. A new server starts from the lab's first prompt; each run on the same server
         moves on to prompts it has not been sent."""
-        sessione, o = self.sessione, self.opzioni
+        o = self.oltre
         if o.confronta:  # two files of results, no server
             print("\n".join(righe_confronto(*o.confronta)), flush=True)
             return
         for configurazione in o.np or [None]:
             with self.server(configurazione) as decisa:  # --avvia: with what the server decided
-                client, info = sessione.collega(decisa)
-                controlla_modello(client, extra(sessione.piani[0]).modello)
-                if extra(sessione.piani[0]).sistema and not extra(sessione.piani[0]).testo_sistema:
-                    sessione.piani = con_prompt_di_sistema(client, sessione.piani)  # on the server's tokenizer
-                if any(extra(p).prompt_token or extra(p).prefisso for p in sessione.piani) and not extra(sessione.piani[0]).pezzi:
-                    sessione.piani = con_pezzi(client, sessione.piani)  # exact prompts, on the server's tokenizer
+                client, info = self.collega(decisa)
+                controlla_modello(client, extra(self.piani[0]).modello)
+                if extra(self.piani[0]).sistema and not extra(self.piani[0]).testo_sistema:
+                    self.piani = con_prompt_di_sistema(client, self.piani)  # on the server's tokenizer
+                if any(extra(p).prompt_token or extra(p).prefisso for p in self.piani) and not extra(self.piani[0]).pezzi:
+                    self.piani = con_pezzi(client, self.piani)  # exact prompts, on the server's tokenizer
                 if o.riscaldamento:
-                    riscalda(client, sessione.piani[0], o.riscaldamento, sys.stderr)
+                    riscalda(client, self.piani[0], o.riscaldamento, sys.stderr)
                 if o.capacita is not None:  # the rates are chosen as it goes: see "--capacita"
                     Capacita(self, client, info, decisa).cerca()
                     continue
                 inviate = 0
-                for piano in sessione.piani:
+                for piano in self.piani:
                     for ripetizione in range(o.ripeti):
                         self.intestazione(piano, configurazione, ripetizione)
-                        inviate += sessione.prova(client, info, piano, inviate, decisa).esecuzione.n_richieste
+                        inviate += self.prova(client, info, piano, inviate, decisa).esecuzione.n_richieste
                     if o.ripeti > 1:
-                        print("\n".join(righe_ripetute(sessione.prove[-o.ripeti:]) + [""]), flush=True)
-        prima = da_confrontare(sessione.prove) if o.spiega else None
+                        print("\n".join(righe_ripetute(self.prove[-o.ripeti:]) + [""]), flush=True)
+        prima = da_confrontare(self.prove) if o.spiega else None
         if prima is not None:  # --spiega with --avvia: the lab's RAM question, measured
-            print("\n".join(righe_ram(prima, *misura_ram(sessione.opzioni, prima)) + [""]), flush=True)
+            print("\n".join(righe_ram(prima, *misura_ram(self.opzioni, prima)) + [""]), flush=True)
 
     @contextlib.contextmanager
     def server(self, configurazione: Optional[Configurazione]):
@@ -1675,8 +1689,8 @@ class SessioneOltre:
         if configurazione is None:
             yield None
             return
-        url = self.sessione.opzioni
-        with ServerAvviato(self.opzioni.avvia, configurazione, url.url, url.attesa_pronto, sys.stderr) as server:
+        o = self.opzioni
+        with ServerAvviato(self.oltre.avvia, configurazione, o.url, o.attesa_pronto, sys.stderr) as server:
             self.avviato = server
             deciso = server.decisioni()
             print(riga_decisioni(configurazione, deciso), flush=True)
@@ -1690,21 +1704,21 @@ class SessioneOltre:
                                    f"prova ma non è uscito; ultime righe del suo log:\n{server.coda_log()}") from None
             self.avviato = None
             # A request that failed may have seen the server die before its process had finished exiting.
-            fallite = any(not r.riuscita for p in self.sessione.prove[-1:] for r in p.esecuzione.risultati)
+            fallite = any(not r.riuscita for p in self.prove[-1:] for r in p.esecuzione.risultati)
             server.controlla(quando, attesa=2.0 if fallite else 0.0)
 
     def intestazione(self, piano: Piano, configurazione: Optional[Configurazione], ripetizione: int) -> None:
         """Before a run: which point of a sweep (every value that varies, np included), which repeat."""
-        piani, np = self.sessione.piani, self.opzioni.np or [None]
+        piani, np = self.piani, self.oltre.np or [None]
         if self.avviato is not None and self.avviato.log is not None:  # the run's own lines of the server's log
             self.log_da = os.path.getsize(self.avviato.log.name)
         totale = len(piani) * len(np)
         if totale > 1 and ripetizione == 0:
             n_punto = np.index(configurazione) * len(piani) + piani.index(piano) + 1
-            descrizione = ", ".join(f"{c}={valore_di(c, piano, configurazione)}" for c in chiavi_griglia(self.sessione))
+            descrizione = ", ".join(f"{c}={valore_di(c, piano, configurazione)}" for c in chiavi_griglia(self))
             print(f"punto {n_punto} di {totale}: {descrizione}")
-        if self.opzioni.ripeti > 1:
-            print(f"prova {ripetizione + 1} di {self.opzioni.ripeti}")
+        if self.oltre.ripeti > 1:
+            print(f"prova {ripetizione + 1} di {self.oltre.ripeti}")
 
     def log_della_prova(self) -> Optional[str]:
         """--avvia: what the server logged during the run just ended (at -lv 4: how it reused its cache)."""
@@ -1715,20 +1729,20 @@ class SessioneOltre:
             f.seek(self.log_da)
             return f.read()
 
-    def osservatore(self, diretta: Optional[Diretta]) -> Osservatore:
+    def osservatore(self, client: Client, info: InfoServer) -> Osservatore:
         """Who watches a run's /slots readings: each slot's context, and the live line unless --silenzioso."""
-        return Osservatore(None if self.opzioni.silenzioso else diretta)
+        return Osservatore(None if self.oltre.silenzioso else super().osservatore(client, info))
 
-    def codice(self, fallite: List[Risultato]) -> int:
+    def codice_fallite(self, fallite: List[Risultato]) -> int:
         """The exit code when requests failed: 3 when conversations (--turni) ran out of context, as the
         experiment means them to, and nothing else failed; 1 otherwise."""
-        turni = any(extra(p.piano).turni for p in self.sessione.prove)
+        turni = any(extra(p.piano).turni for p in self.prove)
         return 3 if turni and all(map(contesto_finito, fallite)) else 1
 
     def dopo_la_prova(self, prova: Prova) -> None:
         """What the extras print after a run's lab lines: its pace, its conversations, every figure, the
         SLO, its picture, its explanation; then their notes on stderr."""
-        o, piano = self.opzioni, extra(prova.piano)
+        o, piano = self.oltre, extra(prova.piano)
         righe = (righe_ritmo(prova) if piano.al_tempo else []) + righe_prompt_esatti(prova, self.log_della_prova())
         if piano.turni:
             righe += [""] + righe_conversazioni(prova)
@@ -1740,7 +1754,7 @@ class SessioneOltre:
             righe += [""] + grafico(prova, marche_per(sys.stdout))
         if o.spiega:
             righe += [""] + spiegazione(prova)
-        if o.avvia or o.ripeti > 1 or len(self.sessione.piani) > 1:
+        if o.avvia or o.ripeti > 1 or len(self.piani) > 1:
             righe.append("")
         if righe:
             print("\n".join(righe), flush=True)
@@ -1751,8 +1765,11 @@ class SessioneOltre:
             nota("/slots non dice quanti token tiene ogni slot (n_prompt_tokens): il contesto per slot è n/d")
 
     def alla_fine(self) -> None:
-        """The tables and the files: written even after an error or an interruption."""
-        tabella_e_file(self.sessione)
+        """The tables and the files: written even after an error or an interruption, whole (a Ctrl+C waits)."""
+        if self.prove:
+            with segnali() as notati:
+                tabella_e_file(self)  # the files, then the tables
+            self.arresto = self.arresto or next(iter(notati), None)
 
 
 # What the run's figures mean: notes on stderr after every run, with or without extras ###########
@@ -1795,9 +1812,9 @@ def note(prova: Prova) -> List[str]:
         testi.append(f"{quante(chiave, 'richiesta rifiutata', 'richieste rifiutate')} con HTTP 401: il server vuole "
                      "una chiave API; passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY (se l'hai già "
                      "passata, controllala)")
-    dalla_cache = [r for r in e.risultati if r.oltre is not None and r.oltre.token_cache]
+    dalla_cache = [r for r in e.risultati if r.token_cache]
     if dalla_cache and not (extra(prova.piano).turni or extra(prova.piano).prefisso is not None):  # the cache as the experiment
-        testi.append(f"il server ha preso dalla cache {sum(r.oltre.token_cache for r in dalla_cache)} token di prompt "
+        testi.append(f"il server ha preso dalla cache {sum(r.token_cache for r in dalla_cache)} token di prompt "
                     f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
                     "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
                     "Riavvia il server prima di ripetere la prova")
@@ -1809,8 +1826,8 @@ def note(prova: Prova) -> List[str]:
 
 def fermate_prima(prova: Prova) -> List[Risultato]:
     """The successful requests the model ended before --token (finish_reason `stop`: EOS or a stop word)."""
-    return [r for r in prova.esecuzione.riuscite if r.oltre is not None and r.oltre.finish_reason == "stop"
-            and r.token is not None and r.token < prova.piano.max_token]
+    return [r for r in prova.esecuzione.riuscite
+            if r.finish_reason == "stop" and r.token is not None and r.token < prova.piano.max_token]
 
 
 def frase_fermate(prova: Prova) -> str:
@@ -2535,7 +2552,7 @@ def tipo_errore(errore: str) -> str:
 def cadenze(prova: Prova) -> Dict[str, Optional[float]]:
     """Requests, prompt tokens and generated tokens per second over the run's total time."""
     s, ok = prova.riepilogo, prova.esecuzione.riuscite
-    prompt = [extra(r).token_prompt for r in ok]
+    prompt = [r.token_prompt for r in ok]
     per_secondo = (lambda n: n / s.tempo_totale) if s.tempo_totale else (lambda n: None)  # noqa: E731
     return {"richieste": per_secondo(len(ok)) if ok else None,
             "token_prompt": per_secondo(sum(prompt)) if ok and None not in prompt else None,
@@ -2551,7 +2568,7 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
     tutti = sorted(set(PERCENTILI_DETTAGLI) | set(percentili))
     dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v, tutti) for nome, v in valori_figure(prova).items()},
             "al_secondo": cadenze(prova), "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
-            "token_dalla_cache": sum(extra(r).token_cache or 0 for r in prova.esecuzione.risultati),
+            "token_dalla_cache": sum(r.token_cache or 0 for r in prova.esecuzione.risultati),
             "token_per_chunk": {"min": min(per_chunk), "media": sum(per_chunk) / len(per_chunk),
                                 "max": max(per_chunk)} if per_chunk else None}
     if slo:
@@ -2574,7 +2591,7 @@ def riassunto_vllm(prova: Prova, percentili: Sequence[int] = (99,)) -> dict:
     import statistics
 
     ok, durata = prova.esecuzione.riuscite, prova.riepilogo.tempo_totale
-    ingresso = None if any(extra(r).token_prompt is None for r in ok) else sum(extra(r).token_prompt for r in ok)
+    ingresso = None if any(r.token_prompt is None for r in ok) else sum(r.token_prompt for r in ok)
     uscita = prova.riepilogo.token  # None when an answer did not say, as in the summary
     al_secondo = (lambda n: n / durata if durata and n is not None else None)  # noqa: E731
     dati = {"duration": durata, "completed": len(ok), "failed": len(prova.esecuzione.risultati) - len(ok),
@@ -2969,10 +2986,9 @@ def punti_di(prove: List[Prova]) -> List[Punto]:
 
 def velocita_prompt(r: Risultato) -> Optional[float]:
     """Tokens per second of the server on a request's prompt, from its answer (prompt_n / prompt_ms)."""
-    letto = extra(r)
-    if letto.token_prompt is None or not r.prompt_ms:
+    if r.token_prompt is None or not r.prompt_ms:
         return None
-    return (letto.token_prompt - (letto.token_cache or 0)) / (r.prompt_ms / 1000)
+    return (r.token_prompt - (r.token_cache or 0)) / (r.prompt_ms / 1000)
 
 
 def latenza_p90(prova: Prova) -> Optional[float]:
@@ -3014,8 +3030,8 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
             f" ±{fmt(ic95(punto.valori(lambda q: q.riepilogo.throughput)), '.2f')}" if ripetute else "")
         celle = [valore_punto(punto, c) for c in chiavi] + ([fmt(p.info.n_ctx_slot, "d")] if "np" in chiavi else []) + [
             throughput, fmt(punto.latenza, ".2f s"), fmt(punto.latenza_p90, ".2f s"), fmt(punto.latenza_max, ".2f s"),
-            *([fmt(media([extra(r).token_cache for q in punto.intere for r in q.esecuzione.riuscite
-                          if extra(r).token_cache is not None]), ".0f")] if cache else []),
+            *([fmt(media([r.token_cache for q in punto.intere for r in q.esecuzione.riuscite
+                          if r.token_cache is not None]), ".0f")] if cache else []),
             *([fmt(punto.velocita_prompt, ".1f")] if prefill else []), fmt(punto.velocita_slot, ".1f"),
             f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}", fmt(punto.picco_coda, "d")]
         figure = punto.figure if flussi else {}  # pooled once for all the point's percentiles
@@ -3588,14 +3604,15 @@ PASSO_CAPACITA, MAX_PUNTI_CAPACITA, MIN_RICHIESTE_CAPACITA = 1.2, 12, 20
 class Capacita:
     """One search of --capacita on one server: its points, measured with the lab's own run."""
 
-    def __init__(self, sessione_oltre: SessioneOltre, client: Client, info: InfoServer,
+    def __init__(self, sessione: SessioneOltre, client: Client, info: InfoServer,
                  configurazione: Optional[Configurazione]):
-        self.oltre, self.client, self.info, self.configurazione = sessione_oltre, client, info, configurazione
+        self.sessione, self.oltre = sessione, sessione.oltre
+        self.client, self.info, self.configurazione = client, info, configurazione
         self.punti: List[Tuple[float, List[Prova], bool]] = []  # (rate, its runs, whether it held)
 
     def prova_a(self, ritmo: float) -> bool:
         """Run --ripeti runs at `ritmo`, and say whether the point held."""
-        sessione, o = self.oltre.sessione, self.oltre.opzioni
+        sessione, o = self.sessione, self.oltre
         base = sessione.piani[0]
         piano = base._replace(oltre=base.oltre._replace(ritmo=ritmo))
         print(f"capacità, punto {len(self.punti) + 1}: ritmo={ritmo:.3g} req/s", flush=True)
@@ -3611,9 +3628,9 @@ class Capacita:
 
     def cerca(self) -> None:
         """Double, then bisect; then the answer, the points tried and (with --grafico) the curve."""
-        ritmo = extra(self.oltre.sessione.piani[0]).ritmo
+        ritmo = extra(self.sessione.piani[0]).ritmo
         tiene, cade = None, None
-        durata = extra(self.oltre.sessione.piani[0]).durata
+        durata = extra(self.sessione.piani[0]).durata
         while len(self.punti) < MAX_PUNTI_CAPACITA:
             if self.prova_a(ritmo):
                 tiene = ritmo
@@ -3631,15 +3648,15 @@ class Capacita:
                 ritmo = float(f"{(tiene * cade) ** 0.5:.3g}")  # the middle, on the scale the rates grow on
         righe = self.righe(tiene, cade)
         print("\n".join(righe + [""]), flush=True)
-        self.oltre.capacita.append({
+        self.sessione.capacita.append({
             "np": self.configurazione.etichetta if self.configurazione else None, "risposta": righe[0],
-            "regge_req_s": tiene, "cade_req_s": cade, "quota_chiesta": self.oltre.opzioni.capacita / 100,
-            "slo": self.oltre.opzioni.slo, "incerta": next((r for r in righe if r.startswith("incerta")), None),
-            "punti": [{"ritmo": r, "quota_slo": quota_slo(prove, self.oltre.opzioni.slo),
+            "regge_req_s": tiene, "cade_req_s": cade, "quota_chiesta": self.oltre.capacita / 100,
+            "slo": self.oltre.slo, "incerta": next((r for r in righe if r.startswith("incerta")), None),
+            "punti": [{"ritmo": r, "quota_slo": quota_slo(prove, self.oltre.slo),
                        "sovraccarico": any(map(sovraccarico, prove)), "regge": regge} for r, prove, regge in self.punti]})
 
     def righe(self, tiene: Optional[float], cade: Optional[float]) -> List[str]:
-        o = self.oltre.opzioni
+        o = self.oltre
         obiettivi = ", ".join(f"{CHIAVI_SLO[k]} <= {v:g} s" for k, v in o.slo.items())
         durata = sum(p.riepilogo.tempo_totale or 0 for _, prove, _ in self.punti for p in prove)
         tutte = [r for _, prove, _ in self.punti for p in prove for r in p.esecuzione.risultati]
@@ -3677,7 +3694,7 @@ class Capacita:
     def neanche_da_sola(self) -> str:
         """When even the fastest request measured misses an objective, no rate can meet it: said, with that
         request's own time (a request alone, in no queue, cannot be faster)."""
-        for chiave, soglia in self.oltre.opzioni.slo.items():
+        for chiave, soglia in self.oltre.slo.items():
             valori = [v for _, prove, _ in self.punti for p in prove for v in valori_figure(p).get(CHIAVI_SLO[chiave], [])]
             if valori and min(valori) > soglia:
                 return (f": anche la richiesta più veloce misurata ha {CHIAVI_SLO[chiave]} {min(valori):.2f} s, oltre i "
@@ -3691,7 +3708,7 @@ class Capacita:
             return []
         prove = next(p for r, p, _ in self.punti if r == tiene)
         n = sum(len(p.esecuzione.risultati) for p in prove)
-        quota, obiettivo = quota_slo(prove, self.oltre.opzioni.slo), self.oltre.opzioni.capacita / 100
+        quota, obiettivo = quota_slo(prove, self.oltre.slo), self.oltre.capacita / 100
         rumore = 2 * (obiettivo * (1 - obiettivo) / n) ** 0.5 if n else 1.0
         if n < MIN_RICHIESTE_CAPACITA:
             return [f"incerta: a {tiene:.3g} req/s solo {quante(n, 'richiesta', 'richieste')} (meno di "
@@ -3935,7 +3952,7 @@ def tabella_e_file(sessione: Sessione) -> None:
     elif (o.tabella or o.avvia) and o.capacita is None:  # --capacita: its own table of the points tried
         righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove) + rapporti_np(punti, chiavi)
     file = [(o.file_json, lambda: testo_json(prove, sessione.piani, sessione.opzioni.url, o.slo, o.percentili or (),
-                                             sessione.oltre.capacita)),
+                                             sessione.capacita)),
             (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve, chiavi))]
     for percorso, testo in file:
         if percorso:
@@ -3961,12 +3978,12 @@ CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_
 
 def riga_dati(r: Risultato) -> dict:
     letto = extra(r)
-    return {"indice": r.indice, "token_prompt": letto.token_prompt, "token": r.token, "latenza_s": r.latenza,
+    return {"indice": r.indice, "token_prompt": r.token_prompt, "token": r.token, "latenza_s": r.latenza,
             "attesa_slot_s": attesa_dello_slot(r), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
-            "t_s_nel_slot": r.tps, "primo_token_s": letto.primo_token, "finish_reason": letto.finish_reason,
+            "t_s_nel_slot": r.tps, "primo_token_s": letto.primo_token, "finish_reason": r.finish_reason,
             "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": letto.previsto,
             "ritardo_invio_s": None if letto.previsto is None else r.inizio - letto.previsto,
-            "token_cache": letto.token_cache, "tpot_s": tpot(r), "chunk_s": letto.chunk_s,
+            "token_cache": r.token_cache, "tpot_s": tpot(r), "chunk_s": letto.chunk_s,
             "conversazione": letto.conversazione, "turno": letto.turno, "prompt_esatto": letto.prompt_esatto,
             "token_stimati": letto.token_stimati}
 
@@ -4141,7 +4158,7 @@ def spiegazione(prova: Prova) -> List[str]:
     if info.n_ctx_slot is not None:
         frase = (f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified)"
                  if kv_condivisa(prova) else f"Ogni slot aveva {info.n_ctx_slot} token di contesto")
-        prompt = [extra(r).token_prompt for r in ok if extra(r).token_prompt is not None]
+        prompt = [r.token_prompt for r in ok if r.token_prompt is not None]
         if prompt:
             frase += (f"; il prompt più lungo ne ha usati {max(prompt)} più {max(r.token or 0 for r in ok)} generati: "
                       "una richiesta più lunga del contesto dello slot viene rifiutata (HTTP 400)")
@@ -4596,11 +4613,11 @@ def righe_contesto(prova: Prova) -> List[str]:
         chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
         righe.append(f"    somma sugli slot: {chiesti} token chiesti al buffer che condividono (--kv-unified), "
                      f"di {n_ctx} ({chiesti / n_ctx:.0%})")
-    lunghe = [(extra(r).token_prompt + r.token, r) for r in prova.esecuzione.riuscite
-              if extra(r).token_prompt is not None and r.token is not None]
+    lunghe = [(r.token_prompt + r.token, r) for r in prova.esecuzione.riuscite
+              if r.token_prompt is not None and r.token is not None]
     if lunghe:
         totale, r = max(lunghe, key=lambda x: x[0])
-        righe.append(f"    la richiesta più lunga, dalle risposte: req {r.indice}, {totale} token ({extra(r).token_prompt} "
+        righe.append(f"    la richiesta più lunga, dalle risposte: req {r.indice}, {totale} token ({r.token_prompt} "
                      f"di prompt + {r.token} generati)")
     return righe
 
@@ -4944,21 +4961,21 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
         righe.append(f"richieste da {extra(prova.piano).nome_dataset}: {len(extra(prova.piano).dataset)} richieste nel file, "
                      f"{prova.esecuzione.n_richieste} inviate")
     if extra(prova.piano).prefisso is not None:
-        dalla_cache = [extra(r).token_cache for r in prova.esecuzione.riuscite if extra(r).token_cache is not None]
+        dalla_cache = [r.token_cache for r in prova.esecuzione.riuscite if r.token_cache is not None]
         prefisso = extra(prova.piano).prefisso
         if dalla_cache:
             righe.append((f"prefisso comune di {prefisso} token" if prefisso else "nessun prefisso comune, per confronto")
                          + f" (cache_prompt acceso): dalla cache {media(dalla_cache):.0f} token di prompt per richiesta "
                          f"in media ({da_a(dalla_cache)})" + perche_senza_prefisso(prova, log))
-    misurati = [r for r in prova.esecuzione.riuscite if extra(r).prompt_esatto and extra(r).token_prompt]
+    misurati = [r for r in prova.esecuzione.riuscite if extra(r).prompt_esatto and r.token_prompt]
     if not misurati:
         return righe
     chiesti = [extra(r).prompt_esatto for r in misurati]
-    sopra = [extra(r).token_prompt - extra(r).prompt_esatto for r in misurati]
+    sopra = [r.token_prompt - extra(r).prompt_esatto for r in misurati]
     a_caso = extra(prova.piano).prompt_token[0] != extra(prova.piano).prompt_token[1]
     return righe + [f"prompt: {da_a(chiesti)} token" + (f" (a caso, seme {extra(prova.piano).seme or 0})" if a_caso else "")
                     + f", contati dal tokenizzatore del server; il template della chat ne aggiunge {da_a(sopra)} "
-                    f"(prompt_tokens {da_a([extra(r).token_prompt for r in misurati])})"]
+                    f"(prompt_tokens {da_a([r.token_prompt for r in misurati])})"]
 
 
 def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
@@ -4969,7 +4986,7 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
     the whole prompt again, which it does for a model with sliding-window layers (gemma-3), whose cache cannot
     be cut back to a common prefix. Without the log carico does not know why, and says only what it saw."""
     prefisso, ok = extra(prova.piano).prefisso, prova.esecuzione.riuscite
-    poche = [r for r in ok if extra(r).token_cache is not None and extra(r).token_cache < (prefisso or 0) / 2]
+    poche = [r for r in ok if r.token_cache is not None and r.token_cache < (prefisso or 0) / 2]
     if not poche:
         return ""
     fine_prompt = {r.indice: r.fine - r.predicted_ms / 1000 for r in ok if r.predicted_ms is not None}
@@ -5045,7 +5062,7 @@ def cache_ereditata(prova: Prova) -> List[Risultato]:
     before any answer of this run had come back: nothing of this run could be there yet, so it was left
     by an earlier run on the same server (the system prompt and the first questions are the same)."""
     prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)
-    return [r for r in prova.esecuzione.riuscite if extra(r).turno == 1 and (extra(r).token_cache or 0) > APERTURA_MAX
+    return [r for r in prova.esecuzione.riuscite if extra(r).turno == 1 and (r.token_cache or 0) > APERTURA_MAX
             and prima_risposta is not None and r.inizio < prima_risposta]
 
 
@@ -5069,8 +5086,8 @@ def righe_conversazioni(prova: Prova) -> List[str]:
              "  turno  riuscite  token di prompt  dalla cache  latenza media" + ("  primo token" if stream else "")]
     for turno in range(1, piano.turni + 1):
         ok = [r for r in e.riuscite if extra(r).turno == turno]
-        cache = [extra(r).token_cache for r in ok if extra(r).token_cache is not None]
-        prompt = da_a([extra(r).token_prompt for r in ok if extra(r).token_prompt is not None])
+        cache = [r.token_cache for r in ok if r.token_cache is not None]
+        prompt = da_a([r.token_prompt for r in ok if r.token_prompt is not None])
         riga = (f"  {turno:>5}  {f'{len(ok)}/{utenti}':>8}  {prompt:>15}  {fmt(media(cache), '.0f'):>11}"
                 f"  {fmt(media([r.latenza for r in ok]), '.2f s'):>13}")
         if stream:
@@ -5082,17 +5099,17 @@ def righe_conversazioni(prova: Prova) -> List[str]:
             ultimo = suoi[-1]
             righe.append(f"  utente {utente}: fermo al turno {extra(ultimo).turno}, {perche_finito(ultimo)}: "
                          f"{ultimo.errore}")
-        troncati = [r for r in suoi if r.riuscita and extra(r).finish_reason == "length" and r.token is not None
+        troncati = [r for r in suoi if r.riuscita and r.finish_reason == "length" and r.token is not None
                     and r.token < prova.piano.max_token]
         for r in troncati:  # "length" before --token: the slot's context ended, when prompt and answer fill it
-            pieno = None not in (extra(r).token_prompt, prova.info.n_ctx_slot) and (
-                extra(r).token_prompt + r.token >= prova.info.n_ctx_slot - 1)
+            pieno = None not in (r.token_prompt, prova.info.n_ctx_slot) and (
+                r.token_prompt + r.token >= prova.info.n_ctx_slot - 1)
             righe.append(f"  utente {utente}: al turno {extra(r).turno} la risposta si è fermata a {r.token} token di "
                          f"{prova.piano.max_token}" + (": lo slot era pieno" if pieno else "") + " (finish_reason length)")
     ereditata = cache_ereditata(prova)
     if ereditata:
         righe.append(f"  al turno 1 {quante(len(ereditata), 'richiesta ha', 'richieste hanno')} preso dalla cache "
-                     f"{da_a([extra(r).token_cache for r in ereditata])} token prima che questa prova avesse una "
+                     f"{da_a([r.token_cache for r in ereditata])} token prima che questa prova avesse una "
                      "risposta: vengono da una prova precedente sullo stesso server, e quei turni ne escono più veloci; "
                      "per una prova da zero riavvia il server")
     letture = letture_contesto(prova)
