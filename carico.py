@@ -228,22 +228,6 @@ def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
                 finish_reason=finish if isinstance(finish, str) else None, oltre=aggiunte)
 
 
-def velocita_nello_slot(timings: dict) -> Optional[float]:
-    """timings.predicted_per_second, when it is a speed. A 1-token answer has no generation step to time:
-    llama.cpp samples that token with the prompt, and sends predicted_ms 0.001, predicted_per_second 0.0
-    (measured). That 0.0 is not a speed: n/d, and left out of every mean and ratio."""
-    tps = numero(timings.get("predicted_per_second"))
-    return tps if tps is not None and tps > 0 else None
-
-
-def numero(valore, tipo=float):  # a JSON number as `tipo` (int: whole numbers only); None for anything else
-    ammessi = (int,) if tipo is int else (int, float)
-    return tipo(valore) if isinstance(valore, ammessi) and not isinstance(valore, bool) and abs(valore) < float("inf") else None
-
-
-ANNULLATA = "annullata (interruzione)"  # the error of a request closed by Ctrl+C: not a measurement
-
-
 # 3. What the server says about itself, and the /slots sampler ################################
 
 def interroga_server(client: Client, attesa: float, stderr, con_props: bool = False) -> InfoServer:
@@ -257,15 +241,6 @@ def interroga_server(client: Client, attesa: float, stderr, con_props: bool = Fa
         info = info_da_props(client, risposta, info)  # /slots off, another server, --json: see "Oltre il lab"
     metrics = chiedi(client, "/metrics")
     return info._replace(metrics_disponibile=metrics.status == 200 and b"llamacpp:" in metrics.corpo)
-
-
-def lista_slot(dati) -> Optional[List[dict]]:
-    """The slots of a /slots answer: a list (this server), {"slots": [...]} or one bare slot (older ones)."""
-    if isinstance(dati, dict):
-        dati = dati.get("slots", [dati] if "id" in dati else None)
-    if not isinstance(dati, list) or not all(isinstance(s, dict) for s in dati):
-        return None
-    return dati
 
 
 def conta_occupati(dati) -> Optional[int]:
@@ -339,17 +314,10 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     aggiunte = interruzione = None
     client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
-        if domande and not extra(piano).da_lanciare:  # the workers started before the clock, not one per submit
-            pronti = threading.Barrier(min(piano.parallele, len(domande)) + 1)
-            for _ in range(pronti.parties - 1):
-                esecutore.submit(pronti.wait)
-            try:
-                pronti.wait()
-            except BaseException:  # Ctrl+C: the workers must not wait for a clock that never starts
-                pronti.abort()
-                raise
+        if domande and not extra(piano).da_lanciare:
+            pronti = avvia_i_lavoratori(esecutore, min(piano.parallele, len(domande)))  # before the clock
             if extra(piano).stream:  # and the first connections opened, the requests encoded: see "Oltre il lab"
-                apri_in_anticipo(client, domande, pronti.parties - 1, piano.timeout)
+                apri_in_anticipo(client, domande, pronti, piano.timeout)
         t0 = timer()
         campionatore.avvia(t0)
         if piano.oltre is None or not piano.oltre.da_lanciare:  # the lab: all submitted now, `parallele` at a time
@@ -377,7 +345,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
                       n_richieste, interruzione, aggiunte, andato and (andato[0] - t0, andato[1]))
 
 
-# 5. The report: pure formatting, data -> lines, then the print ################################
+# 5. The report: the summary's figures, the print, the lines it prints (pure: data -> lines) #####
 
 class Riepilogo(NamedTuple):
     n_riuscite: int
@@ -422,45 +390,30 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
                      sum(tipo_errore(r.errore) == TRONCATA for r in esecuzione.risultati if not r.riuscita))
 
 
-# Readings every 0.5 s miss a run shorter than a second (on a GPU, every lab run). The server's
-# timings do not: each answer says how long its slot spent on it (prompt_ms + predicted_ms), up to
-# when the answer left. So a request was in its slot from `fine` minus that to `fine`; before, it waited.
-MARGINE = 0.02  # seconds trimmed from each end of those intervals: the client reads an answer a little late
+def stampa_prova(prova: Prova) -> None:
+    """Write one run's lines as soon as it ends (its `server:` line went out when it started, in
+    Sessione.prova); then, on stderr, notes on what its figures mean."""
+    print("\n".join(rapporto(prova)), flush=True)
+    for testo in note(prova):
+        nota(testo)
 
 
-def in_slot(r: Risultato) -> Optional[Tuple[float, float]]:
-    """When the server's slot worked on a request, from its timings (never before it was sent)."""
-    if r.prompt_ms is None or r.predicted_ms is None:
-        return None
-    return max(r.inizio, r.fine - (r.prompt_ms + r.predicted_ms) / 1000), r.fine
-
-
-def accorcia(intervallo: Optional[Tuple[float, float]]) -> Optional[Tuple[float, float]]:
-    """An interval read from the timings, MARGINE inside each end (a quarter of it, if it is short)."""
-    if intervallo is None or intervallo[1] <= intervallo[0]:
-        return None
-    margine = min(MARGINE, (intervallo[1] - intervallo[0]) / 4)
-    return intervallo[0] + margine, intervallo[1] - margine
-
-
-def picchi_dai_tempi(ok: List[Risultato], n_slot: Optional[int]) -> Tuple[Optional[int], Optional[int]]:
-    """The most slots busy together (the largest overlap of the slot intervals, never above the slots) and
-    the most requests waiting together while every slot was busy (with one free, the wait was HTTP)."""
-    slot = [(r.inizio, i) for r, i in zip(ok, map(in_slot, ok)) if i]  # (sent, (start, end) in its slot)
-    intervalli_di = ([i for _, i in slot], [(inviata, i[0]) for inviata, i in slot])  # in the slot; waiting
-    eventi = []  # (time, +1 opens or -1 closes, 0 for a slot or 1 for a wait)
-    for tipo, intervalli in enumerate(intervalli_di):
-        for da, a in filter(None, map(accorcia, intervalli)):
-            eventi += [(da, 1, tipo), (a, -1, tipo)]
-    if not eventi:
-        return None, None
-    aperti, occupati, coda = [0, 0], 0, 0
-    for _, passo, tipo in sorted(eventi):  # at one instant, what closes before what opens
-        aperti[tipo] += passo
-        occupati = max(occupati, aperti[0])
-        if n_slot is None or aperti[0] >= n_slot:
-            coda = max(coda, aperti[1])
-    return (occupati if n_slot is None else min(occupati, n_slot)), coda
+def rapporto(prova: Prova) -> List[str]:
+    """The lab's lines after the `server:` line: one per request, a blank line, the summary. After
+    an interruption the requests that did not end get a line that says so."""
+    e, piano = prova.esecuzione, prova.piano
+    larghezza = len(str(max(e.n_richieste - 1, 0)))
+    per_indice = {r.indice: r for r in e.risultati}
+    righe = []
+    for i in range(e.n_richieste):
+        if i in per_indice and not (e.server_andato and rifiutata(per_indice[i])):
+            righe.append(riga_richiesta(per_indice[i], larghezza))
+        elif i not in per_indice and e.interruzione:
+            righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
+    parallele = str(piano.parallele) if piano.oltre is None else valore_parallele(piano)  # --ritmo's cap
+    if e.server_andato:  # refused, unsent, why: see "A server that goes away"
+        return righe + righe_server_andato(prova, larghezza, parallele)
+    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
 
 
 def fmt(valore, formato: str) -> str:
@@ -511,50 +464,45 @@ def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServ
     return righe
 
 
-def rapporto(prova: Prova) -> List[str]:
-    """The lab's lines after the `server:` line: one per request, a blank line, the summary. After
-    an interruption the requests that did not end get a line that says so."""
-    e, piano = prova.esecuzione, prova.piano
-    larghezza = len(str(max(e.n_richieste - 1, 0)))
-    per_indice = {r.indice: r for r in e.risultati}
-    righe, rifiutate, non_inviate = [], [], []  # with the server gone: refused and unsent in one line each
-    for i in range(e.n_richieste):
-        if i in per_indice and e.server_andato and rifiutata(per_indice[i]):
-            rifiutate.append(i)
-        elif i in per_indice:
-            righe.append(riga_richiesta(per_indice[i], larghezza))
-        elif e.interruzione:
-            righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
-        elif e.server_andato:
-            non_inviate.append(i)
-    parallele = str(piano.parallele) if piano.oltre is None else valore_parallele(piano)  # --ritmo's cap
-    if e.server_andato is None:
-        return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
-    for indici, una, molte, perche in (
-            (rifiutate, "rifiutata", "rifiutate", "connessione rifiutata o chiusa dal server, nessuna risposta"),
-            (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
-        if indici:
-            righe.append(f"  req {indici[0]}-{indici[-1]}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
-                         else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
-    in_volo = sum(r.errore == IN_VOLO for r in e.risultati)
-    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info,
-                                          "il server non rispondeva più") + [
-        f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s: {e.server_andato[1]}): invii "
-        "fermati" + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
-                     if in_volo else "")]
+# Readings every 0.5 s miss a run shorter than a second (on a GPU, every lab run). The server's
+# timings do not: each answer says how long its slot spent on it (prompt_ms + predicted_ms), up to
+# when the answer left. So a request was in its slot from `fine` minus that to `fine`; before, it waited.
+MARGINE = 0.02  # seconds trimmed from each end of those intervals: the client reads an answer a little late
 
 
-def rifiutata(r: Risultato) -> bool:
-    """A request the server refused or reset without an answer (see Sentinella)."""
-    return r.errore in (descrivi_errore_rete(ConnectionRefusedError(), 0), descrivi_errore_rete(ConnectionResetError(), 0))
+def in_slot(r: Risultato) -> Optional[Tuple[float, float]]:
+    """When the server's slot worked on a request, from its timings (never before it was sent)."""
+    if r.prompt_ms is None or r.predicted_ms is None:
+        return None
+    return max(r.inizio, r.fine - (r.prompt_ms + r.predicted_ms) / 1000), r.fine
 
 
-def stampa_prova(prova: Prova) -> None:
-    """Write one run's lines as soon as it ends (its `server:` line went out when it started, in
-    Sessione.prova); then, on stderr, notes on what its figures mean."""
-    print("\n".join(rapporto(prova)), flush=True)
-    for testo in note(prova):
-        nota(testo)
+def accorcia(intervallo: Optional[Tuple[float, float]]) -> Optional[Tuple[float, float]]:
+    """An interval read from the timings, MARGINE inside each end (a quarter of it, if it is short)."""
+    if intervallo is None or intervallo[1] <= intervallo[0]:
+        return None
+    margine = min(MARGINE, (intervallo[1] - intervallo[0]) / 4)
+    return intervallo[0] + margine, intervallo[1] - margine
+
+
+def picchi_dai_tempi(ok: List[Risultato], n_slot: Optional[int]) -> Tuple[Optional[int], Optional[int]]:
+    """The most slots busy together (the largest overlap of the slot intervals, never above the slots) and
+    the most requests waiting together while every slot was busy (with one free, the wait was HTTP)."""
+    slot = [(r.inizio, i) for r, i in zip(ok, map(in_slot, ok)) if i]  # (sent, (start, end) in its slot)
+    intervalli_di = ([i for _, i in slot], [(inviata, i[0]) for inviata, i in slot])  # in the slot; waiting
+    eventi = []  # (time, +1 opens or -1 closes, 0 for a slot or 1 for a wait)
+    for tipo, intervalli in enumerate(intervalli_di):
+        for da, a in filter(None, map(accorcia, intervalli)):
+            eventi += [(da, 1, tipo), (a, -1, tipo)]
+    if not eventi:
+        return None, None
+    aperti, occupati, coda = [0, 0], 0, 0
+    for _, passo, tipo in sorted(eventi):  # at one instant, what closes before what opens
+        aperti[tipo] += passo
+        occupati = max(occupati, aperti[0])
+        if n_slot is None or aperti[0] >= n_slot:
+            coda = max(coda, aperti[1])
+    return (occupati if n_slot is None else min(occupati, n_slot)), coda
 
 
 # 6. main #######################################################################################
@@ -725,6 +673,44 @@ def chiedi(client: Client, percorso: str) -> Risposta:
     return risposta
 
 
+# What an answer may hold: numbers that are not, old servers' /slots, a speed of 0.0
+
+def numero(valore, tipo=float):  # a JSON number as `tipo` (int: whole numbers only); None for anything else
+    ammessi = (int,) if tipo is int else (int, float)
+    return tipo(valore) if isinstance(valore, ammessi) and not isinstance(valore, bool) and abs(valore) < float("inf") else None
+
+
+def velocita_nello_slot(timings: dict) -> Optional[float]:
+    """timings.predicted_per_second, when it is a speed. A 1-token answer has no generation step to time:
+    llama.cpp samples that token with the prompt, and sends predicted_ms 0.001, predicted_per_second 0.0
+    (measured). That 0.0 is not a speed: n/d, and left out of every mean and ratio."""
+    tps = numero(timings.get("predicted_per_second"))
+    return tps if tps is not None and tps > 0 else None
+
+
+def lista_slot(dati) -> Optional[List[dict]]:
+    """The slots of a /slots answer: a list (this server), {"slots": [...]} or one bare slot (older ones)."""
+    if isinstance(dati, dict):
+        dati = dati.get("slots", [dati] if "id" in dati else None)
+    if not isinstance(dati, list) or not all(isinstance(s, dict) for s in dati):
+        return None
+    return dati
+
+
+def avvia_i_lavoratori(esecutore, quanti: int) -> int:
+    """Start `quanti` of the pool's workers and wait until each is running: the clock then starts on
+    threads that exist, not on one started per submit inside the measured time."""
+    pronti = threading.Barrier(quanti + 1)
+    for _ in range(quanti):
+        esecutore.submit(pronti.wait)
+    try:
+        pronti.wait()
+    except BaseException:  # Ctrl+C: the workers must not wait for a clock that never starts
+        pronti.abort()
+        raise
+    return quanti
+
+
 # HTTP: one exchange on its own connection, within a deadline ###################################
 
 class Risposta(NamedTuple):
@@ -892,6 +878,8 @@ SEGNALI = (signal.SIGINT, signal.SIGTERM)
 def al_segnale(numero_segnale, _frame):
     raise Interruzione(128 + numero_segnale)
 
+
+ANNULLATA = "annullata (interruzione)"  # the error of a request closed by Ctrl+C: not a measurement
 
 @contextlib.contextmanager
 def segnali(gestore=None):
@@ -1062,6 +1050,33 @@ class Sentinella:
             self.andato = (time.perf_counter(), f"connessione rifiutata o chiusa {volte}, e la porta non è più in ascolto")
         self._client.annulla()
         return True
+
+
+def righe_server_andato(prova: Prova, larghezza: int, parallele: str) -> List[str]:
+    """The end of the report of a run the server left: the refused and the unsent requests in one line
+    each, the summary, and when and why the sending stopped."""
+    e = prova.esecuzione
+    inviate = {r.indice for r in e.risultati}
+    rifiutate = [r.indice for r in e.risultati if rifiutata(r)]
+    non_inviate = [] if e.interruzione else [i for i in range(e.n_richieste) if i not in inviate]
+    righe = []
+    for indici, una, molte, perche in (
+            (rifiutate, "rifiutata", "rifiutate", "connessione rifiutata o chiusa dal server, nessuna risposta"),
+            (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
+        if indici:
+            righe.append(f"  req {indici[0]}-{indici[-1]}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
+                         else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
+    in_volo = sum(r.errore == IN_VOLO for r in e.risultati)
+    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info,
+                                          "il server non rispondeva più") + [
+        f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s: {e.server_andato[1]}): invii "
+        "fermati" + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
+                     if in_volo else "")]
+
+
+def rifiutata(r: Risultato) -> bool:
+    """A request the server refused or reset without an answer (see Sentinella)."""
+    return r.errore in (descrivi_errore_rete(ConnectionRefusedError(), 0), descrivi_errore_rete(ConnectionResetError(), 0))
 
 
 NON_INVIATA = "non inviata: la prova era già ferma"
