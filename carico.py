@@ -580,9 +580,9 @@ class Sessione:
 
     def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
         """A client for the server at --url, and what the server says about itself."""
-        o = self.opzioni
-        client = Client(o.url, o.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
-        info = interroga_server(client, o.attesa_pronto, sys.stderr, con_props=bool(o.oltre and o.oltre.file_json))
+        client = Client(self.opzioni.url, self.opzioni.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
+        con_props = bool(self.opzioni.oltre and self.opzioni.oltre.file_json)  # --json saves /props
+        info = interroga_server(client, self.opzioni.attesa_pronto, sys.stderr, con_props)
         for avviso in info.avvisi:
             nota(avviso)
         return client, info._replace(kv_unificata=bool(configurazione and configurazione.kv_unificata))
@@ -1704,8 +1704,8 @@ class SessioneOltre(Sessione):
         if configurazione is None:
             yield None
             return
-        o = self.opzioni
-        with ServerAvviato(self.oltre.avvia, configurazione, o.url, o.attesa_pronto, sys.stderr) as server:
+        url, attesa = self.opzioni.url, self.opzioni.attesa_pronto
+        with ServerAvviato(self.oltre.avvia, configurazione, url, attesa, sys.stderr) as server:
             self.avviato = server
             deciso = server.decisioni()
             print(riga_decisioni(configurazione, deciso), flush=True)
