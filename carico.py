@@ -94,7 +94,10 @@ class Risultato(NamedTuple):
     prompt_ms: Optional[float] = None  # the server's timings.prompt_ms: its slot's time on the prompt
     predicted_ms: Optional[float] = None  # the server's timings.predicted_ms: its slot's time generating
     errore: Optional[str] = None  # why it failed, in Italian; None when it succeeded
-    oltre: Optional[RisultatoOltre] = None  # finish_reason, cached tokens, the streamed chunks...
+    token_prompt: Optional[int] = None  # the prompt's tokens, from usage
+    token_cache: Optional[int] = None  # timings.cache_n: prompt tokens the server took from a cache (notes)
+    finish_reason: Optional[str] = None  # stop (EOS: fewer tokens than asked, notes) or length
+    oltre: Optional[RisultatoOltre] = None  # the streamed chunks, the schedule, the conversation...
 
     @property
     def latenza(self) -> float:
@@ -203,36 +206,23 @@ def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
         raise ErroreRichiesta("risposta non valida: la risposta non è un completamento di chat (manca choices)")
     usage = dati.get("usage") if isinstance(dati.get("usage"), dict) else {}
     timings = dati.get("timings") if isinstance(dati.get("timings"), dict) else {}
-    token, token_prompt = numero(usage.get("completion_tokens"), int), numero(usage.get("prompt_tokens"), int)
-    scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
-    finish, messaggio = scelta.get("finish_reason"), scelta.get("message") if isinstance(scelta.get("message"), dict) else {}
-    # What the extras read (see "Oltre il lab"): the prompt's tokens, those reused from a cache, why it stopped, the text.
+    token = numero(usage.get("completion_tokens"), int)
     token = token if token is not None else numero(timings.get("predicted_n"), int)
+    token_prompt = numero(usage.get("prompt_tokens"), int)
+    scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
+    finish = scelta.get("finish_reason")
+    messaggio = scelta.get("message") if isinstance(scelta.get("message"), dict) else {}
     # --stream from a server that gives neither: one token per chunk with text, said as an estimate.
     stimati = token is None and chunk_s is not None
-    aggiunte = RisultatoOltre(token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
-                           numero(timings.get("cache_n"), int), finish if isinstance(finish, str) else None,
-                           tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"),
-                           token_stimati=stimati)
+    # What the extras read (see "Oltre il lab"): the chunks' times, the text (a conversation sends it back).
+    aggiunte = RisultatoOltre(tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"),
+                              token_stimati=stimati)
     return dict(token=len(chunk_s) if stimati else token,
                 tps=velocita_nello_slot(timings), prompt_ms=numero(timings.get("prompt_ms")),
-                predicted_ms=numero(timings.get("predicted_ms")), oltre=aggiunte)
-
-
-def velocita_nello_slot(timings: dict) -> Optional[float]:
-    """timings.predicted_per_second, when it is a speed. A 1-token answer has no generation step to time:
-    llama.cpp samples that token with the prompt, and sends predicted_ms 0.001, predicted_per_second 0.0
-    (measured). That 0.0 is not a speed: n/d, and left out of every mean and ratio."""
-    tps = numero(timings.get("predicted_per_second"))
-    return tps if tps is not None and tps > 0 else None
-
-
-def numero(valore, tipo=float):  # a JSON number as `tipo` (int: whole numbers only); None for anything else
-    ammessi = (int,) if tipo is int else (int, float)
-    return tipo(valore) if isinstance(valore, ammessi) and not isinstance(valore, bool) and abs(valore) < float("inf") else None
-
-
-ANNULLATA = "annullata (interruzione)"  # the error of a request closed by Ctrl+C: not a measurement
+                predicted_ms=numero(timings.get("predicted_ms")),
+                token_prompt=token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
+                token_cache=numero(timings.get("cache_n"), int),
+                finish_reason=finish if isinstance(finish, str) else None, oltre=aggiunte)
 
 
 # 3. What the server says about itself, and the /slots sampler ################################
@@ -248,15 +238,6 @@ def interroga_server(client: Client, attesa: float, stderr, con_props: bool = Fa
         info = info_da_props(client, risposta, info)  # /slots off, another server, --json: see "Oltre il lab"
     metrics = chiedi(client, "/metrics")
     return info._replace(metrics_disponibile=metrics.status == 200 and b"llamacpp:" in metrics.corpo)
-
-
-def lista_slot(dati) -> Optional[List[dict]]:
-    """The slots of a /slots answer: a list (this server), {"slots": [...]} or one bare slot (older ones)."""
-    if isinstance(dati, dict):
-        dati = dati.get("slots", [dati] if "id" in dati else None)
-    if not isinstance(dati, list) or not all(isinstance(s, dict) for s in dati):
-        return None
-    return dati
 
 
 def conta_occupati(dati) -> Optional[int]:
@@ -333,19 +314,12 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     partenza = Partenza()  # --stream: the first requests made ready before the clock, sent at the start (see "Oltre il lab")
     client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
-        if domande and not extra(piano).da_lanciare:  # the workers started before the clock, not one per submit
-            pronti = threading.Barrier(min(piano.parallele, len(domande)) + 1)
-            for _ in range(pronti.parties - 1):
-                esecutore.submit(pronti.wait)
-            try:
-                pronti.wait()
-            except BaseException:  # Ctrl+C: the workers must not wait for a clock that never starts
-                pronti.abort()
-                raise
+        if domande and not extra(piano).da_lanciare:
+            pronti = avvia_i_lavoratori(esecutore, min(piano.parallele, len(domande)))  # before the clock
             if extra(piano).stream:  # and the first connections opened, the requests encoded: see "Oltre il lab"
-                apri_in_anticipo(client, domande, pronti.parties - 1, piano.timeout)
+                apri_in_anticipo(client, domande, pronti, piano.timeout)
                 futuri += [esecutore.submit(partenza.invia, client, i, domanda, piano.timeout)
-                           for i, domanda in enumerate(domande[:pronti.parties - 1])]
+                           for i, domanda in enumerate(domande[:pronti])]
                 partenza.aspetta(len(futuri))
         t0 = time.perf_counter()
         client.flussi.parti(partenza, t0)
@@ -376,7 +350,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
                       n_richieste, interruzione, aggiunte, andato and (andato[0] - t0, andato[1]))
 
 
-# 5. The report: pure formatting, data -> lines, then the print ################################
+# 5. The report: the summary's figures, the print, the lines it prints (pure: data -> lines) #####
 
 class Riepilogo(NamedTuple):
     n_riuscite: int
@@ -424,6 +398,81 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
                      dai_tempi[0], max(in_coda, default=None), dai_tempi[1],
                      any(extra(r).token_stimati for r in ok),  # --stream: see "Oltre il lab"
                      sum(tipo_errore(r.errore) == TRONCATA for r in esecuzione.risultati if not r.riuscita))
+
+
+def stampa_prova(prova: Prova) -> None:
+    """Write one run's lines as soon as it ends (its `server:` line went out when it started, in
+    Sessione.prova); then, on stderr, notes on what its figures mean."""
+    print("\n".join(rapporto(prova)), flush=True)
+    for testo in note(prova):
+        nota(testo)
+
+
+def rapporto(prova: Prova) -> List[str]:
+    """The lab's lines after the `server:` line: one per request, a blank line, the summary. After
+    an interruption the requests that did not end get a line that says so."""
+    e, piano = prova.esecuzione, prova.piano
+    larghezza = len(str(max(e.n_richieste - 1, 0)))
+    per_indice = {r.indice: r for r in e.risultati}
+    righe = []
+    for i in range(e.n_richieste):
+        if i in per_indice and not (e.server_andato and rifiutata(per_indice[i])):
+            righe.append(riga_richiesta(per_indice[i], larghezza))
+        elif i not in per_indice and e.interruzione:
+            righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
+    tetto = " (tetto predefinito)" if extra(piano).tetto_predefinito else ""  # --ritmo's cap: see "Oltre il lab"
+    parallele = f"{piano.parallele}{tetto}"
+    if e.server_andato:  # refused, unsent, why: see "A server that goes away"
+        return righe + righe_server_andato(prova, larghezza, parallele)
+    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
+
+
+def fmt(valore, formato: str) -> str:
+    """`valore` formatted, with an optional unit after the format spec ('.2f s'); n/d for None."""
+    spec, _, unita = formato.partition(" ")
+    return ND if valore is None else format(valore, spec) + (f" {unita}" if unita else "")
+
+
+def riga_server(info: InfoServer) -> str:
+    return f"server: {fmt(info.n_slot, 'd')} slot, n_ctx per slot = {fmt(info.n_ctx_slot, 'd')}"
+
+
+def riga_richiesta(r: Risultato, larghezza: int = 1) -> str:
+    inizio_riga = f"  req {r.indice:>{larghezza}}: {r.latenza:6.2f} s"
+    if not r.riuscita:
+        return f"{inizio_riga}   errore: {r.errore}"
+    stima = "~" if extra(r).token_stimati else ""  # --stream without usage
+    riga = f"{inizio_riga} {stima + fmt(r.token, 'd'):>4} token  ({fmt(r.tps, '.1f')} t/s nel proprio slot)"
+    if extra(r).chunk_s:  # --stream: the first chunk with text, see "Oltre il lab"
+        riga += f"  primo token {extra(r).chunk_s[0]:.2f} s"
+    return riga
+
+
+def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServer,
+                    perche_non_completate: str = "interrotto") -> List[str]:
+    righe = [
+        f"richieste={richieste} parallele={parallele} slot={fmt(info.n_slot, 'd')}"
+        f"  picco slot occupati insieme={fmt(s.picco, 'd')}",
+        f"tempo totale {fmt(s.tempo_totale, '.2f s')}  |  latenza media {fmt(s.latenza_media, '.2f s')},"
+        f" max {fmt(s.latenza_max, '.2f s')}",
+        f"throughput aggregato {fmt(s.throughput, '.2f token/s')}  ({fmt(s.token, 'd')} token generati)",
+    ]
+    if s.token_stimati and s.token is not None:  # --stream without usage: said as an estimate, see "Oltre il lab"
+        righe[-1] = (f"throughput aggregato ~{fmt(s.throughput, '.2f token/s')}  (~{s.token} token generati: stima, "
+                     "un token per chunk con testo)")
+    if info.metrics_disponibile:  # the lab's question: "what does llamacpp:requests_deferred say?"
+        fonte = "requests_deferred" if (s.coda_letta or 0) >= (s.coda_dai_tempi or 0) else "dai tempi del server"
+        righe.append(f"picco richieste in coda ({fonte})={fmt(s.picco_coda, 'd')}")
+    if s.n_fallite:
+        righe.append(f"richieste fallite: {s.n_fallite} su {richieste}" + {
+            0: " (nessuna riuscita: niente da riassumere)", 1: " (il riepilogo conta solo 1 riuscita)"
+        }.get(s.n_riuscite, f" (il riepilogo conta solo le {s.n_riuscite} riuscite)"))
+    if s.interrotte:  # --stream: answers the server cut short are not latencies
+        righe.append(f"  di cui interrotte dal server a metà risposta: {s.interrotte} (nessun chunk con "
+                     "finish_reason: fuori da latenze e throughput)")
+    if s.non_completate:
+        righe.append(f"richieste non completate: {s.non_completate} su {richieste} ({perche_non_completate})")
+    return righe
 
 
 # Readings every 0.5 s miss a run shorter than a second (on a GPU, every lab run). The server's
@@ -482,101 +531,6 @@ def picchi_dai_tempi(ok: List[Risultato], n_slot: Optional[int]) -> Tuple[Option
     return (occupati if n_slot is None else min(occupati, n_slot)), coda
 
 
-def fmt(valore, formato: str) -> str:
-    """`valore` formatted, with an optional unit after the format spec ('.2f s'); n/d for None."""
-    spec, _, unita = formato.partition(" ")
-    return ND if valore is None else format(valore, spec) + (f" {unita}" if unita else "")
-
-
-def riga_server(info: InfoServer) -> str:
-    return f"server: {fmt(info.n_slot, 'd')} slot, n_ctx per slot = {fmt(info.n_ctx_slot, 'd')}"
-
-
-def riga_richiesta(r: Risultato, larghezza: int = 1) -> str:
-    inizio_riga = f"  req {r.indice:>{larghezza}}: {r.latenza:6.2f} s"
-    if not r.riuscita:
-        return f"{inizio_riga}   errore: {r.errore}"
-    stima = "~" if extra(r).token_stimati else ""  # --stream without usage
-    riga = f"{inizio_riga} {stima + fmt(r.token, 'd'):>4} token  ({fmt(r.tps, '.1f')} t/s nel proprio slot)"
-    if extra(r).chunk_s:  # --stream: the first chunk with text, see "Oltre il lab"
-        riga += f"  primo token {extra(r).chunk_s[0]:.2f} s"
-    return riga
-
-
-def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServer,
-                    perche_non_completate: str = "interrotto") -> List[str]:
-    righe = [
-        f"richieste={richieste} parallele={parallele} slot={fmt(info.n_slot, 'd')}"
-        f"  picco slot occupati insieme={fmt(s.picco, 'd')}",
-        f"tempo totale {fmt(s.tempo_totale, '.2f s')}  |  latenza media {fmt(s.latenza_media, '.2f s')},"
-        f" max {fmt(s.latenza_max, '.2f s')}",
-        f"throughput aggregato {fmt(s.throughput, '.2f token/s')}  ({fmt(s.token, 'd')} token generati)",
-    ]
-    if s.token_stimati and s.token is not None:  # --stream without usage: said as an estimate, see "Oltre il lab"
-        righe[-1] = (f"throughput aggregato ~{fmt(s.throughput, '.2f token/s')}  (~{s.token} token generati: stima, "
-                     "un token per chunk con testo)")
-    if info.metrics_disponibile:  # the lab's question: "what does llamacpp:requests_deferred say?"
-        fonte = "requests_deferred" if (s.coda_letta or 0) >= (s.coda_dai_tempi or 0) else "dai tempi del server"
-        righe.append(f"picco richieste in coda ({fonte})={fmt(s.picco_coda, 'd')}")
-    if s.n_fallite:
-        righe.append(f"richieste fallite: {s.n_fallite} su {richieste}" + {
-            0: " (nessuna riuscita: niente da riassumere)", 1: " (il riepilogo conta solo 1 riuscita)"
-        }.get(s.n_riuscite, f" (il riepilogo conta solo le {s.n_riuscite} riuscite)"))
-    if s.interrotte:  # --stream: answers the server cut short are not latencies
-        righe.append(f"  di cui interrotte dal server a metà risposta: {s.interrotte} (nessun chunk con "
-                     "finish_reason: fuori da latenze e throughput)")
-    if s.non_completate:
-        righe.append(f"richieste non completate: {s.non_completate} su {richieste} ({perche_non_completate})")
-    return righe
-
-
-def rapporto(prova: Prova) -> List[str]:
-    """The lab's lines after the `server:` line: one per request, a blank line, the summary. After
-    an interruption the requests that did not end get a line that says so."""
-    e, piano = prova.esecuzione, prova.piano
-    larghezza = len(str(max(e.n_richieste - 1, 0)))
-    per_indice = {r.indice: r for r in e.risultati}
-    righe, rifiutate, non_inviate = [], [], []  # with the server gone: refused and unsent in one line each
-    for i in range(e.n_richieste):
-        if i in per_indice and e.server_andato and rifiutata(per_indice[i]):
-            rifiutate.append(i)
-        elif i in per_indice:
-            righe.append(riga_richiesta(per_indice[i], larghezza))
-        elif e.interruzione:
-            righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
-        elif e.server_andato:
-            non_inviate.append(i)
-    tetto = " (tetto predefinito)" if extra(piano).tetto_predefinito else ""  # --ritmo's cap: see "Oltre il lab"
-    parallele = f"{piano.parallele}{tetto}"
-    if e.server_andato is None:
-        return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
-    for indici, una, molte, perche in (
-            (rifiutate, "rifiutata", "rifiutate", "connessione rifiutata o chiusa dal server, nessuna risposta"),
-            (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
-        if indici:
-            righe.append(f"  req {indici[0]}-{indici[-1]}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
-                         else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
-    in_volo = sum(r.errore == IN_VOLO for r in e.risultati)
-    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info,
-                                          "il server non rispondeva più") + [
-        f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s: {e.server_andato[1]}): invii "
-        "fermati" + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
-                     if in_volo else "")]
-
-
-def rifiutata(r: Risultato) -> bool:
-    """A request the server refused or reset without an answer (see Sentinella)."""
-    return r.errore in (descrivi_errore_rete(ConnectionRefusedError(), 0), descrivi_errore_rete(ConnectionResetError(), 0))
-
-
-def stampa_prova(prova: Prova) -> None:
-    """Write one run's lines as soon as it ends (its `server:` line went out when it started, in
-    Sessione.prova); then, on stderr, notes on what its figures mean."""
-    print("\n".join(rapporto(prova)), flush=True)
-    for testo in note(prova):
-        nota(testo)
-
-
 # 6. main #######################################################################################
 
 class Opzioni(NamedTuple):
@@ -622,26 +576,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             flusso.reconfigure(errors="replace")
     piani, opzioni = analizza_argomenti(argv)
     with segnali(al_segnale):
-        return Sessione(piani, opzioni).esegui()
+        return (Sessione if opzioni.oltre is None else SessioneOltre)(piani, opzioni).esegui()
 
 
 class Sessione:
-    """One invocation: ask the server what it is, run the load, print it (with extras, SessioneOltre runs
-    it). What was measured is printed whatever stops it; `codice()` decides the exit code, once."""
+    """One invocation of the lab: ask the server what it is, run the load, print it. What was measured is
+    printed whatever stops it; `codice()` decides the exit code, once. With extras, the session is a
+    Sessione that runs more (see "The session's extra steps"): it calls these steps and fills the hooks."""
 
     def __init__(self, piani: List[Piano], opzioni: Opzioni):
-        self.piani, self.opzioni = piani, opzioni  # the lab: one plan; a sweep: one per point
+        self.piani = piani  # the lab: one plan; a sweep: one per point
+        self.opzioni = opzioni
         self.prove: List[Prova] = []
         self.errore = 0  # the exit code when something the user must fix stopped it, or a file was not written
         self.arresto: Optional[int] = None  # stopped early: 130 (Ctrl+C), 143 (SIGTERM), 141 (stdout closed)
-        self.oltre = SessioneOltre(self) if opzioni.oltre is not None else None  # the extras' steps, if any
 
     def esegui(self) -> int:
         try:
-            if self.oltre is None:  # the lab: one server, one run
-                self.prova(*self.collega(), self.piani[0])
-            else:  # more runs, sweeps, more servers: see "Oltre il lab"
-                self.oltre.esegui()
+            self.corri()
         except ErroreUtente as exc:
             print(f"carico.py: errore: {exc}", file=sys.stderr)
             self.errore = exc.codice
@@ -651,17 +603,18 @@ class Sessione:
         except BrokenPipeError:  # the reader went away (| head): stop; the files are still written
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             self.arresto = 141
-        if self.oltre is not None and self.prove:
-            with segnali() as notati:  # a Ctrl+C now waits: the files whole, never half written
-                self.oltre.alla_fine()  # the files, then the tables
-            self.arresto = self.arresto or next(iter(notati), None)
+        self.alla_fine()
         return self.codice()
+
+    def corri(self) -> None:
+        """The lab: one server, one run."""
+        self.prova(*self.collega(), self.piani[0])
 
     def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
         """A client for the server at --url, and what the server says about itself."""
-        o = self.opzioni
-        client = Client(o.url, o.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
-        info = interroga_server(client, o.attesa_pronto, sys.stderr, con_props=bool(extra(o).file_json))
+        client = Client(self.opzioni.url, self.opzioni.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
+        con_props = bool(extra(self.opzioni).file_json)  # --json saves /props
+        info = interroga_server(client, self.opzioni.attesa_pronto, sys.stderr, con_props)
         for avviso in info.avvisi:
             nota(avviso)
         return client, info._replace(kv_unificata=bool(configurazione and configurazione.kv_unificata))
@@ -671,14 +624,11 @@ class Sessione:
         """One run: look at the machine, write the `server:` line, fire the load, print the report."""
         macchina = guarda_la_macchina()
         print(riga_server(info) + (riga_kv_unificata(info) if info.kv_unificata else ""), flush=True)  # step 5
-        osservatore = Diretta(sys.stderr, info.n_slot, client.sentinella) if sys.stderr.isatty() else None  # live line
-        osservatore = self.oltre.osservatore(osservatore) if self.oltre else osservatore  # each slot's context too
-        esecuzione = esegui_carico(client, piano, info, primo_prompt, osservatore=osservatore)
+        esecuzione = esegui_carico(client, piano, info, primo_prompt, osservatore=self.osservatore(client, info))
         prova = Prova(info, esecuzione, piano, configurazione, macchina)
         self.prove.append(prova)  # before printing: a closed stdout must not lose it
         stampa_prova(prova)
-        if self.oltre is not None:
-            self.oltre.dopo_la_prova(prova)  # its pace, figures, picture, explanation
+        self.dopo_la_prova(prova)
         if esecuzione.interruzione:
             raise Interruzione(esecuzione.interruzione)
         if esecuzione.server_andato:  # the session ends: what was measured is saved (exit 1)
@@ -689,7 +639,21 @@ class Sessione:
     def codice(self) -> int:
         """0: every request answered; 1: one failed, or no server, or a file not written; 128 + a signal (2, 3: below)."""
         fallite = [r for p in self.prove for r in p.esecuzione.risultati if not r.riuscita]
-        return self.arresto or self.errore or ((self.oltre.codice(fallite) if self.oltre else 1) if fallite else 0)
+        return self.arresto or self.errore or (self.codice_fallite(fallite) if fallite else 0)
+
+    # The hooks: what the lab does at these points; a session with extras does more.
+    def osservatore(self, client: Client, info: InfoServer) -> Optional[Diretta]:
+        """Who watches a run while it lasts: on a terminal, the live line."""
+        return Diretta(sys.stderr, info.n_slot, client.sentinella) if sys.stderr.isatty() else None
+
+    def dopo_la_prova(self, prova: Prova) -> None:
+        """After a run's lines: in the lab, nothing more."""
+
+    def alla_fine(self) -> None:
+        """After the runs, whatever stopped them: in the lab, nothing more."""
+
+    def codice_fallite(self, fallite: List[Risultato]) -> int:
+        return 1
 
 
 # What a careful tool needs #####################################################################
@@ -738,6 +702,44 @@ def chiedi(client: Client, percorso: str, dati=None) -> Risposta:
     if risposta.status == 401:
         raise ErroreUtente(messaggio_chiave(client))
     return risposta
+
+
+# What an answer may hold: numbers that are not, old servers' /slots, a speed of 0.0
+
+def numero(valore, tipo=float):  # a JSON number as `tipo` (int: whole numbers only); None for anything else
+    ammessi = (int,) if tipo is int else (int, float)
+    return tipo(valore) if isinstance(valore, ammessi) and not isinstance(valore, bool) and abs(valore) < float("inf") else None
+
+
+def velocita_nello_slot(timings: dict) -> Optional[float]:
+    """timings.predicted_per_second, when it is a speed. A 1-token answer has no generation step to time:
+    llama.cpp samples that token with the prompt, and sends predicted_ms 0.001, predicted_per_second 0.0
+    (measured). That 0.0 is not a speed: n/d, and left out of every mean and ratio."""
+    tps = numero(timings.get("predicted_per_second"))
+    return tps if tps is not None and tps > 0 else None
+
+
+def lista_slot(dati) -> Optional[List[dict]]:
+    """The slots of a /slots answer: a list (this server), {"slots": [...]} or one bare slot (older ones)."""
+    if isinstance(dati, dict):
+        dati = dati.get("slots", [dati] if "id" in dati else None)
+    if not isinstance(dati, list) or not all(isinstance(s, dict) for s in dati):
+        return None
+    return dati
+
+
+def avvia_i_lavoratori(esecutore, quanti: int) -> int:
+    """Start `quanti` of the pool's workers and wait until each is running: the clock then starts on
+    threads that exist, not on one started per submit inside the measured time."""
+    pronti = threading.Barrier(quanti + 1)
+    for _ in range(quanti):
+        esecutore.submit(pronti.wait)
+    try:
+        pronti.wait()
+    except BaseException:  # Ctrl+C: the workers must not wait for a clock that never starts
+        pronti.abort()
+        raise
+    return quanti
 
 
 # HTTP: one exchange on its own connection, within a deadline ###################################
@@ -909,6 +911,8 @@ def al_segnale(numero_segnale, _frame):
     raise Interruzione(128 + numero_segnale)
 
 
+ANNULLATA = "annullata (interruzione)"  # the error of a request closed by Ctrl+C: not a measurement
+
 @contextlib.contextmanager
 def segnali(gestore=None):
     """Ctrl+C and SIGTERM go to `gestore` inside the block; without one they wait, noted (128 + the
@@ -1078,6 +1082,33 @@ class Sentinella:
             self.andato = (time.perf_counter(), f"connessione rifiutata o chiusa {volte}, e la porta non è più in ascolto")
         self._client.annulla()
         return True
+
+
+def righe_server_andato(prova: Prova, larghezza: int, parallele: str) -> List[str]:
+    """The end of the report of a run the server left: the refused and the unsent requests in one line
+    each, the summary, and when and why the sending stopped."""
+    e = prova.esecuzione
+    inviate = {r.indice for r in e.risultati}
+    rifiutate = [r.indice for r in e.risultati if rifiutata(r)]
+    non_inviate = [] if e.interruzione else [i for i in range(e.n_richieste) if i not in inviate]
+    righe = []
+    for indici, una, molte, perche in (
+            (rifiutate, "rifiutata", "rifiutate", "connessione rifiutata o chiusa dal server, nessuna risposta"),
+            (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
+        if indici:
+            righe.append(f"  req {indici[0]}-{indici[-1]}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
+                         else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
+    in_volo = sum(r.errore == IN_VOLO for r in e.risultati)
+    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info,
+                                          "il server non rispondeva più") + [
+        f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s: {e.server_andato[1]}): invii "
+        "fermati" + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
+                     if in_volo else "")]
+
+
+def rifiutata(r: Risultato) -> bool:
+    """A request the server refused or reset without an answer (see Sentinella)."""
+    return r.errore in (descrivi_errore_rete(ConnectionRefusedError(), 0), descrivi_errore_rete(ConnectionResetError(), 0))
 
 
 NON_INVIATA = "non inviata: la prova era già ferma"
@@ -1451,9 +1482,6 @@ class PianoOltre(NamedTuple):
 
 class RisultatoOltre(NamedTuple):
     """What the extras read of one request."""
-    token_prompt: Optional[int] = None  # the prompt's tokens, from usage
-    token_cache: Optional[int] = None  # timings.cache_n: prompt tokens the server reused from a cache
-    finish_reason: Optional[str] = None  # stop (EOS: fewer tokens than asked) or length
     chunk_s: Optional[Tuple[float, ...]] = None  # --stream: seconds from send to each chunk with text
     previsto: Optional[float] = None  # --ritmo: when the schedule meant to send it
     prompt_esatto: Optional[int] = None  # --prompt-token: the prompt's tokens by the server's tokenizer
@@ -1649,50 +1677,51 @@ def leggi_prompt_file(percorso: str, errore) -> str:
 
 
 # The session's extra steps ####################################################################
-# The lab's path (Sessione) calls these, when any extra was asked for, at the points of a session.
+# A session with extras is a Sessione that runs more: it calls the lab's own steps, and fills its hooks.
 
-class SessioneOltre:
-    """The extras of one session: they run it (Sessione.esegui hands it over), calling the lab's own
-    steps, `Sessione.collega` and `Sessione.prova`, for each server, point and repeat."""
+class SessioneOltre(Sessione):
+    """The session when any extra was asked for: it calls the lab's own steps, `collega` and `prova`,
+    for each server, point and repeat, and fills the lab's hooks (the live line, after a run, at the end)."""
 
-    def __init__(self, sessione: Sessione):
-        self.sessione, self.opzioni = sessione, sessione.opzioni.oltre
+    def __init__(self, piani: List[Piano], opzioni: Opzioni):
+        super().__init__(piani, opzioni)
+        self.oltre: OpzioniOltre = opzioni.oltre  # what the extras asked for
         self.capacita: List[dict] = []  # --capacita: each server's answer and its points, for --json
         self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
         self.log_da = 0  # where the current run's lines begin in its log
         self.inviate = 0  # the requests sent to the server of the runs now: its next run's first prompt
 
-    def esegui(self) -> None:
+    def corri(self) -> None:
         """For each server (the one at --url; with --avvia, one started per --np value): warm it up,
         then run each plan --ripeti times, each run with its headers; after each point, the mean of
         its repeats. A new server starts from the lab's first prompt; each run on the same server
         moves on to prompts it has not been sent."""
-        sessione, o = self.sessione, self.opzioni
+        o = self.oltre
         if o.confronta:  # two files of results, no server
             print("\n".join(righe_confronto(*o.confronta)), flush=True)
             return
         for configurazione in o.np or [None]:
             with self.server(configurazione) as decisa:  # --avvia: with what the server decided
-                client, info = sessione.collega(decisa)
-                controlla_modello(client, extra(sessione.piani[0]).modello)
-                if extra(sessione.piani[0]).sistema and not extra(sessione.piani[0]).testo_sistema:
-                    sessione.piani = con_prompt_di_sistema(client, sessione.piani)  # on the server's tokenizer
-                if any(extra(p).prompt_token or extra(p).prefisso for p in sessione.piani) and not extra(sessione.piani[0]).pezzi:
-                    sessione.piani = con_pezzi(client, sessione.piani)  # exact prompts, on the server's tokenizer
+                client, info = self.collega(decisa)
+                controlla_modello(client, extra(self.piani[0]).modello)
+                if extra(self.piani[0]).sistema and not extra(self.piani[0]).testo_sistema:
+                    self.piani = con_prompt_di_sistema(client, self.piani)  # on the server's tokenizer
+                if any(extra(p).prompt_token or extra(p).prefisso for p in self.piani) and not extra(self.piani[0]).pezzi:
+                    self.piani = con_pezzi(client, self.piani)  # exact prompts, on the server's tokenizer
                 if o.riscaldamento:
-                    riscalda(client, sessione.piani[0], info, o.riscaldamento)
+                    riscalda(client, self.piani[0], info, o.riscaldamento)
                 self.inviate = 0
                 if o.capacita is not None:  # the rates are chosen as it goes: see "--capacita"
                     Capacita(self, client, info, decisa).cerca()
                     continue
-                for piano in sessione.piani:
+                for piano in self.piani:
                     self.intestazione(piano, configurazione)
                     prove = self.ripetute(client, info, piano, decisa)
                     if o.ripeti > 1:
                         print("\n".join(righe_ripetute(prove) + [""]), flush=True)
-        prima = da_confrontare(sessione.prove) if o.spiega else None
+        prima = da_confrontare(self.prove) if o.spiega else None
         if prima is not None:  # --spiega with --avvia: the lab's RAM question, measured
-            print("\n".join(righe_ram(prima, *misura_ram(sessione.opzioni, prima)) + [""]), flush=True)
+            print("\n".join(righe_ram(prima, *misura_ram(self.opzioni, prima)) + [""]), flush=True)
 
     @contextlib.contextmanager
     def server(self, configurazione: Optional[Configurazione]):
@@ -1701,8 +1730,8 @@ class SessioneOltre:
         if configurazione is None:
             yield None
             return
-        url = self.sessione.opzioni
-        with ServerAvviato(self.opzioni.avvia, configurazione, url.url, url.attesa_pronto, sys.stderr) as server:
+        url, attesa = self.opzioni.url, self.opzioni.attesa_pronto
+        with ServerAvviato(self.oltre.avvia, configurazione, url, attesa, sys.stderr) as server:
             self.avviato = server
             deciso = server.decisioni()
             print(riga_decisioni(configurazione, deciso), flush=True)
@@ -1716,28 +1745,28 @@ class SessioneOltre:
                                    f"prova ma non è uscito; ultime righe del suo log:\n{server.coda_log()}") from None
             self.avviato = None
             # A request that failed may have seen the server die before its process had finished exiting.
-            fallite = any(not r.riuscita for p in self.sessione.prove[-1:] for r in p.esecuzione.risultati)
+            fallite = any(not r.riuscita for p in self.prove[-1:] for r in p.esecuzione.risultati)
             server.controlla(quando, attesa=2.0 if fallite else 0.0)
 
     def intestazione(self, piano: Piano, configurazione: Optional[Configurazione]) -> None:
         """Before a point of a sweep: which one (every value that varies, np included)."""
-        piani, np = self.sessione.piani, self.opzioni.np or [None]
+        piani, np = self.piani, self.oltre.np or [None]
         totale = len(piani) * len(np)
         if totale > 1:
             n_punto = np.index(configurazione) * len(piani) + piani.index(piano) + 1
-            descrizione = ", ".join(f"{c}={valore_di(c, piano, configurazione)}" for c in chiavi_griglia(self.sessione))
+            descrizione = ", ".join(f"{c}={valore_di(c, piano, configurazione)}" for c in chiavi_griglia(self))
             print(f"punto {n_punto} di {totale}: {descrizione}")
 
     def ripetute(self, client: Client, info: InfoServer, piano: Piano,
                  configurazione: Optional[Configurazione]) -> List[Prova]:
         """One point: --ripeti runs of `piano`, each said before it, each on prompts this server was not sent."""
         prove = []
-        for ripetizione in range(self.opzioni.ripeti):
+        for ripetizione in range(self.oltre.ripeti):
             if self.avviato is not None and self.avviato.log is not None:  # the run's own lines of the server's log
                 self.log_da = os.path.getsize(self.avviato.log.name)
-            if self.opzioni.ripeti > 1:
-                print(f"prova {ripetizione + 1} di {self.opzioni.ripeti}")
-            prove.append(self.sessione.prova(client, info, piano, self.inviate, configurazione))
+            if self.oltre.ripeti > 1:
+                print(f"prova {ripetizione + 1} di {self.oltre.ripeti}")
+            prove.append(self.prova(client, info, piano, self.inviate, configurazione))
             self.inviate += prove[-1].esecuzione.n_richieste
         return prove
 
@@ -1750,20 +1779,20 @@ class SessioneOltre:
             f.seek(self.log_da)
             return f.read()
 
-    def osservatore(self, diretta: Optional[Diretta]) -> Osservatore:
+    def osservatore(self, client: Client, info: InfoServer) -> Osservatore:
         """Who watches a run's /slots readings: each slot's context, and the live line unless --silenzioso."""
-        return Osservatore(None if self.opzioni.silenzioso else diretta)
+        return Osservatore(None if self.oltre.silenzioso else super().osservatore(client, info))
 
-    def codice(self, fallite: List[Risultato]) -> int:
+    def codice_fallite(self, fallite: List[Risultato]) -> int:
         """The exit code when requests failed: 3 when conversations (--turni) ran out of context, as the
         experiment means them to, and nothing else failed; 1 otherwise."""
-        turni = any(extra(p.piano).turni for p in self.sessione.prove)
+        turni = any(extra(p.piano).turni for p in self.prove)
         return 3 if turni and all(map(contesto_finito, fallite)) else 1
 
     def dopo_la_prova(self, prova: Prova) -> None:
         """What the extras print after a run's lab lines: its pace, its conversations, every figure, the
         SLO, its picture, its explanation; then their notes on stderr."""
-        o, piano = self.opzioni, extra(prova.piano)
+        o, piano = self.oltre, extra(prova.piano)
         righe = (righe_ritmo(prova) if piano.al_tempo else []) + righe_prompt_esatti(prova, self.log_della_prova())
         if piano.turni:
             righe += [""] + righe_conversazioni(prova)
@@ -1775,7 +1804,7 @@ class SessioneOltre:
             righe += [""] + grafico(prova, marche_per(sys.stdout))
         if o.spiega:
             righe += [""] + spiegazione(prova)
-        if o.avvia or o.ripeti > 1 or len(self.sessione.piani) > 1:
+        if o.avvia or o.ripeti > 1 or len(self.piani) > 1:
             righe.append("")
         if righe:
             print("\n".join(righe), flush=True)
@@ -1786,8 +1815,11 @@ class SessioneOltre:
             nota("/slots non dice quanti token tiene ogni slot (n_prompt_tokens): il contesto per slot è n/d")
 
     def alla_fine(self) -> None:
-        """The tables and the files: written even after an error or an interruption."""
-        tabella_e_file(self.sessione)
+        """The tables and the files: written even after an error or an interruption, whole (a Ctrl+C waits)."""
+        if self.prove:
+            with segnali() as notati:
+                tabella_e_file(self)  # the files, then the tables
+            self.arresto = self.arresto or next(iter(notati), None)
 
 
 # What the run's figures mean: notes on stderr after every run, with or without extras ###########
@@ -1830,9 +1862,9 @@ def note(prova: Prova) -> List[str]:
         testi.append(f"{quante(chiave, 'richiesta rifiutata', 'richieste rifiutate')} con HTTP 401: il server vuole "
                      "una chiave API; passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY (se l'hai già "
                      "passata, controllala)")
-    dalla_cache = [r for r in e.risultati if extra(r).token_cache]
+    dalla_cache = [r for r in e.risultati if r.token_cache]
     if dalla_cache and not (extra(prova.piano).turni or extra(prova.piano).prefisso is not None):  # the cache as the experiment
-        testi.append(f"il server ha preso dalla cache {sum(extra(r).token_cache for r in dalla_cache)} token di prompt "
+        testi.append(f"il server ha preso dalla cache {sum(r.token_cache for r in dalla_cache)} token di prompt "
                     f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
                     "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
                     "Riavvia il server prima di ripetere la prova")
@@ -1844,8 +1876,8 @@ def note(prova: Prova) -> List[str]:
 
 def fermate_prima(prova: Prova) -> List[Risultato]:
     """The successful requests the model ended before --token (finish_reason `stop`: EOS or a stop word)."""
-    return [r for r in prova.esecuzione.riuscite if extra(r).finish_reason == "stop"
-            and r.token is not None and r.token < prova.piano.max_token]
+    return [r for r in prova.esecuzione.riuscite
+            if r.finish_reason == "stop" and r.token is not None and r.token < prova.piano.max_token]
 
 
 def frase_fermate(prova: Prova) -> str:
@@ -2801,7 +2833,7 @@ def cadenze(prova: Prova) -> dict:
     `_s` after the name, each per second over the run's total time: computed once, for --dettagli and for
     vLLM's names. A count nobody gave is None (an answer without usage), and so is its rate."""
     ok, durata = prova.esecuzione.riuscite, prova.riepilogo.tempo_totale
-    prompt = [extra(r).token_prompt for r in ok]
+    prompt = [r.token_prompt for r in ok]
     conti = {"richieste": len(ok), "token_prompt": None if None in prompt else sum(prompt),
              "token_generati": prova.riepilogo.token}  # None when an answer did not say, as in the summary
     conti["token"] = None if None in conti.values() else conti["token_prompt"] + conti["token_generati"]
@@ -2819,7 +2851,7 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
     al_secondo = {k: c[k + "_s"] if c["richieste"] else None for k in ("richieste", "token_prompt", "token_generati")}
     dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v, tutti) for nome, v in valori_figure(prova).items()},
             "al_secondo": al_secondo, "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
-            "token_dalla_cache": sum(extra(r).token_cache or 0 for r in prova.esecuzione.risultati),
+            "token_dalla_cache": sum(r.token_cache or 0 for r in prova.esecuzione.risultati),
             "token_per_chunk": {"min": min(per_chunk), "media": media(per_chunk),
                                 "max": max(per_chunk)} if per_chunk else None}
     if slo:
@@ -3237,10 +3269,9 @@ def punti_di(prove: List[Prova]) -> List[Punto]:
 
 def velocita_prompt(r: Risultato) -> Optional[float]:
     """Tokens per second of the server on a request's prompt, from its answer (prompt_n / prompt_ms)."""
-    letto = extra(r)
-    if letto.token_prompt is None or not r.prompt_ms:
+    if r.token_prompt is None or not r.prompt_ms:
         return None
-    return (letto.token_prompt - (letto.token_cache or 0)) / (r.prompt_ms / 1000)
+    return (r.token_prompt - (r.token_cache or 0)) / (r.prompt_ms / 1000)
 
 
 def latenza_p90(prova: Prova) -> Optional[float]:
@@ -3277,7 +3308,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
         throughput = fmt(punto.throughput, ".2f token/s")
         if ripetute:
             throughput += f" ±{fmt(ic95(throughput_delle_prove(punto)), '.2f')}"
-        dalla_cache = [extra(r).token_cache for q in punto.intere for r in q.esecuzione.riuscite]
+        dalla_cache = [r.token_cache for q in punto.intere for r in q.esecuzione.riuscite]
         celle = [valore_punto(punto, c) for c in chiavi] + [fmt(p.info.n_ctx_slot, "d")] * ("np" in chiavi)
         celle += [throughput] + [fmt(x, ".2f s") for x in (punto.latenza, punto.latenza_p90, punto.latenza_max)]
         celle += [fmt(media([t for t in dalla_cache if t is not None]), ".0f")] * cache
@@ -3855,27 +3886,28 @@ PASSO_CAPACITA, MAX_PUNTI_CAPACITA, MIN_RICHIESTE_CAPACITA = 1.2, 12, 20
 class Capacita:
     """One search of --capacita on one server: its points, measured with the lab's own run."""
 
-    def __init__(self, sessione_oltre: SessioneOltre, client: Client, info: InfoServer,
+    def __init__(self, sessione: SessioneOltre, client: Client, info: InfoServer,
                  configurazione: Optional[Configurazione]):
-        self.oltre, self.client, self.info, self.configurazione = sessione_oltre, client, info, configurazione
+        self.sessione, self.oltre = sessione, sessione.oltre
+        self.client, self.info, self.configurazione = client, info, configurazione
         self.punti: List[Tuple[float, List[Prova], bool]] = []  # (rate, its runs, whether it held)
 
     def prova_a(self, ritmo: float) -> bool:
         """Run --ripeti runs at `ritmo`, and say whether the point held."""
-        o = self.oltre.opzioni
-        base = self.oltre.sessione.piani[0]
+        sessione, o = self.sessione, self.oltre
+        base = sessione.piani[0]
         piano = base._replace(oltre=base.oltre._replace(ritmo=ritmo))
         print(f"capacità, punto {len(self.punti) + 1}: ritmo={ritmo:.3g} req/s", flush=True)
-        prove = self.oltre.ripetute(self.client, self.info, piano, self.configurazione)
+        prove = sessione.ripetute(self.client, self.info, piano, self.configurazione)
         regge = quota_slo(prove, o.slo) >= o.capacita / 100 and not any(map(sovraccarico, prove))
         self.punti.append((ritmo, prove, regge))
         return regge
 
     def cerca(self) -> None:
         """Double, then bisect; then the answer, the points tried and (with --grafico) the curve."""
-        ritmo = extra(self.oltre.sessione.piani[0]).ritmo
+        ritmo = extra(self.sessione.piani[0]).ritmo
         tiene, cade = None, None
-        durata = extra(self.oltre.sessione.piani[0]).durata
+        durata = extra(self.sessione.piani[0]).durata
         while len(self.punti) < MAX_PUNTI_CAPACITA:
             if self.prova_a(ritmo):
                 tiene = ritmo
@@ -3893,15 +3925,15 @@ class Capacita:
                 ritmo = float(f"{(tiene * cade) ** 0.5:.3g}")  # the middle, on the scale the rates grow on
         righe = self.righe(tiene, cade)
         print("\n".join(righe + [""]), flush=True)
-        self.oltre.capacita.append({
+        self.sessione.capacita.append({
             "np": self.configurazione.etichetta if self.configurazione else None, "risposta": righe[0],
-            "regge_req_s": tiene, "cade_req_s": cade, "quota_chiesta": self.oltre.opzioni.capacita / 100,
-            "slo": self.oltre.opzioni.slo, "incerta": next((r for r in righe if r.startswith("incerta")), None),
-            "punti": [{"ritmo": r, "quota_slo": quota_slo(prove, self.oltre.opzioni.slo),
+            "regge_req_s": tiene, "cade_req_s": cade, "quota_chiesta": self.oltre.capacita / 100,
+            "slo": self.oltre.slo, "incerta": next((r for r in righe if r.startswith("incerta")), None),
+            "punti": [{"ritmo": r, "quota_slo": quota_slo(prove, self.oltre.slo),
                        "sovraccarico": any(map(sovraccarico, prove)), "regge": regge} for r, prove, regge in self.punti]})
 
     def righe(self, tiene: Optional[float], cade: Optional[float]) -> List[str]:
-        o = self.oltre.opzioni
+        o = self.oltre
         obiettivi = ", ".join(f"{CHIAVI_SLO[k]} <= {v:g} s" for k, v in o.slo.items())
         durata = sum(p.riepilogo.tempo_totale or 0 for _, prove, _ in self.punti for p in prove)
         tutte = [r for _, prove, _ in self.punti for p in prove for r in p.esecuzione.risultati]
@@ -3940,7 +3972,7 @@ class Capacita:
     def neanche_da_sola(self) -> str:
         """When even the fastest request measured misses an objective, no rate can meet it: said, with that
         request's own time (a request alone, in no queue, cannot be faster)."""
-        for chiave, soglia in self.oltre.opzioni.slo.items():
+        for chiave, soglia in self.oltre.slo.items():
             valori = [v for _, prove, _ in self.punti for p in prove for v in valori_figure(p).get(CHIAVI_SLO[chiave], [])]
             if valori and min(valori) > soglia:
                 return (f": anche la richiesta più veloce misurata ha {CHIAVI_SLO[chiave]} {min(valori):.2f} s, oltre i "
@@ -3954,7 +3986,7 @@ class Capacita:
             return []
         prove = next(p for r, p, _ in self.punti if r == tiene)
         n = sum(len(p.esecuzione.risultati) for p in prove)
-        quota, obiettivo = quota_slo(prove, self.oltre.opzioni.slo), self.oltre.opzioni.capacita / 100
+        quota, obiettivo = quota_slo(prove, self.oltre.slo), self.oltre.capacita / 100
         rumore = 2 * (obiettivo * (1 - obiettivo) / n) ** 0.5 if n else 1.0
         if n < MIN_RICHIESTE_CAPACITA:
             return [f"incerta: a {tiene:.3g} req/s solo {quante(n, 'richiesta', 'richieste')} (meno di "
@@ -4237,7 +4269,7 @@ def tabella_e_file(sessione: Sessione) -> None:
     elif (o.tabella or o.avvia) and o.capacita is None:  # --capacita: its own table of the points tried
         righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove) + rapporti_np(punti, chiavi)
     file = [(o.file_json, lambda: testo_json(prove, sessione.piani, sessione.opzioni.url, o.slo, o.percentili or (),
-                                             sessione.oltre.capacita)),
+                                             sessione.capacita)),
             (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve, chiavi))]
     for percorso, testo in file:
         if percorso:
@@ -4263,12 +4295,12 @@ CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_
 
 def riga_dati(r: Risultato) -> dict:
     letto = extra(r)
-    return {"indice": r.indice, "token_prompt": letto.token_prompt, "token": r.token, "latenza_s": r.latenza,
+    return {"indice": r.indice, "token_prompt": r.token_prompt, "token": r.token, "latenza_s": r.latenza,
             "attesa_slot_s": attesa_dello_slot(r), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
-            "t_s_nel_slot": r.tps, "primo_token_s": letto.primo_token, "finish_reason": letto.finish_reason,
+            "t_s_nel_slot": r.tps, "primo_token_s": letto.primo_token, "finish_reason": r.finish_reason,
             "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": letto.previsto,
             "ritardo_invio_s": None if letto.previsto is None else r.inizio - letto.previsto,
-            "token_cache": letto.token_cache, "tpot_s": tpot(r), "chunk_s": letto.chunk_s,
+            "token_cache": r.token_cache, "tpot_s": tpot(r), "chunk_s": letto.chunk_s,
             "conversazione": letto.conversazione, "turno": letto.turno, "prompt_esatto": letto.prompt_esatto,
             "token_stimati": letto.token_stimati}
 
@@ -4440,7 +4472,7 @@ def spiegazione(prova: Prova) -> List[str]:
     if info.n_ctx_slot is not None:
         frase = (f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified)"
                  if kv_condivisa(prova) else f"Ogni slot aveva {info.n_ctx_slot} token di contesto")
-        prompt = [extra(r).token_prompt for r in ok if extra(r).token_prompt is not None]
+        prompt = [r.token_prompt for r in ok if r.token_prompt is not None]
         if prompt:
             frase += (f"; il prompt più lungo ne ha usati {max(prompt)} più {max(r.token or 0 for r in ok)} generati: "
                       "una richiesta più lunga del contesto dello slot viene rifiutata (HTTP 400)")
@@ -4875,11 +4907,11 @@ def righe_contesto(prova: Prova) -> List[str]:
         chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
         righe.append(f"    somma sugli slot: {chiesti} token chiesti al buffer che condividono (--kv-unified), "
                      f"di {n_ctx} ({chiesti / n_ctx:.0%})")
-    lunghe = [(extra(r).token_prompt + r.token, r) for r in prova.esecuzione.riuscite
-              if extra(r).token_prompt is not None and r.token is not None]
+    lunghe = [(r.token_prompt + r.token, r) for r in prova.esecuzione.riuscite
+              if r.token_prompt is not None and r.token is not None]
     if lunghe:
         totale, r = max(lunghe, key=lambda x: x[0])
-        righe.append(f"    la richiesta più lunga, dalle risposte: req {r.indice}, {totale} token ({extra(r).token_prompt} "
+        righe.append(f"    la richiesta più lunga, dalle risposte: req {r.indice}, {totale} token ({r.token_prompt} "
                      f"di prompt + {r.token} generati)")
     return righe
 
@@ -5188,20 +5220,20 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
                      f"{prova.esecuzione.n_richieste} inviate")
     prefisso = piano.prefisso
     if prefisso is not None:
-        dalla_cache = [extra(r).token_cache for r in ok if extra(r).token_cache is not None]
+        dalla_cache = [r.token_cache for r in ok if r.token_cache is not None]
         if dalla_cache:
             righe.append((f"prefisso comune di {prefisso} token" if prefisso else "nessun prefisso comune, per confronto")
                          + f" (cache_prompt acceso): dalla cache {media(dalla_cache):.0f} token di prompt per richiesta "
                          f"in media ({da_a(dalla_cache)})" + perche_senza_prefisso(prova, log))
-    misurati = [r for r in ok if extra(r).prompt_esatto and extra(r).token_prompt]
+    misurati = [r for r in ok if extra(r).prompt_esatto and r.token_prompt]
     if not misurati:
         return righe
     chiesti = [extra(r).prompt_esatto for r in misurati]
-    sopra = [extra(r).token_prompt - extra(r).prompt_esatto for r in misurati]
+    sopra = [r.token_prompt - extra(r).prompt_esatto for r in misurati]
     a_caso = f" (a caso, seme {piano.seme or 0})" if piano.prompt_token[0] != piano.prompt_token[1] else ""
     return righe + [f"prompt: {da_a(chiesti)} token{a_caso}"
                     + f", contati dal tokenizzatore del server; il template della chat ne aggiunge {da_a(sopra)} "
-                    f"(prompt_tokens {da_a([extra(r).token_prompt for r in misurati])})"]
+                    f"(prompt_tokens {da_a([r.token_prompt for r in misurati])})"]
 
 
 def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
@@ -5212,7 +5244,7 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
     (gemma-3), whose cache cannot be cut back to a common prefix. Without the log carico does not know why,
     and says only what it saw."""
     prefisso, ok = extra(prova.piano).prefisso, prova.esecuzione.riuscite
-    poche = [r for r in ok if extra(r).token_cache is not None and extra(r).token_cache < prefisso / 2]
+    poche = [r for r in ok if r.token_cache is not None and r.token_cache < prefisso / 2]
     if not poche:
         return ""
     fine_prompt = {r.indice: r.fine - r.predicted_ms / 1000 for r in ok if r.predicted_ms is not None}
@@ -5281,7 +5313,7 @@ def cache_ereditata(prova: Prova) -> List[Risultato]:
     before any answer of this run had come back: nothing of this run could be there yet, so it was left
     by an earlier run on the same server (the system prompt and the first questions are the same)."""
     prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)  # None only with no turn at all
-    return [r for r in prova.esecuzione.riuscite if extra(r).turno == 1 and (extra(r).token_cache or 0) > APERTURA_MAX
+    return [r for r in prova.esecuzione.riuscite if extra(r).turno == 1 and (r.token_cache or 0) > APERTURA_MAX
             and r.inizio < prima_risposta]
 
 
@@ -5307,8 +5339,8 @@ def righe_conversazioni(prova: Prova) -> List[str]:
              in_colonne(testa, larghezze, "  ")]
     for turno in range(1, piano.turni + 1):
         ok = [r for r in e.riuscite if extra(r).turno == turno]
-        cache = [extra(r).token_cache for r in ok if extra(r).token_cache is not None]
-        prompt = da_a([extra(r).token_prompt for r in ok if extra(r).token_prompt is not None])
+        cache = [r.token_cache for r in ok if r.token_cache is not None]
+        prompt = da_a([r.token_prompt for r in ok if r.token_prompt is not None])
         primi = [extra(r).primo_token for r in ok if extra(r).primo_token is not None]
         celle = [str(turno), f"{len(ok)}/{utenti}", prompt, fmt(media(cache), ".0f"),
                  fmt(media([r.latenza for r in ok]), ".2f s"), fmt(media(primi), ".2f s")]
@@ -5319,17 +5351,17 @@ def righe_conversazioni(prova: Prova) -> List[str]:
             ultimo = suoi[-1]
             perche = PERCHE_FINITO.get(contesto_finito(ultimo), "è fallito")
             righe.append(f"  utente {utente}: fermo al turno {extra(ultimo).turno}, {perche}: {ultimo.errore}")
-        troncati = [r for r in suoi if r.riuscita and extra(r).finish_reason == "length" and r.token is not None
+        troncati = [r for r in suoi if r.riuscita and r.finish_reason == "length" and r.token is not None
                     and r.token < prova.piano.max_token]
         for r in troncati:  # "length" before --token: the slot's context ended, when prompt and answer fill it
-            pieno = None not in (extra(r).token_prompt, prova.info.n_ctx_slot) and (
-                extra(r).token_prompt + r.token >= prova.info.n_ctx_slot - 1)
+            pieno = None not in (r.token_prompt, prova.info.n_ctx_slot) and (
+                r.token_prompt + r.token >= prova.info.n_ctx_slot - 1)
             righe.append(f"  utente {utente}: al turno {extra(r).turno} la risposta si è fermata a {r.token} token di "
                          f"{prova.piano.max_token}" + (": lo slot era pieno" if pieno else "") + " (finish_reason length)")
     ereditata = cache_ereditata(prova)
     if ereditata:
         righe.append(f"  al turno 1 {quante(len(ereditata), 'richiesta ha', 'richieste hanno')} preso dalla cache "
-                     f"{da_a([extra(r).token_cache for r in ereditata])} token prima che questa prova avesse una "
+                     f"{da_a([r.token_cache for r in ereditata])} token prima che questa prova avesse una "
                      "risposta: vengono da una prova precedente sullo stesso server, e quei turni ne escono più veloci; "
                      "per una prova da zero riavvia il server")
     letture = letture_contesto(prova)

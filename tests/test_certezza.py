@@ -319,12 +319,12 @@ def test_in_coda_solo_a_slot_pieni():
 def test_capacita_con_uno_slo_sotto_la_latenza_di_una_richiesta():
     """Item 14: an objective no request met, not even the fastest, alone: said."""
     cerca = carico.Capacita.__new__(carico.Capacita)
-    cerca.oltre = type("O", (), {"opzioni": carico.OpzioniOltre(slo={"latenza": 0.2}, capacita=95.0)})()
+    cerca.oltre = carico.OpzioniOltre(slo={"latenza": 0.2}, capacita=95.0)
     lente = in_fila([0.0, 2.0, 4.0], 0.5, 1, ritmo=0.5)
     cerca.punti = [(0.5, [lente], False)]
     assert cerca.neanche_da_sola().startswith(": anche la richiesta più veloce misurata ha latenza 0.50 s, oltre i "
                                               "0.2 s dello SLO")
-    cerca.oltre = type("O", (), {"opzioni": carico.OpzioniOltre(slo={"latenza": 0.6}, capacita=95.0)})()
+    cerca.oltre = carico.OpzioniOltre(slo={"latenza": 0.6}, capacita=95.0)
     assert cerca.neanche_da_sola() == ""
 
 

@@ -294,7 +294,7 @@ def test_nessuna_lettura_al_lavoro_non_fa_uno_zero(fake, carica):
 
 def test_vllm_senza_conteggi_dice_none():
     """An answer that did not say its tokens: the totals and the token rates are None, as in the summary."""
-    r = carico.Risultato(0, 0.0, 1.0, None, None, 10.0, 900.0, oltre=carico.RisultatoOltre(20))
+    r = carico.Risultato(0, 0.0, 1.0, None, None, 10.0, 900.0, token_prompt=20)
     prova = carico.Prova(carico.InfoServer(1, 2048, True), carico.Esecuzione([r], [], 1))
     dati = carico.riassunto_vllm(prova)
     assert dati["completed"] == 1 and dati["total_output_tokens"] is None
@@ -458,7 +458,7 @@ def test_capacita_dice_quando_la_risposta_e_incerta(latenze, incerta):
     """Too few requests at the point that held, or a share within two standard errors of the objective:
     said; a clear margin on enough requests: silent."""
     cerca = carico.Capacita.__new__(carico.Capacita)
-    cerca.oltre = type("O", (), {"opzioni": carico.OpzioniOltre(slo={"latenza": 5.0}, capacita=95.0)})()
+    cerca.oltre = carico.OpzioniOltre(slo={"latenza": 5.0}, capacita=95.0)
     cerca.punti = [(2.0, punto_finto(latenze), True)]
     righe = cerca.incertezza(2.0)
     assert (righe == []) if incerta is None else (len(righe) == 1 and incerta in righe[0]), righe

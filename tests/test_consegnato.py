@@ -15,7 +15,8 @@ from carico import Campione, Esecuzione, InfoServer, Piano, PianoOltre, Prova, R
 def servita(i, inizio, fine, token=8, cache=None, previsto=None, servizio=None):
     servizio = fine - inizio if servizio is None else servizio
     return Risultato(i, inizio, fine, token, 40.0, 5.0, servizio * 1000 - 5,
-                     oltre=RisultatoOltre(20, cache, "length" if token == 8 else "stop", previsto=previsto))
+                     token_prompt=20, token_cache=cache, finish_reason="length" if token == 8 else "stop",
+                     oltre=RisultatoOltre(previsto=previsto))
 
 
 # Sentences with a count agree in number ######################################################

@@ -164,8 +164,9 @@ def test_lo_slot_era_pieno_solo_se_prompt_e_risposta_lo_riempiono():
     """finish_reason length before --token is a full slot only when prompt + answer reach its n_ctx; a
     server that caps the answer for another reason (its own -n) gets no cause."""
     def turno(utente, prompt, token):
-        return carico.Risultato(utente, 0.0, 1.0, token, 30.0, 10.0, 900.0, oltre=carico.RisultatoOltre(
-            prompt, 0, "length", conversazione=utente, turno=1))
+        return carico.Risultato(utente, 0.0, 1.0, token, 30.0, 10.0, 900.0, token_prompt=prompt,
+                                token_cache=0, finish_reason="length",
+                                oltre=carico.RisultatoOltre(conversazione=utente, turno=1))
     piano = carico.Piano(None, 2, 32, oltre=carico.PianoOltre(turni=1))
     prova = carico.Prova(carico.InfoServer(4, 512, True), carico.Esecuzione([turno(0, 490, 22), turno(1, 100, 10)], [], 2),
                          piano)

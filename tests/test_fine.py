@@ -181,7 +181,7 @@ def test_fermate_prima_solo_se_il_modello_ha_finito():
     """A request with fewer tokens than --token is an early stop only when the model ended it
     (finish_reason stop); a `length` stop (a full context) is not said to be one."""
     def r(i, finish, token):
-        return carico.Risultato(i, 0.0, 1.0, token, 10.0, 1.0, 999.0, oltre=carico.RisultatoOltre(finish_reason=finish))
+        return carico.Risultato(i, 0.0, 1.0, token, 10.0, 1.0, 999.0, finish_reason=finish)
     prova = carico.Prova(carico.InfoServer(1, 512, True), carico.Esecuzione(
         [r(0, "stop", 5), r(1, "length", 20), r(2, "length", 32)], [], 3), carico.Piano(3, 3, 32))
     assert [q.indice for q in carico.fermate_prima(prova)] == [0]

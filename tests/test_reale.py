@@ -95,7 +95,7 @@ def test_un_slot_la_latenza_massima_e_la_somma_dei_servizi(llama):
     assert 0.9 * sum(servizi) < massima < 1.5 * sum(servizi) + 0.5
     # cache_prompt: false: the slot computed every prompt token, the chat template's opening included.
     slot = server.get_json("/slots")[0]
-    assert slot["n_prompt_tokens_cache"] == 0 and all(r.oltre.token_cache == 0 for r in esecuzione.risultati), slot
+    assert slot["n_prompt_tokens_cache"] == 0 and all(r.token_cache == 0 for r in esecuzione.risultati), slot
     CIFRE.append(("np 1: max latency / sum of service times", f"{massima / sum(servizi):.3f}"))
 
 

@@ -332,7 +332,7 @@ def test_la_domanda_della_ram_per_il_server_del_foglio(capsys, np):
 def prova_col_prefisso(cache, inizi, configurazione=None):
     piano = carico.Piano(oltre=carico.PianoOltre(prefisso=256))
     risultati = [carico.Risultato(i, t, t + 1.0, token=4, tps=10.0, prompt_ms=500.0, predicted_ms=400.0,
-                                  oltre=carico.RisultatoOltre(token_prompt=323, token_cache=c))
+                                  token_prompt=323, token_cache=c)
                  for i, (c, t) in enumerate(zip(cache, inizi))]
     return carico.Prova(carico.InfoServer(2, 1024, True), carico.Esecuzione(risultati, [], len(risultati)), piano,
                         configurazione)

@@ -1,0 +1,50 @@
+"""The seam between the lab and the extras (issue 26, family 8): the lab's records hold what the lab's
+run reads, and calls cross the seam one way: a session with extras is a Sessione that calls the lab's
+steps and fills its hooks; the lab's Sessione knows nothing of it."""
+
+import inspect
+
+import carico
+
+COMPLETAMENTO = {"choices": [{"finish_reason": "stop", "message": {"content": "Ciao"}}],
+                 "usage": {"completion_tokens": 5, "prompt_tokens": 12},
+                 "timings": {"cache_n": 3, "prompt_n": 9, "predicted_per_second": 10.0, "prompt_ms": 5.0,
+                             "predicted_ms": 400.0}}
+
+
+def test_il_record_del_lab_tiene_quel_che_il_lab_legge():
+    """finish_reason and the cached tokens (read by the notes after every lab run) and the prompt's
+    tokens are the answer's own figures, on Risultato; the extras' record keeps only what they read."""
+    r = carico.Risultato(0, 0.0, 1.0, **carico.cifre_completamento(COMPLETAMENTO))
+    assert (r.token, r.token_prompt, r.token_cache, r.finish_reason) == (5, 12, 3, "stop")
+    assert not {"token_prompt", "token_cache", "finish_reason"} & set(carico.RisultatoOltre._fields)
+    assert carico.extra(r).testo == "Ciao"  # a conversation (--turni) sends it back: the extras'
+
+
+def test_le_note_del_lab_leggono_il_record_del_lab():
+    """The notes after a lab run read finish_reason and the cache from the lab's record, no extras' one."""
+    ferma = carico.Risultato(0, 0.0, 1.0, 5, 10.0, 5.0, 400.0, finish_reason="stop", token_cache=3)
+    prova = carico.Prova(carico.InfoServer(1, 512, True), carico.Esecuzione([ferma], [], 1), carico.Piano(1, 1, 32))
+    note = carico.note(prova)
+    assert any("si è fermata prima di --token 32 (finish_reason stop, 5-5 token)" in n for n in note), note
+    assert any("il server ha preso dalla cache 3 token di prompt in 1 richiesta" in n for n in note), note
+
+
+def test_la_sessione_del_lab_non_conosce_gli_extra():
+    """One direction across the seam: SessioneOltre is a Sessione; the lab's holds no extras' object
+    and never names it; a plain lab command line makes a plain Sessione."""
+    assert issubclass(carico.SessioneOltre, carico.Sessione)
+    assert "SessioneOltre" not in inspect.getsource(carico.Sessione)
+    lab = carico.Sessione(*carico.analizza_argomenti(["--richieste", "2"]))
+    assert type(lab) is carico.Sessione and not hasattr(lab, "oltre")
+    assert not any(isinstance(v, carico.Sessione) or type(v).__name__.endswith("Oltre") for v in vars(lab).values())
+    oltre = carico.SessioneOltre(*carico.analizza_argomenti(["--ripeti", "2"]))
+    assert oltre.oltre.ripeti == 2 and oltre.piani and oltre.prove == []
+
+
+def test_una_prova_del_lab_con_il_server_finto(fake, carica):
+    """The lab's run, end to end: the model stops early, and the note reads it from the lab's record."""
+    server = fake(n_slot=2, s_per_token=0.001, eos_dopo=5)
+    rc, out, err = carica(server.url, "--richieste", "2", "--parallele", "2", "--token", "8")
+    assert rc == 0, out + err
+    assert "2 richieste su 2 si sono fermate prima di --token 8 (finish_reason stop, 5-5 token)" in err, err
