@@ -159,8 +159,8 @@ class Prova(NamedTuple):
 
 def prompt_per(indice: int, piano: Piano = Piano()) -> str:
     """Request i's prompt: the lab's i-th; past the eighth, the same behind a number (--prompt-file: its text)."""
-    if extra(piano).testo is not None:  # --prompt-file: see "Oltre il lab"
-        return extra(piano).testo
+    if oltre(piano).testo is not None:  # --prompt-file: see "Oltre il lab"
+        return oltre(piano).testo
     base = PROMPTS[indice % len(PROMPTS)]
     return base if indice < len(PROMPTS) else f"{indice}. {base}"
 
@@ -175,7 +175,7 @@ def domanda_chat(prompt: str, piano: Piano) -> dict:
         # No prompt cache, neither the slot's nor the one in the server's RAM: a rerun of the same
         # prompts computes them again, and is never flattered by the run before.
         "cache_prompt": False,
-        **campi_oltre(extra(piano)),  # --modello, --esatti, --stream: see "Oltre il lab"
+        **campi_oltre(oltre(piano)),  # --modello, --esatti, --stream: see "Oltre il lab"
     }
 
 
@@ -215,14 +215,14 @@ def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
     # --stream from a server that gives neither: one token per chunk with text, said as an estimate.
     stimati = token is None and chunk_s is not None
     # What the extras read (see "Oltre il lab"): the chunks' times, the text (a conversation sends it back).
-    aggiunte = RisultatoOltre(tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"),
+    risultato_oltre = RisultatoOltre(tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"),
                               token_stimati=stimati)
     return dict(token=len(chunk_s) if stimati else token,
                 tps=velocita_nello_slot(timings), prompt_ms=numero(timings.get("prompt_ms")),
                 predicted_ms=numero(timings.get("predicted_ms")),
                 token_prompt=token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
                 token_cache=numero(timings.get("cache_n"), int),
-                finish_reason=finish if isinstance(finish, str) else None, oltre=aggiunte)
+                finish_reason=finish if isinstance(finish, str) else None, oltre=risultato_oltre)
 
 
 # 3. What the server says about itself, and the /slots sampler ################################
@@ -310,13 +310,13 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     al_campione = osservatore.seguendo(futuri, piano) if osservatore else None  # the live line: see "Oltre il lab"
     campionatore = Campionatore(client, piano.intervallo, info, al_campione=al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
-    aggiunte = interruzione = None
+    esecuzione_oltre = interruzione = None
     partenza = Partenza()  # --stream: the first requests made ready before the clock, sent at the start (see "Oltre il lab")
     client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
-        if domande and not extra(piano).da_lanciare:
+        if domande and not oltre(piano).da_lanciare:
             pronti = avvia_i_lavoratori(esecutore, min(piano.parallele, len(domande)))  # before the clock
-            if extra(piano).stream:  # and the first connections opened, the requests encoded: see "Oltre il lab"
+            if oltre(piano).stream:  # and the first connections opened, the requests encoded: see "Oltre il lab"
                 apri_in_anticipo(client, domande, pronti, piano.timeout)
                 futuri += [esecutore.submit(partenza.invia, client, i, domanda, piano.timeout)
                            for i, domanda in enumerate(domande[:pronti])]
@@ -324,11 +324,11 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
         t0 = time.perf_counter()
         client.flussi.parti(partenza, t0)
         campionatore.avvia(t0)
-        if not extra(piano).da_lanciare:  # the lab: all submitted now, `parallele` at a time
+        if not oltre(piano).da_lanciare:  # the lab: all submitted now, `parallele` at a time
             for i, domanda in enumerate(domande[len(futuri):], len(futuri)):
                 futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0))
         else:  # --ritmo, --durata (by the clock), --turni (conversations): see "Oltre il lab"
-            aggiunte = lanciatore(piano, primo_prompt).lancia(futuri, esecutore, client, t0)
+            esecuzione_oltre = lanciatore(piano, primo_prompt).lancia(futuri, esecutore, client, t0)
         concurrent.futures.wait(futuri)
     except Interruzione as exc:
         interruzione = exc.codice
@@ -347,7 +347,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
     n_richieste = piano.richieste if piano.richieste is not None else len(futuri)
     return Esecuzione([r for r in finite if r.errore not in (ANNULLATA, NON_INVIATA)], campionatore.campioni,
-                      n_richieste, interruzione, aggiunte, andato and (andato[0] - t0, andato[1]))
+                      n_richieste, interruzione, esecuzione_oltre, andato and (andato[0] - t0, andato[1]))
 
 
 # 5. The report: the summary's figures, the print, the lines it prints (pure: data -> lines) #####
@@ -396,7 +396,7 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
                      totale, media(latenze), max(latenze, default=None), token,
                      token / totale if token is not None and totale else None, max(occupati, default=None),
                      dai_tempi[0], max(in_coda, default=None), dai_tempi[1],
-                     any(extra(r).token_stimati for r in ok),  # --stream: see "Oltre il lab"
+                     any(oltre(r).token_stimati for r in ok),  # --stream: see "Oltre il lab"
                      sum(tipo_errore(r.errore) == TRONCATA for r in esecuzione.risultati if not r.riuscita))
 
 
@@ -420,7 +420,7 @@ def rapporto(prova: Prova) -> List[str]:
             righe.append(riga_richiesta(per_indice[i], larghezza))
         elif i not in per_indice and e.interruzione:
             righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
-    tetto = " (tetto predefinito)" if extra(piano).tetto_predefinito else ""  # --ritmo's cap: see "Oltre il lab"
+    tetto = " (tetto predefinito)" if oltre(piano).tetto_predefinito else ""  # --ritmo's cap: see "Oltre il lab"
     parallele = f"{piano.parallele}{tetto}"
     if e.server_andato:  # refused, unsent, why: see "A server that goes away"
         return righe + righe_server_andato(prova, larghezza, parallele)
@@ -441,10 +441,10 @@ def riga_richiesta(r: Risultato, larghezza: int = 1) -> str:
     inizio_riga = f"  req {r.indice:>{larghezza}}: {r.latenza:6.2f} s"
     if not r.riuscita:
         return f"{inizio_riga}   errore: {r.errore}"
-    stima = "~" if extra(r).token_stimati else ""  # --stream without usage
+    stima = "~" if oltre(r).token_stimati else ""  # --stream without usage
     riga = f"{inizio_riga} {stima + fmt(r.token, 'd'):>4} token  ({fmt(r.tps, '.1f')} t/s nel proprio slot)"
-    if extra(r).chunk_s:  # --stream: the first chunk with text, see "Oltre il lab"
-        riga += f"  primo token {extra(r).chunk_s[0]:.2f} s"
+    if oltre(r).chunk_s:  # --stream: the first chunk with text, see "Oltre il lab"
+        riga += f"  primo token {oltre(r).chunk_s[0]:.2f} s"
     return riga
 
 
@@ -492,12 +492,12 @@ def in_slot(r: Risultato) -> Optional[Tuple[float, float]]:
     return None if tempo is None else (max(r.inizio, r.fine - tempo), r.fine)
 
 
-def accorcia(intervallo: Optional[Tuple[float, float]]) -> Optional[Tuple[float, float]]:
+def accorcia(estremi: Optional[Tuple[float, float]]) -> Optional[Tuple[float, float]]:
     """An interval read from the timings, MARGINE inside each end (a quarter of it, if it is short)."""
-    if intervallo is None or intervallo[1] <= intervallo[0]:
+    if estremi is None or estremi[1] <= estremi[0]:
         return None
-    margine = min(MARGINE, (intervallo[1] - intervallo[0]) / 4)
-    return intervallo[0] + margine, intervallo[1] - margine
+    margine = min(MARGINE, (estremi[1] - estremi[0]) / 4)
+    return estremi[0] + margine, estremi[1] - margine
 
 
 def gradini(nello_slot: list, in_attesa: list = ()) -> List[Tuple[float, float, int, int]]:
@@ -553,7 +553,7 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
         (("--richieste",), dict(type=intero_positivo, metavar="N", help="quante richieste inviare in tutto (default: 4)")),
         (("--parallele",), dict(type=lista_di(intero_positivo), metavar="N",
                                 help="quante richieste tenere in volo insieme (default: 4)")),
-        (("--token",), dict(type=lista_di(token_o_intervallo), default=[32], metavar="N",
+        (("--token",), dict(type=lista_di(token_o_fascia), default=[32], metavar="N",
                             help="token da generare per richiesta, max_tokens; MIN-MAX: a caso (default: 32)")),
     ])
     for titolo, descrizione, opzioni in (il_lab, *OPZIONI_OLTRE):  # then --ripeti, --stream...: see "Oltre il lab"
@@ -588,7 +588,7 @@ class Sessione:
         self.piani = piani  # the lab: one plan; a sweep: one per point
         self.opzioni = opzioni
         self.prove: List[Prova] = []
-        self.errore = 0  # the exit code when something the user must fix stopped it, or a file was not written
+        self.codice_errore = 0  # the exit code when something the user must fix stopped it, or a file was not written
         self.arresto: Optional[int] = None  # stopped early: 130 (Ctrl+C), 143 (SIGTERM), 141 (stdout closed)
 
     def esegui(self) -> int:
@@ -596,7 +596,7 @@ class Sessione:
             self.corri()
         except ErroreUtente as exc:
             print(f"carico.py: errore: {exc}", file=sys.stderr)
-            self.errore = exc.codice
+            self.codice_errore = exc.codice
         except Interruzione as exc:  # the report of a run cut short says which requests did not end
             self.arresto = exc.codice
             print("carico.py: interrotto", file=sys.stderr)
@@ -613,7 +613,7 @@ class Sessione:
     def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
         """A client for the server at --url, and what the server says about itself."""
         client = Client(self.opzioni.url, self.opzioni.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
-        con_props = bool(extra(self.opzioni).file_json)  # --json saves /props
+        con_props = bool(oltre(self.opzioni).file_json)  # --json saves /props
         info = interroga_server(client, self.opzioni.attesa_pronto, sys.stderr, con_props)
         for avviso in info.avvisi:
             nota(avviso)
@@ -639,7 +639,7 @@ class Sessione:
     def codice(self) -> int:
         """0: every request answered; 1: one failed, or no server, or a file not written; 128 + a signal (2, 3: below)."""
         fallite = [r for p in self.prove for r in p.esecuzione.risultati if not r.riuscita]
-        return self.arresto or self.errore or (self.codice_fallite(fallite) if fallite else 0)
+        return self.arresto or self.codice_errore or (self.codice_fallite(fallite) if fallite else 0)
 
     # The hooks: what the lab does at these points; a session with extras does more.
     def osservatore(self, client: Client, info: InfoServer) -> Optional[Diretta]:
@@ -806,15 +806,15 @@ class Client:
 
     def errore_di_rete(self, percorso: str, exc: Exception, testo: str) -> ErroreRete:
         """A failed exchange as an ErroreRete; a refusal is that request's own error, and the sentinel counts it."""
-        errore = ErroreRete(testo)
-        errore.rifiuto = self.sentinella.rifiuto(percorso, exc)
-        return errore
+        eccezione = ErroreRete(testo)
+        eccezione.rifiuto = self.sentinella.rifiuto(percorso, exc)
+        return eccezione
 
     def _connetti(self, scadenza: float) -> socket.socket:
         """socket.create_connection's loop, written out only to register the socket before it connects."""
         indirizzi = [self._indirizzo] if self._indirizzo else socket.getaddrinfo(
             self.host, self._porta, type=socket.SOCK_STREAM)
-        errore = None
+        eccezione = None
         for indirizzo in indirizzi:
             sock = self.tieni(socket.socket(*indirizzo[:3]))
             try:
@@ -823,11 +823,11 @@ class Client:
                 if self.annullato.is_set():
                     raise ConnectionAbortedError("richiesta annullata")
                 self._indirizzo = indirizzo
-                return cifra(self, sock, scadenza) if self.https else sock  # https: see "Oltre il lab"
+                return con_tls(self, sock, scadenza) if self.https else sock  # https: see "Oltre il lab"
             except OSError as exc:
-                errore = exc
+                eccezione = exc
                 self.lascia(sock)
-        raise errore
+        raise eccezione
 
     def tieni(self, sock: socket.socket) -> socket.socket:
         with self._lock:
@@ -1228,7 +1228,7 @@ def lista_di(converti):
     return controlla
 
 
-def token_o_intervallo(testo: str):
+def token_o_fascia(testo: str):
     """--token: N, or MIN-MAX (each request's max_tokens drawn between the two, by --seme); 32-32: a range of one."""
     if "-" not in testo.lstrip("-"):
         return intero_positivo(testo)
@@ -1525,22 +1525,22 @@ class OpzioniOltre(NamedTuple):
 VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: EsecuzioneOltre(), Opzioni: OpzioniOltre()}
 
 
-def extra(record):
+def oltre(record):
     """The extras' record of a lab record (Piano, Risultato, Esecuzione, Opzioni): its `oltre` field, or one
     with every default where the lab's own run left it None."""
     return record.oltre if record.oltre is not None else VUOTI[type(record)]
 
 
-def campi_oltre(piano: PianoOltre) -> dict:
+def campi_oltre(piano_oltre: PianoOltre) -> dict:
     """What the extras add to a request's JSON."""
     campi = {}
-    if piano.modello:
-        campi["model"] = piano.modello
-    if piano.esatti:
+    if piano_oltre.modello:
+        campi["model"] = piano_oltre.modello
+    if piano_oltre.esatti:
         campi["ignore_eos"] = True
-    if piano.stream:
+    if piano_oltre.stream:
         campi.update(stream=True, stream_options={"include_usage": True})  # usage in the last chunk
-    if piano.prefisso is not None:  # 0 too: the run to compare with, under the same cache
+    if piano_oltre.prefisso is not None:  # 0 too: the run to compare with, under the same cache
         campi["cache_prompt"] = True  # a shared prefix is there to be reused: the cache is the experiment
     return campi
 
@@ -1574,25 +1574,25 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
                         opzioni: Opzioni) -> Tuple[List[Piano], Opzioni]:
     """The extras' flags, checked together (an odd combination ends here: one Italian line, exit 2), their
     files read, then turned into the plans (one per point of a sweep) and the options."""
-    errore = parser.error
+    rifiuta = parser.error
     if any(isinstance(t, tuple) for t in a.token) and (len(a.token) > 1 or a.turni is not None):
-        errore("--token MIN-MAX vale da solo: non in una lista, non con --turni")
+        rifiuta("--token MIN-MAX vale da solo: non in una lista, non con --turni")
     minimo = a.token[0][0] if isinstance(a.token[0], tuple) else None  # --token MIN-MAX: drawn by --seme
     a.token = [a.token[0][1]] if minimo is not None else a.token
     if a.np is not None and a.avvia is None:
-        errore("--np va usato insieme a --avvia")
+        rifiuta("--np va usato insieme a --avvia")
     if a.avvia is not None and a.url.startswith("https://"):
-        errore("--avvia avvia llama serve in http semplice: usa --url http://...")
+        rifiuta("--avvia avvia llama serve in http semplice: usa --url http://...")
     if a.capacita is not None:
         if not a.slo or a.durata is None:
-            errore("--capacita cerca il ritmo più alto entro un obiettivo: servono --slo (per esempio latenza=5) e "
+            rifiuta("--capacita cerca il ritmo più alto entro un obiettivo: servono --slo (per esempio latenza=5) e "
                    "--durata S, il tempo di ogni punto")
         if a.capacita > 100:
-            errore(f"--capacita {a.capacita:g}: è una percentuale di richieste, al più 100")
+            rifiuta(f"--capacita {a.capacita:g}: è una percentuale di richieste, al più 100")
         molti = [f for f, v in (("--ritmo", a.ritmo), ("--parallele", a.parallele), ("--token", a.token))
                  if v is not None and len(v) > 1]
         if molti or a.turni is not None or a.dataset is not None:
-            errore(f"--capacita sceglie da sé i ritmi da provare: {(molti or ['--turni' if a.turni else '--dataset'])[0]} "
+            rifiuta(f"--capacita sceglie da sé i ritmi da provare: {(molti or ['--turni' if a.turni else '--dataset'])[0]} "
                    "non serve (--ritmo R, un valore solo, è il primo)")
         # every point a --ritmo run (its cap), from 1 req/s unless said; steady arrivals unless asked (a seed
         # means Poisson): then the rate sent is the rate asked
@@ -1602,77 +1602,77 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
     for opzione, escluse, messaggio in ESCLUSIONI:
         altra = next((f for f in escluse if f in presenti), None)
         if opzione in presenti and altra:
-            errore(messaggio.format(altra))
+            rifiuta(messaggio.format(altra))
     a_caso = minimo is not None or bool(a.prompt_token) and a.prompt_token[0][0] != a.prompt_token[0][1]  # by --seme
     if a.ritmo is None and (a.arrivi is not None or a.seme is not None and not a_caso):
-        errore("--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token o --token MIN-MAX)")
+        rifiuta("--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token o --token MIN-MAX)")
     if a.seme is not None and a.arrivi == "costanti" and not a_caso:
-        errore("--seme vale per gli arrivi di Poisson: con --arrivi costanti gli orari sono fissi, e non c'è nulla "
+        rifiuta("--seme vale per gli arrivi di Poisson: con --arrivi costanti gli orari sono fissi, e non c'è nulla "
                "da seminare")
     if a.prefisso and a.prompt_token and max(a.prefisso) >= min(m for m, _ in a.prompt_token):
-        errore(f"--prefisso {max(a.prefisso)} non lascia posto al testo di ogni richiesta in --prompt-token "
+        rifiuta(f"--prefisso {max(a.prefisso)} non lascia posto al testo di ogni richiesta in --prompt-token "
                f"{min(m for m, _ in a.prompt_token)}: il prefisso deve essere più corto del prompt")
     if a.intervallo < 0.05:
-        errore(f"opzione --intervallo: almeno 0.05 s, non {a.intervallo:g}: leggere /slots più spesso toglierebbe "
+        rifiuta(f"opzione --intervallo: almeno 0.05 s, non {a.intervallo:g}: leggere /slots più spesso toglierebbe "
                "tempo al server che si vuole misurare")
     if a.durata is not None and a.durata < a.intervallo:
-        errore(f"opzione --durata: {a.durata:g} s è troppo breve per una prova: meno di una lettura di /slots "
+        rifiuta(f"opzione --durata: {a.durata:g} s è troppo breve per una prova: meno di una lettura di /slots "
                f"(--intervallo {a.intervallo:g} s)")
     if a.slo and not a.stream and set(a.slo) & {"ttft", "tpot"}:
-        errore("--slo: ttft e tpot si misurano solo in streaming: aggiungi --stream")
+        rifiuta("--slo: ttft e tpot si misurano solo in streaming: aggiungi --stream")
     if a.sistema is not None and a.turni is None:
-        errore("--sistema va usato insieme a --turni: è il prompt di sistema delle conversazioni")
+        rifiuta("--sistema va usato insieme a --turni: è il prompt di sistema delle conversazioni")
     if a.turni is not None and (len(a.parallele or [4]) > 1 or len(a.token) > 1):
-        errore("--turni prova una conversazione per utente: --parallele e --token vogliono un valore solo")
+        rifiuta("--turni prova una conversazione per utente: --parallele e --token vogliono un valore solo")
     # The files the flags name, read whole before any load: a bad one is a bad flag.
-    testo = leggi_prompt_file(a.prompt_file, errore) if a.prompt_file is not None else None
+    testo = leggi_prompt_file(a.prompt_file, rifiuta) if a.prompt_file is not None else None
     piano_oltre = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
                              tetto_predefinito=a.ritmo is not None and a.parallele is None, turni=a.turni,
                              sistema=a.sistema, token_minimo=minimo)
     if a.dataset is not None:  # every request of the file, unless --richieste says how many (from the top, again)
-        dataset, formato = leggi_dataset(a.dataset, errore)
+        dataset, formato = leggi_dataset(a.dataset, rifiuta)
         if dataset[0][2] is not None and (a.ritmo is not None or a.durata is not None):
-            errore(f"--dataset '{a.dataset}' ha i timestamp: è una traccia, con i suoi orari; "
+            rifiuta(f"--dataset '{a.dataset}' ha i timestamp: è una traccia, con i suoi orari; "
                    f"{'--ritmo' if a.ritmo is not None else '--durata'} non serve")
         if dataset[0][2] is not None and (a.richieste or 0) > len(dataset):
-            errore(f"--richieste {a.richieste}: la traccia '{a.dataset}' ne ha {len(dataset)}, con i loro orari")
+            rifiuta(f"--richieste {a.richieste}: la traccia '{a.dataset}' ne ha {len(dataset)}, con i loro orari")
         piano_oltre = piano_oltre._replace(dataset=dataset, nome_dataset=f"{a.dataset} ({formato})")
         piano = piano._replace(richieste=a.richieste or len(dataset))
         if piano_oltre.traccia and a.parallele is None:  # an open loop, as --ritmo: the cap only against a runaway
             piano_oltre = piano_oltre._replace(tetto_predefinito=True)
             a.parallele = [min(TETTO_RITMO, piano.richieste)]
-    a.confronta = a.confronta and tuple((f, prove_salvate(f, errore)) for f in a.confronta)
+    a.confronta = a.confronta and tuple((f, prove_salvate(f, rifiuta)) for f in a.confronta)
     if a.confronta and senza_carico_comune(*a.confronta):  # nothing to compare: the files given must change
-        errore(senza_carico_comune(*a.confronta).replace("confronto: ", "--confronta: ", 1))
+        rifiuta(senza_carico_comune(*a.confronta).replace("confronto: ", "--confronta: ", 1))
     contate_all_invio = a.durata is not None or a.turni is not None  # as many requests as get sent
     base = piano._replace(richieste=None if contate_all_invio else piano.richieste, intervallo=a.intervallo,
                           timeout=a.timeout, oltre=piano_oltre)
     seme = 0 if a_caso and a.seme is None and a.ritmo is None else a.seme
     piani = griglia(base, a.parallele, a.token, a.ritmo, seme, a.prompt_token, a.prefisso)
     if a.capacita is not None and len(piani) > 1:
-        errore("--capacita cerca un ritmo per un carico solo: togli le liste (--prompt-token, --prefisso...)")
+        rifiuta("--capacita cerca un ritmo per un carico solo: togli le liste (--prompt-token, --prefisso...)")
     a.np = a.np if a.np is not None or a.avvia is None else lista_np("1,2,4")
     punti = len(piani) * len(a.np or [None])
     if punti > MAX_PUNTI and not a.forza:
-        errore(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
+        rifiuta(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
     griglia_con_flussi = a.stream and (len(piani) > 1 or len(a.np or []) > 1)  # its table shows them
     if a.percentili is not None and not (a.dettagli or a.json or griglia_con_flussi):
-        errore("--percentili sceglie i percentili di --dettagli (e del file di --json, e della tabella di una griglia "
+        rifiuta("--percentili sceglie i percentili di --dettagli (e del file di --json, e della tabella di una griglia "
                "con --stream): da solo non cambia nulla; aggiungi --dettagli")
     # Each field is its flag's (file_json: --json).
-    extra_sessione = OpzioniOltre(**{campo: getattr(a, campo.replace("file_", "")) for campo in OpzioniOltre._fields})
-    return piani, opzioni._replace(oltre=extra_sessione)
+    opzioni_oltre = OpzioniOltre(**{campo: getattr(a, campo.replace("file_", "")) for campo in OpzioniOltre._fields})
+    return piani, opzioni._replace(oltre=opzioni_oltre)
 
 
-def leggi_prompt_file(percorso: str, errore) -> str:
+def leggi_prompt_file(percorso: str, rifiuta) -> str:
     """--prompt-file: its text, every request's prompt; `errore` (the parser's) for a file that cannot be read."""
     try:
         with open(percorso, encoding="utf-8") as f:
             testo = f.read().strip()
     except (OSError, UnicodeDecodeError) as exc:
-        errore(f"--prompt-file: non riesco a leggere '{percorso}': {perche_os(exc)}")
+        rifiuta(f"--prompt-file: non riesco a leggere '{percorso}': {perche_os(exc)}")
     if not testo:
-        errore(f"--prompt-file: '{percorso}' è vuoto")
+        rifiuta(f"--prompt-file: '{percorso}' è vuoto")
     return testo
 
 
@@ -1703,10 +1703,10 @@ class SessioneOltre(Sessione):
         for configurazione in o.np or [None]:
             with self.server(configurazione) as decisa:  # --avvia: with what the server decided
                 client, info = self.collega(decisa)
-                controlla_modello(client, extra(self.piani[0]).modello)
-                if extra(self.piani[0]).sistema and not extra(self.piani[0]).testo_sistema:
+                controlla_modello(client, oltre(self.piani[0]).modello)
+                if oltre(self.piani[0]).sistema and not oltre(self.piani[0]).testo_sistema:
                     self.piani = con_prompt_di_sistema(client, self.piani)  # on the server's tokenizer
-                if any(extra(p).prompt_token or extra(p).prefisso for p in self.piani) and not extra(self.piani[0]).pezzi:
+                if any(oltre(p).prompt_token or oltre(p).prefisso for p in self.piani) and not oltre(self.piani[0]).pezzi:
                     self.piani = con_pezzi(client, self.piani)  # exact prompts, on the server's tokenizer
                 if o.riscaldamento:
                     riscalda(client, self.piani[0], info, o.riscaldamento)
@@ -1786,15 +1786,15 @@ class SessioneOltre(Sessione):
     def codice_fallite(self, fallite: List[Risultato]) -> int:
         """The exit code when requests failed: 3 when conversations (--turni) ran out of context, as the
         experiment means them to, and nothing else failed; 1 otherwise."""
-        turni = any(extra(p.piano).turni for p in self.prove)
+        turni = any(oltre(p.piano).turni for p in self.prove)
         return 3 if turni and all(map(contesto_finito, fallite)) else 1
 
     def dopo_la_prova(self, prova: Prova) -> None:
         """What the extras print after a run's lab lines: its pace, its conversations, every figure, the
         SLO, its picture, its explanation; then their notes on stderr."""
-        o, piano = self.oltre, extra(prova.piano)
-        righe = (righe_ritmo(prova) if piano.al_tempo else []) + righe_prompt_esatti(prova, self.log_della_prova())
-        if piano.turni:
+        o, piano_oltre = self.oltre, oltre(prova.piano)
+        righe = (righe_ritmo(prova) if piano_oltre.al_tempo else []) + righe_prompt_esatti(prova, self.log_della_prova())
+        if piano_oltre.turni:
             righe += [""] + righe_conversazioni(prova)
         if o.dettagli:
             righe += [""] + righe_dettagli(prova, o.percentili) + righe_contesto(prova)
@@ -1808,10 +1808,10 @@ class SessioneOltre(Sessione):
             righe.append("")
         if righe:
             print("\n".join(righe), flush=True)
-        for testo in note_ritmo(prova) if piano.ritmo or piano.traccia else []:
+        for testo in note_ritmo(prova) if piano_oltre.ritmo or piano_oltre.traccia else []:
             nota(testo)
         letti = [c for c in prova.esecuzione.campioni if c.occupati is not None]
-        if (o.dettagli or o.grafico or o.file_svg or piano.turni) and letti and not letture_contesto(prova):
+        if (o.dettagli or o.grafico or o.file_svg or piano_oltre.turni) and letti and not letture_contesto(prova):
             nota("/slots non dice quanti token tiene ogni slot (n_prompt_tokens): il contesto per slot è n/d")
 
     def alla_fine(self) -> None:
@@ -1852,7 +1852,7 @@ def note(prova: Prova) -> List[str]:
         testi.append(frase_vuote(prova, len(vuote)))
     elif fermate_prima(prova):
         testi.append(frase_fermate(prova))
-    stimate = [r for r in e.riuscite if extra(r).token_stimati]  # --stream from a server without usage
+    stimate = [r for r in e.riuscite if oltre(r).token_stimati]  # --stream from a server without usage
     if stimate:
         testi.append(f"il server non ha detto nel flusso quanti token ha generato (né usage né timings) per "
                      f"{quante(len(stimate), 'richiesta', 'richieste')}: i loro token (segnati ~) sono i chunk con "
@@ -1863,7 +1863,7 @@ def note(prova: Prova) -> List[str]:
                      "una chiave API; passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY (se l'hai già "
                      "passata, controllala)")
     dalla_cache = [r for r in e.risultati if r.token_cache]
-    if dalla_cache and not (extra(prova.piano).turni or extra(prova.piano).prefisso is not None):  # the cache as the experiment
+    if dalla_cache and not (oltre(prova.piano).turni or oltre(prova.piano).prefisso is not None):  # the cache as the experiment
         testi.append(f"il server ha preso dalla cache {sum(r.token_cache for r in dalla_cache)} token di prompt "
                     f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
                     "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
@@ -1886,7 +1886,7 @@ def frase_fermate(prova: Prova) -> str:
     frase = (f"{quante(len(corte), 'richiesta', 'richieste')} su {len(prova.esecuzione.risultati)} "
              f"{'si è fermata' if len(corte) == 1 else 'si sono fermate'} prima di --token {piano.max_token} "
              f"(finish_reason stop, {min(r.token for r in corte)}-{max(r.token for r in corte)} token)")
-    if extra(piano).esatti:
+    if oltre(piano).esatti:
         return frase + ": il server non rispetta ignore_eos (--esatti)"
     return (frase + ": il throughput conta i token generati davvero, e non si confronta con prove che arrivano a "
             "--token; " + ("--esatti li fa generare tutti" if prova.info.llama_cpp is not False else
@@ -2021,7 +2021,7 @@ def risponde_in_chiaro(client: Client) -> bool:
         return False
 
 
-def cifra(client: Client, sock: socket.socket, scadenza: float) -> socket.socket:
+def con_tls(client: Client, sock: socket.socket, scadenza: float) -> socket.socket:
     """https: TLS on a connected socket, with one ssl context per client. The handshake gets a few
     seconds at most: a server that speaks plain http never answers it."""
     if client.tls is None:
@@ -2576,7 +2576,7 @@ def eventi_json(dati: List[bytes]) -> list:
 
 def tpot(r: Risultato) -> Optional[float]:
     """Time per output token after the first, in seconds: (latency - first token) / (tokens - 1)."""
-    primo = extra(r).primo_token
+    primo = oltre(r).primo_token
     if primo is None or r.token is None or r.token < 2:
         return None
     return (r.latenza - primo) / (r.token - 1)
@@ -2585,15 +2585,15 @@ def tpot(r: Risultato) -> Optional[float]:
 def itl(r: Risultato) -> List[float]:
     """The gaps between successive chunks with text, in seconds, as they are (like vLLM: a chunk
     that carries two tokens makes one gap, not two halves)."""
-    chunk = extra(r).chunk_s or ()
+    chunk = oltre(r).chunk_s or ()
     return [b - a for a, b in zip(chunk, chunk[1:])]
 
 
 def token_per_chunk(r: Risultato) -> Optional[float]:
     """How many tokens one chunk with text carried, on average: the server's count over the chunks.
     llama.cpp sends one token a chunk; other servers may send several."""
-    chunk = extra(r).chunk_s
-    return r.token / len(chunk) if chunk and r.token and not extra(r).token_stimati else None
+    chunk = oltre(r).chunk_s
+    return r.token / len(chunk) if chunk and r.token and not oltre(r).token_stimati else None
 
 
 # --ritmo and --durata: requests sent by the clock ##############################################
@@ -2601,19 +2601,19 @@ def token_per_chunk(r: Risultato) -> Optional[float]:
 TETTO_RITMO = 256  # --ritmo without --parallele: at most this many in flight (a thread each)
 
 
-def orari(piano: PianoOltre) -> Iterator[float]:
+def orari(piano_oltre: PianoOltre) -> Iterator[float]:
     """When to send each request, in seconds from the start of the run. --arrivi costanti: every
     1/ritmo s. Poisson (the default): gaps drawn from an exponential distribution of mean 1/ritmo,
     as independent users arrive; the same --seme gives the same schedule."""
     import random
 
-    if piano.arrivi == "costanti":
-        yield from (i / piano.ritmo for i in itertools.count())
-    caso = random.Random(piano.seme)
+    if piano_oltre.arrivi == "costanti":
+        yield from (i / piano_oltre.ritmo for i in itertools.count())
+    caso = random.Random(piano_oltre.seme)
     t = 0.0
     while True:
         yield t
-        t += caso.expovariate(piano.ritmo)
+        t += caso.expovariate(piano_oltre.ritmo)
 
 
 class Programma:
@@ -2665,12 +2665,12 @@ class Programma:
         scheduler's thread only keeps the time)."""
         domanda, lunghezza = domanda_di(indice, self.piano, self.primo_prompt)
         r = invia(client, indice, domanda, self.piano.timeout, t0)
-        return r._replace(oltre=extra(r)._replace(previsto=previsto, prompt_esatto=lunghezza))
+        return r._replace(oltre=oltre(r)._replace(previsto=previsto, prompt_esatto=lunghezza))
 
 
 def ritardi_invio(e: Esecuzione) -> List[float]:
     """How late each request left against the schedule (--ritmo), in seconds."""
-    return [r.inizio - extra(r).previsto for r in e.risultati if extra(r).previsto is not None]
+    return [r.inizio - oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None]
 
 
 def ritmo_di(tempi: List[float]) -> Optional[float]:
@@ -2681,8 +2681,8 @@ def ritmo_di(tempi: List[float]) -> Optional[float]:
 def invii_al_secondo(prova: Prova) -> Optional[float]:
     """The requests sent per second: the arrival rate the server saw. Under --durata with the cap full to
     the end (requests of the schedule never sent), over the whole duration, not between the few sent."""
-    e, durata = prova.esecuzione, extra(prova.piano).durata
-    if durata and extra(e).non_inviate:
+    e, durata = prova.esecuzione, oltre(prova.piano).durata
+    if durata and oltre(e).non_inviate:
         return len(e.risultati) / durata
     return ritmo_di([r.inizio for r in e.risultati])
 
@@ -2695,33 +2695,33 @@ def righe_ritmo(prova: Prova) -> List[str]:
     """After the lab's summary: with --ritmo the rate asked, the schedule's and the one sent, and how
     late the sends were against the schedule; with --durata how many requests were sent and answered,
     and why the total time is not the duration."""
-    e, piano = prova.esecuzione, extra(prova.piano)
+    e, piano_oltre = prova.esecuzione, oltre(prova.piano)
     righe = []
-    if piano.ritmo:
-        arrivi = f"arrivi di Poisson, seme {piano.seme}" if piano.arrivi == "poisson" else "arrivi costanti"
+    if piano_oltre.ritmo:
+        arrivi = f"arrivi di Poisson, seme {piano_oltre.seme}" if piano_oltre.arrivi == "poisson" else "arrivi costanti"
         ritardi = ritardi_invio(e)
-        programmato = ritmo_di([extra(r).previsto for r in e.risultati if extra(r).previsto is not None])
-        if piano.durata and extra(e).non_inviate:  # the schedule's rate over the duration, the unsent included
-            programmato = (len(e.risultati) + extra(e).non_inviate) / piano.durata
-        righe.append(f"ritmo chiesto {piano.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}, "
+        programmato = ritmo_di([oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None])
+        if piano_oltre.durata and oltre(e).non_inviate:  # the schedule's rate over the duration, the unsent included
+            programmato = (len(e.risultati) + oltre(e).non_inviate) / piano_oltre.durata
+        righe.append(f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}, "
                      f"inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}; ritardo degli invii sul programma: "
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
-    if piano.traccia:
+    if piano_oltre.traccia:
         ritardi = ritardi_invio(e)
-        previsti = [extra(r).previsto for r in e.risultati if extra(r).previsto is not None]
-        righe.append(f"traccia di {piano.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
+        previsti = [oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None]
+        righe.append(f"traccia di {piano_oltre.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
                      f"{fmt(max(previsti, default=None), '.2f s')} nel file ({fmt(ritmo_di(previsti), '.2f req/s')}), "
                      f"inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}; ritardo degli invii sugli orari: "
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
-    if piano.durata:
+    if piano_oltre.durata:
         risposte = sum(r.riuscita for r in e.risultati)
-        non_inviate = extra(e).non_inviate
-        righe.append(f"in {piano.durata:g} s (--durata): inviate {quante(e.n_richieste, 'richiesta', 'richieste')}, "
+        non_inviate = oltre(e).non_inviate
+        righe.append(f"in {piano_oltre.durata:g} s (--durata): inviate {quante(e.n_richieste, 'richiesta', 'richieste')}, "
                      f"{risposte} con risposta; "
                      + (f"{non_inviate} del programma non inviate (il tetto di --parallele {prova.piano.parallele} era "
                         "pieno fino alla fine); " if non_inviate else "")
                      + 
-                     f"l'ultimo invio a {fmt(extra(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
+                     f"l'ultimo invio a {fmt(oltre(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
                      f"{fmt(prova.riepilogo.tempo_totale, '.2f s')} (il tempo totale)")
     return righe
 
@@ -2730,9 +2730,9 @@ def ritmo_tenuto(prova: Prova) -> bool:
     """Whether the sends kept to the schedule: none held by the cap, and the p99 lateness within
     10 ms or a tenth of the mean gap, whichever is larger."""
     p99 = percentile(ritardi_invio(prova.esecuzione), 99)
-    ritmo = extra(prova.piano).ritmo or ritmo_di([extra(r).previsto for r in prova.esecuzione.risultati
-                                                  if extra(r).previsto is not None])  # a trace: its mean rate
-    return not extra(prova.esecuzione).trattenute and not extra(prova.esecuzione).non_inviate and (p99 is None or not ritmo or p99 <= max(0.010, 0.1 / ritmo))
+    ritmo = oltre(prova.piano).ritmo or ritmo_di([oltre(r).previsto for r in prova.esecuzione.risultati
+                                                  if oltre(r).previsto is not None])  # a trace: its mean rate
+    return not oltre(prova.esecuzione).trattenute and not oltre(prova.esecuzione).non_inviate and (p99 is None or not ritmo or p99 <= max(0.010, 0.1 / ritmo))
 
 
 def note_ritmo(prova: Prova) -> List[str]:
@@ -2742,7 +2742,7 @@ def note_ritmo(prova: Prova) -> List[str]:
         return []
     inviate, chiesto = fmt(invii_al_secondo(prova), ".2f req/s"), (f"{piano.oltre.ritmo:g} req/s" if piano.oltre.ritmo
                                                                  else "gli orari della traccia")
-    trattenute, non_inviate = extra(e).trattenute, extra(e).non_inviate
+    trattenute, non_inviate = oltre(e).trattenute, oltre(e).non_inviate
     if non_inviate and not trattenute:
         return [f"il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
                 f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
@@ -2764,18 +2764,18 @@ def note_ritmo(prova: Prova) -> List[str]:
 def attese_del_tetto(prova: Prova) -> Dict[int, float]:
     """--ritmo with the --parallele cap full: each request the cap held in the client, and how late it
     left against the schedule (beyond the lateness ritmo_tenuto forgives). Its user waited that long too."""
-    e, ritmo = prova.esecuzione, extra(prova.piano).ritmo
-    if not extra(e).trattenute:
+    e, ritmo = prova.esecuzione, oltre(prova.piano).ritmo
+    if not oltre(e).trattenute:
         return {}
     soglia = max(0.010, 0.1 / ritmo) if ritmo else 0.010
-    ritardi = {r.indice: r.inizio - extra(r).previsto for r in e.riuscite if extra(r).previsto is not None}
+    ritardi = {r.indice: r.inizio - oltre(r).previsto for r in e.riuscite if oltre(r).previsto is not None}
     return {i: ritardo for i, ritardo in ritardi.items() if ritardo > soglia}
 
 
 def latenza_dal_previsto(r: Risultato) -> float:
     """--ritmo: seconds from when the schedule meant to send a request to its answer. A request the
     client sent late waited that long too: this is the latency its user saw (no coordinated omission)."""
-    previsto = extra(r).previsto
+    previsto = oltre(r).previsto
     return r.latenza if previsto is None else r.fine - previsto
 
 
@@ -2802,13 +2802,13 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     """The values of each figure of --dettagli over the successful requests, in seconds."""
     ok = prova.esecuzione.riuscite
     valori = {"latenza": [r.latenza for r in ok]}
-    if extra(prova.piano).ritmo or extra(prova.piano).traccia:
+    if oltre(prova.piano).ritmo or oltre(prova.piano).traccia:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
     valori["attesa dello slot"] = list(attese_a_slot_pieni(ok, prova.info.n_slot).values())  # every slot busy
-    if extra(prova.esecuzione).trattenute:  # the cap's wait, in the client before the send: a wait too
-        valori["attesa del tetto"] = [r.inizio - extra(r).previsto for r in ok if extra(r).previsto is not None]
-    if any(extra(r).chunk_s is not None for r in ok):  # --stream
-        valori["primo token"] = [extra(r).primo_token for r in ok if extra(r).primo_token is not None]
+    if oltre(prova.esecuzione).trattenute:  # the cap's wait, in the client before the send: a wait too
+        valori["attesa del tetto"] = [r.inizio - oltre(r).previsto for r in ok if oltre(r).previsto is not None]
+    if any(oltre(r).chunk_s is not None for r in ok):  # --stream
+        valori["primo token"] = [oltre(r).primo_token for r in ok if oltre(r).primo_token is not None]
         valori["TPOT"] = [t for t in map(tpot, ok) if t is not None]
         valori["ITL"] = [g for r in ok for g in itl(r)]
     return valori
@@ -2881,11 +2881,11 @@ def riassunto_vllm(prova: Prova, percentili: Sequence[int] = (99,)) -> dict:
             "total_token_throughput": c["token_s"]}
     valori = valori_figure(prova)
     for nome, figura in FIGURE_VLLM.items():
-        ms = [v * 1000 for v in valori.get(figura, [])]
-        dati.update({f"mean_{nome}_ms": media(ms),
-                     f"median_{nome}_ms": statistics.median(ms) if ms else None,
-                     f"std_{nome}_ms": statistics.pstdev(ms) if ms else None})
-        dati.update({f"p{p}_{nome}_ms": percentile(ms, p) for p in percentili})
+        millisecondi = [v * 1000 for v in valori.get(figura, [])]
+        dati.update({f"mean_{nome}_ms": media(millisecondi),
+                     f"median_{nome}_ms": statistics.median(millisecondi) if millisecondi else None,
+                     f"std_{nome}_ms": statistics.pstdev(millisecondi) if millisecondi else None})
+        dati.update({f"p{p}_{nome}_ms": percentile(millisecondi, p) for p in percentili})
     return dati
 
 
@@ -2930,10 +2930,10 @@ def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], 
     requests and their tokens per second over the run's total time), as vLLM and aiperf define it.
     A request of one token has no time between tokens, and meets a TPOT objective. When --ritmo's
     schedule was not kept, latency and first token count from the planned send time (the last value)."""
-    dal_previsto = bool(extra(prova.piano).ritmo or extra(prova.piano).traccia) and not ritmo_tenuto(prova)
+    dal_previsto = bool(oltre(prova.piano).ritmo or oltre(prova.piano).traccia) and not ritmo_tenuto(prova)
     ritardo = (lambda r: latenza_dal_previsto(r) - r.latenza) if dal_previsto else (lambda r: 0.0)  # noqa: E731
     misura = {"latenza": lambda r: r.latenza + ritardo(r),
-              "ttft": lambda r: None if extra(r).primo_token is None else extra(r).primo_token + ritardo(r),
+              "ttft": lambda r: None if oltre(r).primo_token is None else oltre(r).primo_token + ritardo(r),
               "tpot": lambda r: 0.0 if r.token == 1 else tpot(r)}
     e, totale = prova.esecuzione, prova.riepilogo.tempo_totale
     buone = [r for r in e.risultati if r.riuscita and all(
@@ -2950,7 +2950,7 @@ def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
     --prompt-file one), left out of every figure; sent as the lab's run sends its own."""
     print(f"riscaldamento: {quante(n, 'richiesta', 'richieste')} prima della prova, escluse dalle cifre",
           file=sys.stderr, flush=True)
-    testo = extra(piano).testo
+    testo = oltre(piano).testo
     domande = [domanda_chat(testo if testo is not None else f"(riscaldamento {i + 1}) {prompt_per(i)}", piano)
                for i in range(n)]
     # All sent at once, as the lab's are: a plan without extras, the requests already made with them.
@@ -3139,9 +3139,9 @@ def valore_di(chiave: str, piano: Piano, configurazione: Optional[Configurazione
 def valore_numerico(chiave: str, piano: Piano):
     """A plan's value of a flag that takes a list: parallele, token, ritmo, prompt (--prompt-token: a list is
     of single lengths) or prefisso."""
-    oltre = extra(piano)
-    return {"parallele": piano.parallele, "token": piano.max_token, "ritmo": oltre.ritmo,
-            "prompt": oltre.prompt_token and oltre.prompt_token[0], "prefisso": oltre.prefisso}[chiave]
+    piano_oltre = oltre(piano)
+    return {"parallele": piano.parallele, "token": piano.max_token, "ritmo": piano_oltre.ritmo,
+            "prompt": piano_oltre.prompt_token and piano_oltre.prompt_token[0], "prefisso": piano_oltre.prefisso}[chiave]
 
 
 def variate(piani: List[Piano]) -> List[str]:
@@ -3229,7 +3229,7 @@ class Punto(NamedTuple):
         if asse == "parallele":
             return min(piano.parallele, piano.richieste) if piano.richieste else piano.parallele
         if asse == "ritmo":
-            return self.inviate_davvero or extra(piano).ritmo
+            return self.inviate_davvero or oltre(piano).ritmo
         return None
 
 
@@ -3296,9 +3296,9 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     testa += ["dalla cache (media)"] * cache + ["prompt t/s (server)"] * prefill
     testa += ["t/s nel proprio slot", "picco slot occupati", "picco coda"]
     flussi = [(f, p) for f in ("primo token", "TPOT", "ITL") for p in percentili or PERCENTILI_GRIGLIA] if any(
-        extra(r).chunk_s is not None for punto in punti for q in punto.intere for r in q.esecuzione.riuscite) else []
+        oltre(r).chunk_s is not None for punto in punti for q in punto.intere for r in q.esecuzione.riuscite) else []
     testa += [f"{'TTFT' if f == 'primo token' else f} p{p}" for f, p in flussi]
-    con_ritmo = any(extra(p.prove[0].piano).ritmo for p in punti)
+    con_ritmo = any(oltre(p.prove[0].piano).ritmo for p in punti)
     if con_ritmo:
         testa.append("inviate davvero")
     corpo = []
@@ -3540,7 +3540,7 @@ def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
     burst that made a few wait, or answers still on their way at the end, is not an overload: the queue
     did not grow. `certo` when the growth is beyond the noise of the waits."""
     e = prova.esecuzione
-    if not extra(prova.piano).al_tempo:
+    if not oltre(prova.piano).al_tempo:
         return None
     ok = sorted(e.riuscite, key=lambda r: r.inizio)
     inizi = sorted(r.inizio for r in e.risultati)
@@ -3859,11 +3859,11 @@ def letture_in_fase(prova: Prova, tempi: List[float], inizi: List[float]) -> Opt
     import bisect
     import math
 
-    o = extra(prova.piano)
+    piano_oltre = oltre(prova.piano)
     tempi = [t for t in tempi if inizi and inizi[0] <= t <= inizi[-1]]  # while sending: after, nothing to lock to
-    if not o.ritmo or o.arrivi != "costanti" or len(tempi) < 3:
+    if not piano_oltre.ritmo or piano_oltre.arrivi != "costanti" or len(tempi) < 3:
         return None
-    periodo = 1 / o.ritmo
+    periodo = 1 / piano_oltre.ritmo
     angoli = [2 * math.pi * ((t - inizi[0]) % periodo) / periodo for t in tempi]
     if math.hypot(media([math.cos(x) for x in angoli]), media([math.sin(x) for x in angoli])) < 0.8:
         return None
@@ -3905,9 +3905,9 @@ class Capacita:
 
     def cerca(self) -> None:
         """Double, then bisect; then the answer, the points tried and (with --grafico) the curve."""
-        ritmo = extra(self.sessione.piani[0]).ritmo
+        ritmo = oltre(self.sessione.piani[0]).ritmo
         tiene, cade = None, None
-        durata = extra(self.sessione.piani[0]).durata
+        durata = oltre(self.sessione.piani[0]).durata
         while len(self.punti) < MAX_PUNTI_CAPACITA:
             if self.prova_a(ritmo):
                 tiene = ritmo
@@ -4278,7 +4278,7 @@ def tabella_e_file(sessione: Sessione) -> None:
             except OSError as exc:
                 print(f"carico.py: errore: non riesco a scrivere '{percorso}': {perche_os(exc)}",
                       file=sys.stderr)
-                sessione.errore = sessione.errore or 1
+                sessione.codice_errore = sessione.codice_errore or 1
     if righe:
         try:
             print("\n".join(righe), flush=True)
@@ -4294,7 +4294,7 @@ CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_
 
 
 def riga_dati(r: Risultato) -> dict:
-    letto = extra(r)
+    letto = oltre(r)
     return {"indice": r.indice, "token_prompt": r.token_prompt, "token": r.token, "latenza_s": r.latenza,
             "attesa_slot_s": attesa_dello_slot(r), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
             "t_s_nel_slot": r.tps, "primo_token_s": letto.primo_token, "finish_reason": r.finish_reason,
@@ -4308,7 +4308,7 @@ def riga_dati(r: Risultato) -> dict:
 def dati_piano(piano: Piano) -> dict:
     """A plan as the files keep it: every field, the prompt file's and the system prompt's texts left out."""
     testi = dict(testo=None, testo_sistema=None, pezzi=None, dataset=None)  # the texts stay out: the flags say how
-    return {**piano._replace(oltre=None)._asdict(), **extra(piano)._replace(**testi)._asdict(), "oltre": None}
+    return {**piano._replace(oltre=None)._asdict(), **oltre(piano)._replace(**testi)._asdict(), "oltre": None}
 
 
 def testo_csv(prove: List[Prova]) -> str:
@@ -4321,7 +4321,7 @@ def testo_csv(prove: List[Prova]) -> str:
     for n, prova in enumerate(prove, 1):
         for r in prova.esecuzione.risultati:
             scrittore.writerow({"prova": n, "np": etichetta_np(prova), "parallele": prova.piano.parallele, "max_token": prova.piano.max_token,
-                                "ritmo": extra(prova.piano).ritmo, "interrotta": prova.esecuzione.interruzione is not None,
+                                "ritmo": oltre(prova.piano).ritmo, "interrotta": prova.esecuzione.interruzione is not None,
                                 **riga_dati(r)})
     return uscita.getvalue()
 
@@ -4334,7 +4334,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
         "carico": __version__, "url": url,
         "opzioni": {k: v for k, v in dati_piano(piani[0]).items() if k != "oltre"},
         "griglia": {v: sorted({valore_numerico(v, p) for p in piani}) for v in variate(piani)},
-        "prompt_file": extra(piani[0]).testo is not None,
+        "prompt_file": oltre(piani[0]).testo is not None,
         "prove": [{
             "np": p.configurazione and etichetta_np(p),  # None: the server at --url
             "piano": {k: v for k, v in dati_piano(p.piano).items() if k != "oltre"},
@@ -4345,9 +4345,9 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "invii": {"al_secondo": invii_al_secondo(p),
                       "ritardo_p99_s": percentile(ritardi_invio(p.esecuzione), 99),
                       "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
-                      "trattenute_dal_tetto": extra(p.esecuzione).trattenute,
-                      "non_inviate_dal_tetto": extra(p.esecuzione).non_inviate,
-                      "inviate": p.esecuzione.n_richieste} if extra(p.piano).al_tempo else None,
+                      "trattenute_dal_tetto": oltre(p.esecuzione).trattenute,
+                      "non_inviate_dal_tetto": oltre(p.esecuzione).non_inviate,
+                      "inviate": p.esecuzione.n_richieste} if oltre(p.piano).al_tempo else None,
             "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": kv_condivisa(p),
                        "props": p.info.props},
             "macchina": p.macchina._asdict() if p.macchina else None,
@@ -4412,7 +4412,7 @@ def spiegazione(prova: Prova) -> List[str]:
     frasi = []
     if info.n_slot is not None and s.picco is not None:
         insieme = min(piano.parallele, e.n_richieste)
-        if extra(piano).ritmo:
+        if oltre(piano).ritmo:
             partite = (f"Sono partite {e.n_richieste} richieste, {fmt(invii_al_secondo(prova), '.2f')} al secondo,"
                        if e.n_richieste > 1 else "È partita una sola richiesta")
         elif insieme == 1:
@@ -4435,16 +4435,16 @@ def spiegazione(prova: Prova) -> List[str]:
                          f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
                          f"sfortunata è la req {r.indice}: {attese[r.indice]:.2f} s di attesa su {r.latenza:.2f} s di "
                          f"latenza ({attese[r.indice] / r.latenza:.0%}).")
-        elif not attese_del_tetto(prova) and not extra(e).non_inviate and not (e.server_andato or e.interruzione):
+        elif not attese_del_tetto(prova) and not oltre(e).non_inviate and not (e.server_andato or e.interruzione):
             massima = max(attese.values())
             perche = ("il viaggio della richiesta" if massima < VIAGGIO_MAX else "con uno slot libero: il server, "
                       "occupato a finire un passo di calcolo per gli altri slot, non l'aveva ancora presa")
             frasi.append(f"Nessuna richiesta ha aspettato uno slot: ognuna ne ha trovato uno libero (fra l'invio e lo "
                          f"slot al massimo {massima:.2f} s, {perche}).")
     tetto = attese_del_tetto(prova)
-    if extra(e).non_inviate and not tetto:  # the cap full to the end: those never sent waited the whole run
+    if oltre(e).non_inviate and not tetto:  # the cap full to the end: those never sent waited the whole run
         frasi.append(f"Il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
-                     f"{quante(extra(e).non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
+                     f"{quante(oltre(e).non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
                      "prima della fine di --durata: chi le avrebbe mandate ha aspettato nel client un posto che non è "
                      "venuto, e il server ha visto meno carico di quello chiesto (alza --parallele per dargli tutto il "
                      "ritmo).")
@@ -4453,8 +4453,8 @@ def spiegazione(prova: Prova) -> List[str]:
         frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "
                      f"aspettato nel client un posto fra le {piano.parallele} in volo (il tetto di --parallele), prima "
                      f"ancora di partire: la req {peggiore} è partita {tetto[peggiore]:.2f} s dopo l'orario previsto"
-                     + (f", e {quante(extra(e).non_inviate, 'altra non è partita', 'altre non sono partite')} prima "
-                        "della fine di --durata" if extra(e).non_inviate else "") + ". "
+                     + (f", e {quante(oltre(e).non_inviate, 'altra non è partita', 'altre non sono partite')} prima "
+                        "della fine di --durata" if oltre(e).non_inviate else "") + ". "
                      f"Chi l'ha mandata ha aspettato anche quel tempo: la latenza dal previsto, che lo conta, ha p50 "
                      f"{percentile([latenza_dal_previsto(r) for r in ok], 50):.2f} s.")
     if s.occupati_dai_tempi is None and s.occupati_letti is None:
@@ -4709,21 +4709,21 @@ OPZIONI_DI_CARICO = {"parallele": "--parallele", "max_token": "--token", "token_
 CARICO_DI_UNA_PROVA = tuple(OPZIONI_DI_CARICO)
 
 
-def prove_salvate(percorso: str, errore) -> List[dict]:
+def prove_salvate(percorso: str, rifiuta) -> List[dict]:
     """The runs of a file written by --json (the ones cut short left out); `errore` (the parser's) for a
     file that is not one: exit 2, before anything else."""
     try:
         with open(percorso, encoding="utf-8") as f:
             dati = json.load(f)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        errore(f"--confronta: non riesco a leggere '{percorso}': {perche_os(exc)}")
+        rifiuta(f"--confronta: non riesco a leggere '{percorso}': {perche_os(exc)}")
     prove = dati.get("prove") if isinstance(dati, dict) else None
     if not isinstance(prove, list) or not all(isinstance(p, dict) and isinstance(p.get("riepilogo"), dict)
                                               for p in prove):
-        errore(f"--confronta: '{percorso}' non è un file di risultati di carico.py (--json)")
+        rifiuta(f"--confronta: '{percorso}' non è un file di risultati di carico.py (--json)")
     intere = [p for p in prove if not p.get("interrotta")]
     if not intere:
-        errore(f"--confronta: '{percorso}' non ha prove intere da confrontare")
+        rifiuta(f"--confronta: '{percorso}' non ha prove intere da confrontare")
     return intere
 
 
@@ -4964,7 +4964,7 @@ class Conversazioni:
 
         def invia_turno(indice: int, domanda: dict, utente: int, turno: int) -> Risultato:
             r = invia(client, indice, domanda, piano.timeout, t0)
-            return r._replace(oltre=extra(r)._replace(conversazione=utente, turno=turno + 1))
+            return r._replace(oltre=oltre(r)._replace(conversazione=utente, turno=turno + 1))
 
         def manda(utente: int, turno: int, messaggi: list) -> None:
             domanda = {**domanda_chat("", piano), "messages": messaggi, "cache_prompt": True}
@@ -4982,7 +4982,7 @@ class Conversazioni:
                 utente, turno, messaggi = storie.pop(futuro)
                 r = futuro.result()
                 if r.riuscita and turno + 1 < turni and not client.annullato.is_set():
-                    risposta = {"role": "assistant", "content": extra(r).testo or ""}
+                    risposta = {"role": "assistant", "content": oltre(r).testo or ""}
                     manda(utente, turno + 1, messaggi + [risposta, self.messaggio_utente(utente, turno + 1)])
                     in_corso.add(futuri[-1])
         return EsecuzioneOltre()
@@ -5055,7 +5055,7 @@ def testo_di_token(client: Client, n: int) -> str:
 
 def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
     """The plans with --sistema's text, made once on the first server's tokenizer."""
-    testo = testo_di_token(client, extra(piani[0]).sistema)
+    testo = testo_di_token(client, oltre(piani[0]).sistema)
     return [p._replace(oltre=p.oltre._replace(testo_sistema=testo)) for p in piani]
 
 
@@ -5070,8 +5070,8 @@ def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
 def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
     """The plans with the pieces to cut exact prompts from, made once on the first server's tokenizer;
     each distinct single length checked by counting its first prompt again (ErroreUtente if it fails)."""
-    lunghezze = [extra(p).prompt_token for p in piani if extra(p).prompt_token]
-    piu_lungo = max([b for _, b in lunghezze] + [extra(p).prefisso or 0 for p in piani] + [1])
+    lunghezze = [oltre(p).prompt_token for p in piani if oltre(p).prompt_token]
+    piu_lungo = max([b for _, b in lunghezze] + [oltre(p).prefisso or 0 for p in piani] + [1])
     pezzi = pezzi_del_server(client, piu_lungo + 1)
     prime = {}  # one start per distinct first piece (where a word starts): no two requests in a row open alike
     for i, pezzo in enumerate(pezzi):
@@ -5084,7 +5084,7 @@ def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
                             "non so fare prompt che non condividano l'inizio")
     fatti = b"".join(pezzi), tuple(itertools.accumulate(map(len, pezzi), initial=0)), tuple(prime.values())
     esatte = [("--prompt-token", minimo) for minimo, massimo in lunghezze if minimo == massimo]
-    esatte += [("--prefisso", extra(p).prefisso) for p in piani if extra(p).prefisso]
+    esatte += [("--prefisso", oltre(p).prefisso) for p in piani if oltre(p).prefisso]
     for opzione, n in dict.fromkeys(esatte):
         if len(tokenizza(client, taglia(fatti, 0, n))) != n:
             raise ErroreUtente(f"{opzione} {n}: il tokenizzatore del server non ricompone un testo di "
@@ -5104,32 +5104,32 @@ def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Op
     """The prompt of a run's request `indice` and, with --prompt-token, its length in tokens: a fixed one,
     or drawn between MIN and MAX by --seme and `indice` (each repeat of a run: the same lengths). Its
     text starts further on in the session (`primo_prompt`): a repeat does not send the same prompts."""
-    extra_piano = extra(piano)
-    prefisso = extra_piano.prefisso or 0  # --prefisso: the same opening, from the first start, then its own text
-    comune = taglia(extra_piano.pezzi, 0, prefisso) if prefisso else ""
-    if extra_piano.prompt_token is None:
+    piano_oltre = oltre(piano)
+    prefisso = piano_oltre.prefisso or 0  # --prefisso: the same opening, from the first start, then its own text
+    comune = taglia(piano_oltre.pezzi, 0, prefisso) if prefisso else ""
+    if piano_oltre.prompt_token is None:
         return comune + (" " if prefisso else "") + prompt_per(primo_prompt + indice, piano), None
     import random
 
-    lunghezza = random.Random(f"{extra_piano.seme or 0}:{indice}").randint(*extra_piano.prompt_token)
-    proprio = 1 + (primo_prompt + indice) % (len(extra_piano.pezzi[2]) - 1)  # never the prefix's own start
-    return comune + taglia(extra_piano.pezzi, proprio, lunghezza - prefisso), lunghezza
+    lunghezza = random.Random(f"{piano_oltre.seme or 0}:{indice}").randint(*piano_oltre.prompt_token)
+    proprio = 1 + (primo_prompt + indice) % (len(piano_oltre.pezzi[2]) - 1)  # never the prefix's own start
+    return comune + taglia(piano_oltre.pezzi, proprio, lunghezza - prefisso), lunghezza
 
 
 def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, Optional[int]]:
     """The JSON of a run's request `indice` when the extras send it: from --dataset (its prompt or
     messages, its max_tokens), else with the prompt of `prompt_di`; and its exact length, if known."""
-    dataset, minimo = extra(piano).dataset, extra(piano).token_minimo
+    dataset, minimo = oltre(piano).dataset, oltre(piano).token_minimo
     if dataset is None:
         prompt, lunghezza = prompt_di(indice, piano, primo_prompt)
         domanda = domanda_chat(prompt, piano)
         if minimo is not None:  # --token MIN-MAX: by --seme and the request's place in its run, as the lengths
             import random
 
-            domanda["max_tokens"] = random.Random(f"token {extra(piano).seme or 0}:{indice}").randint(minimo, piano.max_token)
+            domanda["max_tokens"] = random.Random(f"token {oltre(piano).seme or 0}:{indice}").randint(minimo, piano.max_token)
         return domanda, lunghezza
     # A trace is replayed as it is (a repeat too: the same requests at the same times); a dataset moves on.
-    testo, massimo, _ = dataset[(indice if extra(piano).traccia else primo_prompt + indice) % len(dataset)]
+    testo, massimo, _ = dataset[(indice if oltre(piano).traccia else primo_prompt + indice) % len(dataset)]
     domanda = domanda_chat(testo if isinstance(testo, str) else "", piano)
     if not isinstance(testo, str):
         domanda["messages"] = [{"role": ruolo, "content": contenuto} for ruolo, contenuto in testo]
@@ -5138,7 +5138,7 @@ def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, 
     return domanda, None
 
 
-def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
+def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
     """--dataset FILE, read whole before any load: JSONL (one request a line: `prompt` or `messages`,
     optional `max_tokens` and `timestamp` in seconds, all lines or none) or ShareGPT's JSON, vLLM's layout
     (the first human turn of each conversation). Returns the requests, (prompt or messages, max_tokens,
@@ -5147,7 +5147,7 @@ def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
         with open(percorso, encoding="utf-8") as f:
             testo = f.read()
     except (OSError, UnicodeDecodeError) as exc:
-        errore(f"--dataset: non riesco a leggere '{percorso}': {perche_os(exc)}")
+        rifiuta(f"--dataset: non riesco a leggere '{percorso}': {perche_os(exc)}")
     try:
         intero = json.loads(testo)
     except ValueError:
@@ -5158,7 +5158,7 @@ def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
                    for c in intero if isinstance(c, dict) and isinstance(c.get("conversations"), list)]
         richieste = tuple((d, None, None) for d in domande if d)
         if not richieste:
-            errore(f"--dataset: '{percorso}' non ha conversazioni con una domanda (il formato di ShareGPT)")
+            rifiuta(f"--dataset: '{percorso}' non ha conversazioni con una domanda (il formato di ShareGPT)")
         senza = len(intero) - len(richieste)
         if not senza:
             return richieste, "ShareGPT"
@@ -5172,35 +5172,35 @@ def leggi_dataset(percorso: str, errore) -> Tuple[tuple, str]:
         try:
             voce = json.loads(riga)
         except ValueError:
-            errore(f"--dataset: '{percorso}', riga {n}: non è JSON (il file è JSONL, un oggetto JSON per riga con "
+            rifiuta(f"--dataset: '{percorso}', riga {n}: non è JSON (il file è JSONL, un oggetto JSON per riga con "
                    "prompt o messages, o il JSON di ShareGPT)")
-        richieste.append(voce_dataset(voce, f"--dataset: '{percorso}', riga {n}", errore))
+        richieste.append(voce_dataset(voce, f"--dataset: '{percorso}', riga {n}", rifiuta))
     if not richieste:
-        errore(f"--dataset: '{percorso}' è vuoto: nessuna richiesta")
-    orari = [t for _, _, t in richieste]
-    if None in orari and any(t is not None for t in orari):
-        errore(f"--dataset: '{percorso}': il timestamp c'è su alcune righe e non su altre")
-    if orari[0] is not None and any(b < a for a, b in zip(orari, orari[1:])):
-        errore(f"--dataset: '{percorso}': i timestamp devono crescere riga dopo riga")
-    if orari[0] is not None and orari[-1] - orari[0] > 86400:
-        errore(f"--dataset: '{percorso}': la traccia dura più di un giorno ({orari[-1] - orari[0]:.0f} s)")
-    return tuple((p, m, None if t is None else t - orari[0]) for p, m, t in richieste), "JSONL"
+        rifiuta(f"--dataset: '{percorso}' è vuoto: nessuna richiesta")
+    istanti = [t for _, _, t in richieste]
+    if None in istanti and any(t is not None for t in istanti):
+        rifiuta(f"--dataset: '{percorso}': il timestamp c'è su alcune righe e non su altre")
+    if istanti[0] is not None and any(b < a for a, b in zip(istanti, istanti[1:])):
+        rifiuta(f"--dataset: '{percorso}': i timestamp devono crescere riga dopo riga")
+    if istanti[0] is not None and istanti[-1] - istanti[0] > 86400:
+        rifiuta(f"--dataset: '{percorso}': la traccia dura più di un giorno ({istanti[-1] - istanti[0]:.0f} s)")
+    return tuple((p, m, None if t is None else t - istanti[0]) for p, m, t in richieste), "JSONL"
 
 
-def voce_dataset(voce, dove: str, errore) -> tuple:
+def voce_dataset(voce, dove: str, rifiuta) -> tuple:
     """One JSONL line as (prompt or messages, max_tokens, timestamp), checked."""
     if not isinstance(voce, dict):
-        errore(f"{dove}: ogni riga è un oggetto JSON, con prompt o messages")
+        rifiuta(f"{dove}: ogni riga è un oggetto JSON, con prompt o messages")
     testo = voce.get("prompt", voce.get("messages"))
     messaggi_validi = isinstance(testo, list) and testo and all(
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in testo)
     if not (isinstance(testo, str) and testo.strip() or messaggi_validi):
-        errore(f"{dove}: serve prompt (un testo) o messages (una lista di {{role, content}})")
+        rifiuta(f"{dove}: serve prompt (un testo) o messages (una lista di {{role, content}})")
     massimo, orario = voce.get("max_tokens"), voce.get("timestamp")
     if massimo is not None and (numero(massimo, int) is None or massimo < 1):
-        errore(f"{dove}: max_tokens deve essere un intero positivo, non {json.dumps(massimo)}")
+        rifiuta(f"{dove}: max_tokens deve essere un intero positivo, non {json.dumps(massimo)}")
     if orario is not None and (numero(orario) is None or orario < 0):
-        errore(f"{dove}: timestamp deve essere un numero di secondi, non {json.dumps(orario)}")
+        rifiuta(f"{dove}: timestamp deve essere un numero di secondi, non {json.dumps(orario)}")
     # messages kept as (role, content) pairs: a plan is a value (hashable), never a shared, mutable list
     return (testo if isinstance(testo, str) else tuple((m["role"], m["content"]) for m in testo)), massimo, orario
 
@@ -5210,27 +5210,27 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
     requests were sent. With --prefisso: how many prompt tokens the server took from its cache. With
     --prompt-token: the prompts' lengths asked, and what the chat template added, measured as the
     server's prompt_tokens less the prompt's own tokens."""
-    righe, piano, ok = [], extra(prova.piano), prova.esecuzione.riuscite
-    if piano.token_minimo is not None:
+    righe, piano_oltre, ok = [], oltre(prova.piano), prova.esecuzione.riuscite
+    if piano_oltre.token_minimo is not None:
         generati = [r.token for r in ok if r.token is not None]
-        righe.append(f"token chiesti a caso fra {piano.token_minimo} e {prova.piano.max_token} (seme {piano.seme or 0}): "
+        righe.append(f"token chiesti a caso fra {piano_oltre.token_minimo} e {prova.piano.max_token} (seme {piano_oltre.seme or 0}): "
                      f"generati {da_a(generati)}")
-    if piano.dataset is not None and not piano.traccia:
-        righe.append(f"richieste da {piano.nome_dataset}: {len(piano.dataset)} richieste nel file, "
+    if piano_oltre.dataset is not None and not piano_oltre.traccia:
+        righe.append(f"richieste da {piano_oltre.nome_dataset}: {len(piano_oltre.dataset)} richieste nel file, "
                      f"{prova.esecuzione.n_richieste} inviate")
-    prefisso = piano.prefisso
+    prefisso = piano_oltre.prefisso
     if prefisso is not None:
         dalla_cache = [r.token_cache for r in ok if r.token_cache is not None]
         if dalla_cache:
             righe.append((f"prefisso comune di {prefisso} token" if prefisso else "nessun prefisso comune, per confronto")
                          + f" (cache_prompt acceso): dalla cache {media(dalla_cache):.0f} token di prompt per richiesta "
                          f"in media ({da_a(dalla_cache)})" + perche_senza_prefisso(prova, log))
-    misurati = [r for r in ok if extra(r).prompt_esatto and r.token_prompt]
+    misurati = [r for r in ok if oltre(r).prompt_esatto and r.token_prompt]
     if not misurati:
         return righe
-    chiesti = [extra(r).prompt_esatto for r in misurati]
-    sopra = [r.token_prompt - extra(r).prompt_esatto for r in misurati]
-    a_caso = f" (a caso, seme {piano.seme or 0})" if piano.prompt_token[0] != piano.prompt_token[1] else ""
+    chiesti = [oltre(r).prompt_esatto for r in misurati]
+    sopra = [r.token_prompt - oltre(r).prompt_esatto for r in misurati]
+    a_caso = f" (a caso, seme {piano_oltre.seme or 0})" if piano_oltre.prompt_token[0] != piano_oltre.prompt_token[1] else ""
     return righe + [f"prompt: {da_a(chiesti)} token{a_caso}"
                     + f", contati dal tokenizzatore del server; il template della chat ne aggiunge {da_a(sopra)} "
                     f"(prompt_tokens {da_a([r.token_prompt for r in misurati])})"]
@@ -5243,7 +5243,7 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
     checkpoint or processed the whole prompt again, which it does for a model with sliding-window layers
     (gemma-3), whose cache cannot be cut back to a common prefix. Without the log carico does not know why,
     and says only what it saw."""
-    prefisso, ok = extra(prova.piano).prefisso, prova.esecuzione.riuscite
+    prefisso, ok = oltre(prova.piano).prefisso, prova.esecuzione.riuscite
     poche = [r for r in ok if r.token_cache is not None and r.token_cache < prefisso / 2]
     if not poche:
         return ""
@@ -5297,7 +5297,7 @@ def kv_condivisa(prova: Prova) -> bool:
 def frase_kv_piena(prova: Prova) -> Optional[str]:
     """What a 500 "Context size has been exceeded." means, said once after the run, whoever started the server."""
     piene = [r for r in prova.esecuzione.risultati if contesto_finito(r) == "kv"]
-    if not piene or extra(prova.piano).turni:  # conversations say it on their own lines
+    if not piene or oltre(prova.piano).turni:  # conversations say it on their own lines
         return None
     buffer = f"dei suoi {prova.info.n_ctx_slot} token" if prova.info.n_ctx_slot else "del buffer"
     return (f"{quante(len(piene), 'richiesta è fallita', 'richieste sono fallite')} con HTTP 500 \"Context size has been "
@@ -5313,7 +5313,7 @@ def cache_ereditata(prova: Prova) -> List[Risultato]:
     before any answer of this run had come back: nothing of this run could be there yet, so it was left
     by an earlier run on the same server (the system prompt and the first questions are the same)."""
     prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)  # None only with no turn at all
-    return [r for r in prova.esecuzione.riuscite if extra(r).turno == 1 and (r.token_cache or 0) > APERTURA_MAX
+    return [r for r in prova.esecuzione.riuscite if oltre(r).turno == 1 and (r.token_cache or 0) > APERTURA_MAX
             and r.inizio < prima_risposta]
 
 
@@ -5328,35 +5328,35 @@ def da_a(valori: List[int]) -> str:
 def righe_conversazioni(prova: Prova) -> List[str]:
     """--turni: per turn, how many conversations went through, the prompt's tokens, those reused from
     the cache, the latency (and the first token, with --stream); then where each conversation stopped."""
-    e, piano, utenti = prova.esecuzione, extra(prova.piano), prova.piano.parallele
-    stream = any(extra(r).chunk_s is not None for r in e.riuscite)
+    e, piano_oltre, utenti = prova.esecuzione, oltre(prova.piano), prova.piano.parallele
+    stream = any(oltre(r).chunk_s is not None for r in e.riuscite)
     condiviso = " condivisi fra gli slot (--kv-unified)" if kv_condivisa(prova) else " per slot"
     testa = ["turno", "riuscite", "token di prompt", "dalla cache", "latenza media"] + ["primo token"] * stream
     larghezze = [len(t) for t in testa]
-    righe = [f"conversazioni: {quante(utenti, 'utente', 'utenti')} da {quante(piano.turni, 'turno', 'turni')}"
-             + (f", prompt di sistema di {piano.sistema} token" if piano.sistema else "")
+    righe = [f"conversazioni: {quante(utenti, 'utente', 'utenti')} da {quante(piano_oltre.turni, 'turno', 'turni')}"
+             + (f", prompt di sistema di {piano_oltre.sistema} token" if piano_oltre.sistema else "")
              + f"; contesto {fmt(prova.info.n_ctx_slot, 'd')} token{condiviso}",
              in_colonne(testa, larghezze, "  ")]
-    for turno in range(1, piano.turni + 1):
-        ok = [r for r in e.riuscite if extra(r).turno == turno]
+    for turno in range(1, piano_oltre.turni + 1):
+        ok = [r for r in e.riuscite if oltre(r).turno == turno]
         cache = [r.token_cache for r in ok if r.token_cache is not None]
         prompt = da_a([r.token_prompt for r in ok if r.token_prompt is not None])
-        primi = [extra(r).primo_token for r in ok if extra(r).primo_token is not None]
+        primi = [oltre(r).primo_token for r in ok if oltre(r).primo_token is not None]
         celle = [str(turno), f"{len(ok)}/{utenti}", prompt, fmt(media(cache), ".0f"),
                  fmt(media([r.latenza for r in ok]), ".2f s"), fmt(media(primi), ".2f s")]
         righe.append(in_colonne(celle[:len(testa)], larghezze, "  "))
     for utente in range(utenti):
-        suoi = [r for r in e.risultati if extra(r).conversazione == utente]  # the user's turns that ended
+        suoi = [r for r in e.risultati if oltre(r).conversazione == utente]  # the user's turns that ended
         if suoi and not suoi[-1].riuscita:
             ultimo = suoi[-1]
             perche = PERCHE_FINITO.get(contesto_finito(ultimo), "è fallito")
-            righe.append(f"  utente {utente}: fermo al turno {extra(ultimo).turno}, {perche}: {ultimo.errore}")
+            righe.append(f"  utente {utente}: fermo al turno {oltre(ultimo).turno}, {perche}: {ultimo.errore}")
         troncati = [r for r in suoi if r.riuscita and r.finish_reason == "length" and r.token is not None
                     and r.token < prova.piano.max_token]
         for r in troncati:  # "length" before --token: the slot's context ended, when prompt and answer fill it
             pieno = None not in (r.token_prompt, prova.info.n_ctx_slot) and (
                 r.token_prompt + r.token >= prova.info.n_ctx_slot - 1)
-            righe.append(f"  utente {utente}: al turno {extra(r).turno} la risposta si è fermata a {r.token} token di "
+            righe.append(f"  utente {utente}: al turno {oltre(r).turno} la risposta si è fermata a {r.token} token di "
                          f"{prova.piano.max_token}" + (": lo slot era pieno" if pieno else "") + " (finish_reason length)")
     ereditata = cache_ereditata(prova)
     if ereditata:
@@ -5369,7 +5369,7 @@ def righe_conversazioni(prova: Prova) -> List[str]:
         chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
         righe.append(f"  il buffer condiviso: le letture di /slots hanno visto gli slot chiedergli insieme fino a "
                      f"{chiesti} token di {n_ctx} ({chiesti / n_ctx:.0%})")
-    in_fondo = len({extra(r).conversazione for r in e.riuscite if extra(r).turno == piano.turni})
+    in_fondo = len({oltre(r).conversazione for r in e.riuscite if oltre(r).turno == piano_oltre.turni})
     finite = sum(1 for r in e.risultati if contesto_finito(r))
     righe.append(f"  arrivate all'ultimo turno: {in_fondo} su {utenti}" + (
         f"; {quante(finite, 'richiesta non è entrata', 'richieste non sono entrate')} nel contesto" if finite else ""))
@@ -5399,11 +5399,11 @@ def leggi_decisioni(log: str) -> Decisioni:
     cache, nome = [], "KV"
     for riga in log.splitlines():
         creata = re.search(r"creating\s+(\S+) KV cache", riga)
-        taglia = re.search(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers", riga)
+        misura_kv = re.search(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers", riga)
         if creata:
             nome = creata.group(1)
-        elif taglia:
-            cache.append((nome, float(taglia.group(1)), int(taglia.group(2)), int(taglia.group(3))))
+        elif misura_kv:
+            cache.append((nome, float(misura_kv.group(1)), int(misura_kv.group(2)), int(misura_kv.group(3))))
             nome = "KV"
     if scelta is None:
         return Decisioni(cache_kv=tuple(cache))

@@ -174,7 +174,7 @@ def test_un_lettore_in_ritardo_non_sposta_i_tempi(fake, monkeypatch):
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         risultati = list(pool.map(lambda i: carico.ricevi_flusso(client, i, domanda, 5.0, 0.0), range(2)))
     assert max(letture) >= 0.04, letture  # some reads were late by the 50 ms...
-    visti = sorted(r.inizio + c for r in risultati for c in carico.extra(r).chunk_s)
+    visti = sorted(r.inizio + c for r in risultati for c in carico.oltre(r).chunk_s)
     veri = sorted(t for tempi in scritti for t in tempi)
     assert len(visti) == len(veri) == 12
     try:
@@ -214,7 +214,7 @@ def test_i_flussi_in_https(tmp_path):
     finally:
         servitore.join(5)
         ascolto.close()
-    c = carico.extra(r).chunk_s
+    c = carico.oltre(r).chunk_s
     assert (r.errore, r.token, len(c)) == (None, 6, 6), r
     assert c[0] == c[1] == c[2] < c[3] == c[4] == c[5] and r.latenza >= 0.08, c  # each group at its read's time
 

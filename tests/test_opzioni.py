@@ -123,5 +123,5 @@ def test_la_stessa_etichetta_di_np_in_tabella_csv_e_json(configurazione, n_slot,
 
 
 def test_extra_di_opzioni_senza_extra():
-    assert carico.extra(carico.Opzioni()) == carico.OpzioniOltre()
-    assert carico.extra(carico.Opzioni(oltre=carico.OpzioniOltre(ripeti=2))).ripeti == 2
+    assert carico.oltre(carico.Opzioni()) == carico.OpzioniOltre()
+    assert carico.oltre(carico.Opzioni(oltre=carico.OpzioniOltre(ripeti=2))).ripeti == 2

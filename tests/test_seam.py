@@ -18,7 +18,7 @@ def test_il_record_del_lab_tiene_quel_che_il_lab_legge():
     r = carico.Risultato(0, 0.0, 1.0, **carico.cifre_completamento(COMPLETAMENTO))
     assert (r.token, r.token_prompt, r.token_cache, r.finish_reason) == (5, 12, 3, "stop")
     assert not {"token_prompt", "token_cache", "finish_reason"} & set(carico.RisultatoOltre._fields)
-    assert carico.extra(r).testo == "Ciao"  # a conversation (--turni) sends it back: the extras'
+    assert carico.oltre(r).testo == "Ciao"  # a conversation (--turni) sends it back: the extras'
 
 
 def test_le_note_del_lab_leggono_il_record_del_lab():
