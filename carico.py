@@ -46,7 +46,7 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, 
 # Some modules are imported where they are used (http.client, concurrent.futures, statistics...):
 # `--help` and a bad flag answer at once, and a lab run never loads what only an extra needs.
 
-__version__ = "1.5.0"
+__version__ = "1.6.0"
 
 # The eight prompts of the lab, one per request. Each opens with different words, so two requests
 # share no prefix beyond the chat template's.
@@ -3409,10 +3409,11 @@ def dubbio_saturazione(punti: List[Punto], asse: str, prima: Punto, dopo: Punto)
             return (f"da {asse}={valore_punto(a, asse)} a {asse}={valore_punto(b, asse)} il throughput è risalito da "
                     f"{a.throughput:.1f} a {b.throughput:.1f} token/s ({b.throughput / a.throughput - 1:+.0%} per un "
                     f"carico ×{crescita:.1f}): il passo può essere stato rumore")
-    singole = [p for p in (prima, dopo) if len(p.intere) < 2]
-    if singole:
+    if len(prima.intere) < 2 or len(dopo.intere) < 2:
         return "una prova per punto: il rumore non è misurato, e un solo passo rumoroso basta a farla sembrare"
     a, b = throughput_delle_prove(prima), throughput_delle_prove(dopo)
+    if len(a) < 2 or len(b) < 2:  # the other runs of the point failed whole: no throughput of theirs
+        return "una sola prova con un throughput in un punto (le altre sono fallite): il rumore non è misurato"
     differenza, mezzo = differenza_ic(a, b)
     soglia = 0.25 * (dopo.carico(asse) / prima.carico(asse) - 1) * prima.throughput
     if differenza + mezzo >= soglia:

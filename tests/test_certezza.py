@@ -84,6 +84,19 @@ def test_una_sola_prova_dice_forse():
                                "sembrare")
 
 
+def test_ripetute_con_una_prova_tutta_fallita_non_fanno_un_verdetto_certo():
+    """SILENT (categorically), and no traceback: --ripeti 2 where every request of one run failed leaves that
+    point one throughput; the noise is not measured (this raised StatisticsError in the 95% interval)."""
+    curva = punti("parallele", (1, [(10, 1.0), (10.2, 1.0)]), (2, [(19, 1.0), (19.2, 1.0)]), (4, [(19.5, 2.0), (19.4, 2.0)]))
+    fallita = curva[2].prove[1]
+    curva[2].prove[1] = fallita._replace(esecuzione=fallita.esecuzione._replace(
+        risultati=[r._replace(errore="HTTP 500", token=None) for r in fallita.esecuzione.risultati]))
+    verdetto = carico.verdetto_saturazione(curva, "parallele")
+    assert verdetto is not None and verdetto.dopo is curva[2]
+    assert verdetto.dubbio == "una sola prova con un throughput in un punto (le altre sono fallite): il rumore non è misurato"
+    assert carico.frase_saturazione("parallele", verdetto).startswith("forse saturazione a parallele=4, non accertata")
+
+
 def test_nessuna_saturazione_solo_se_il_throughput_ha_seguito_il_carico():
     """"Nessuna saturazione" is a verdict too: plain when every step's throughput followed the load; when one
     step's did not and the latency stayed within the repeats' noise, "non accertata", and how to decide."""
