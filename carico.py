@@ -1096,7 +1096,7 @@ def righe_server_andato(prova: Prova, larghezza: int, parallele: str) -> List[st
             (rifiutate, "rifiutata", "rifiutate", "connessione rifiutata o chiusa dal server, nessuna risposta"),
             (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
         if indici:
-            righe.append(f"  req {indici[0]}-{indici[-1]}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
+            righe.append(f"  req {tratti(indici)}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
                          else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
     in_volo = sum(r.errore == IN_VOLO for r in e.risultati)
     return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info,
@@ -1104,6 +1104,12 @@ def righe_server_andato(prova: Prova, larghezza: int, parallele: str) -> List[st
         f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s: {e.server_andato[1]}): invii "
         "fermati" + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
                      if in_volo else "")]
+
+
+def tratti(indici: List[int]) -> str:
+    """Request numbers in runs: [0, 2, 4] -> "0, 2, 4", [3, 4, 5, 8] -> "3-5, 8" (a range holds every number in it)."""
+    gruppi = [[i for _, i in g] for _, g in itertools.groupby(enumerate(indici), lambda p: p[1] - p[0])]
+    return ", ".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in gruppi)
 
 
 def rifiutata(r: Risultato) -> bool:
@@ -3533,6 +3539,9 @@ class Sovraccarico(NamedTuple):
                                         "--durata più lunga lo decide")
 
 
+MINIMO_SOVRACCARICO = 6  # answers a run needs to tell an overload: a first and a last third of two each
+
+
 def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
     """The overload, where there is an arrival process (--ritmo, --durata, a trace; a batch sent at once has no
     arrival rate): while the requests were being sent (not during the drain after the last), fewer were
@@ -3545,7 +3554,7 @@ def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
         return None
     ok = sorted(e.riuscite, key=lambda r: r.inizio)
     inizi = sorted(r.inizio for r in e.risultati)
-    if len(ok) < 6 or inizi[-1] <= inizi[0]:
+    if len(ok) < MINIMO_SOVRACCARICO or inizi[-1] <= inizi[0]:
         return None
     finestra = inizi[-1] - inizi[0]
     arrivate = (len(inizi) - 1) / finestra
@@ -4000,9 +4009,12 @@ class Capacita:
 
 
 def segno_sovraccarico(prove: List[Prova]) -> str:
-    """--capacita's table: 'sì' for an overload beyond the noise, 'forse' for one within it, else 'no'."""
+    """--capacita's table: 'sì' for an overload beyond the noise, 'forse' for one within it, n/d where no run
+    had the answers to tell, else 'no'."""
     visti = [v for v in map(sovraccarico, prove) if v]
-    return "sì" if any(v.certo for v in visti) else "forse" if visti else "no"
+    if visti:
+        return "sì" if any(v.certo for v in visti) else "forse"
+    return "no" if any(len(p.esecuzione.riuscite) >= MINIMO_SOVRACCARICO for p in prove) else ND
 
 
 def quota_slo(prove: List[Prova], slo: Dict[str, float]) -> float:

@@ -172,6 +172,17 @@ def test_sovraccarico_incerto_quando_le_attese_sono_rumorose():
     assert carico.segno_sovraccarico([prova_]) == "forse"
 
 
+def test_capacita_non_dice_no_al_sovraccarico_con_troppe_poche_risposte():
+    """The tour of 1.6.0: --capacita at -np 2 gave 5 answers whose latencies rose 13 -> 73 s, and its table said
+    "sovraccarico: no". Too few answers to tell is n/d (SILENT); six that kept up are "no"; a queue that grew
+    is said (FIRE)."""
+    crescente = in_fila([i * 0.3 for i in range(5)], 1.0, 1)  # one slot, five arrivals far faster than it serves
+    assert carico.sovraccarico(crescente) is None and carico.segno_sovraccarico([crescente]) == "n/d"
+    al_passo = in_fila([i * 1.0 for i in range(6)], 0.5, 2)
+    assert carico.segno_sovraccarico([al_passo]) == "no"
+    assert carico.segno_sovraccarico([in_fila([i / 2.5 for i in range(20)], 1.0, 2)]) == "sì"
+
+
 def test_griglia_a_lotti_senza_sovraccarico(fake, carica):
     """Issue 23 item 2 on the fake: --parallele 2,8 --richieste 8 on one slot: requests wait, but they
     were submitted at once: no arrival rate, no overload."""

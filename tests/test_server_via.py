@@ -247,3 +247,17 @@ def test_avvia_server_che_si_ferma_codice_e_log(capsys):
     assert "il server (-np 1) si è fermato durante la prova (codice 0); ultime righe del suo log:" in err, err
     assert "cleaning up before exit..." in err
     assert "punto 2 di 2" not in out  # the session stopped: no second server
+
+
+def test_rifiutate_non_contigue_non_sono_un_intervallo():
+    """The tour of 1.6.0: requests 0, 2 and 4 refused were said "req 0-4: 3 richieste rifiutate", a range that
+    holds 1 and 3, listed above it with their own lines. A range only where it holds every number in it."""
+    assert carico.tratti([0, 2, 4]) == "0, 2, 4"
+    assert carico.tratti([3, 4, 5, 8]) == "3-5, 8"
+    rifiuto = carico.descrivi_errore_rete(ConnectionRefusedError(), 0)
+    risultati = [carico.Risultato(i, 0.0, 1.0, **({"errore": rifiuto} if i % 2 == 0 else {"token": 8, "tps": 10.0}))
+                 for i in range(5)]
+    esecuzione = carico.Esecuzione(risultati, [], 5, server_andato=(1.0, "porta chiusa"))
+    prova = carico.Prova(carico.InfoServer(2, 1024, True), esecuzione, carico.Piano(5, 4, 8))
+    righe = carico.righe_server_andato(prova, 1, "4")
+    assert righe[0] == "  req 0, 2, 4: 3 richieste rifiutate: connessione rifiutata o chiusa dal server, nessuna risposta"
