@@ -1096,7 +1096,7 @@ def righe_server_andato(prova: Prova, larghezza: int, parallele: str) -> List[st
             (rifiutate, "rifiutata", "rifiutate", "connessione rifiutata o chiusa dal server, nessuna risposta"),
             (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
         if indici:
-            righe.append(f"  req {tratti(indici)}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
+            righe.append(f"  req {numeri_in_tratti(indici)}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
                          else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
     in_volo = sum(r.errore == IN_VOLO for r in e.risultati)
     return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info,
@@ -1106,7 +1106,7 @@ def righe_server_andato(prova: Prova, larghezza: int, parallele: str) -> List[st
                      if in_volo else "")]
 
 
-def tratti(indici: List[int]) -> str:
+def numeri_in_tratti(indici: List[int]) -> str:
     """Request numbers in runs: [0, 2, 4] -> "0, 2, 4", [3, 4, 5, 8] -> "3-5, 8" (a range holds every number in it)."""
     gruppi = [[i for _, i in g] for _, g in itertools.groupby(enumerate(indici), lambda p: p[1] - p[0])]
     return ", ".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in gruppi)
@@ -1671,7 +1671,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
 
 
 def leggi_prompt_file(percorso: str, rifiuta) -> str:
-    """--prompt-file: its text, every request's prompt; `errore` (the parser's) for a file that cannot be read."""
+    """--prompt-file: its text, every request's prompt; `rifiuta` (the parser's error) for a file that cannot be read."""
     try:
         with open(percorso, encoding="utf-8") as f:
             testo = f.read().strip()

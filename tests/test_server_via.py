@@ -252,8 +252,8 @@ def test_avvia_server_che_si_ferma_codice_e_log(capsys):
 def test_rifiutate_non_contigue_non_sono_un_intervallo():
     """The tour of 1.6.0: requests 0, 2 and 4 refused were said "req 0-4: 3 richieste rifiutate", a range that
     holds 1 and 3, listed above it with their own lines. A range only where it holds every number in it."""
-    assert carico.tratti([0, 2, 4]) == "0, 2, 4"
-    assert carico.tratti([3, 4, 5, 8]) == "3-5, 8"
+    assert carico.numeri_in_tratti([0, 2, 4]) == "0, 2, 4"
+    assert carico.numeri_in_tratti([3, 4, 5, 8]) == "3-5, 8"
     rifiuto = carico.descrivi_errore_rete(ConnectionRefusedError(), 0)
     risultati = [carico.Risultato(i, 0.0, 1.0, **({"errore": rifiuto} if i % 2 == 0 else {"token": 8, "tps": 10.0}))
                  for i in range(5)]
