@@ -2203,12 +2203,12 @@ class Flusso:
                 if self._pezzo:
                     break
                 self._pezzo = -1
-            a_capo = buffer.find(b"\r\n", pos)
-            if a_capo < 0:
+            fine_riga = buffer.find(b"\r\n", pos)
+            if fine_riga < 0:
                 if len(buffer) - pos > 1024:
                     raise ErroreRete("risposta HTTP non valida (chunk)")
                 break
-            riga, pos = buffer[pos:a_capo], a_capo + 2
+            riga, pos = buffer[pos:fine_riga], fine_riga + 2
             if self._pezzo == -1:  # the CRLF that closes a chunk's data
                 if riga:
                     raise ErroreRete("risposta HTTP non valida (chunk)")
@@ -2406,8 +2406,8 @@ def leggi_con_tempo(flusso: Flusso, scarto: float) -> Optional[Tuple[float, byte
             return None
         raise
     adesso = time.perf_counter()
-    for livello, tipo, stampo in ausiliari:
-        if livello == socket.SOL_SOCKET and tipo == SO_TIMESTAMPNS and len(stampo) >= 16:
+    for livello_cmsg, tipo, stampo in ausiliari:
+        if livello_cmsg == socket.SOL_SOCKET and tipo == SO_TIMESTAMPNS and len(stampo) >= 16:
             secondi, nano = int.from_bytes(stampo[:8], sys.byteorder), int.from_bytes(stampo[8:16], sys.byteorder)
             arrivo = secondi + nano / 1e9 - scarto
             if flusso.inviata - 0.001 <= arrivo <= adesso + 0.001:  # else a clock that jumped: the read's time
@@ -2415,8 +2415,8 @@ def leggi_con_tempo(flusso: Flusso, scarto: float) -> Optional[Tuple[float, byte
     return adesso, dati
 
 
-def apri_in_anticipo(client: Client, domande: List[dict], quante: int, timeout: float = TIMEOUT_INFO) -> None:
-    """Before the clock starts: every request's bytes made, and `quante` connections opened for the first
+def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, timeout: float = TIMEOUT_INFO) -> None:
+    """Before the clock starts: every request's bytes made, and `quanti_socket` connections opened for the first
     streams (a connect is not part of what a stream measures); with none, what is left is dropped. A
     connection that fails is left to its request."""
     with client._lock:
@@ -2424,10 +2424,10 @@ def apri_in_anticipo(client: Client, domande: List[dict], quante: int, timeout: 
     client.richieste_pronte = {id(domanda): richiesta_in_flusso(client, domanda) for domanda in domande}
     for sock in vecchie:
         client.lascia(sock)
-    if quante:
+    if quanti_socket:
         client.flussi.avvia()
     scadenza = time.monotonic() + timeout
-    for _ in range(quante):
+    for _ in range(quanti_socket):
         try:
             sock = client._connetti(scadenza)
         except OSError:
@@ -2454,10 +2454,10 @@ class Partenza:
             self.pronte.release()  # (failed before it was handed to the reader: the start need not wait for it)
             return fallita(client, indice, 0.0, time.perf_counter() - self.t0, exc)
 
-    def aspetta(self, quante: int, timeout: float = TIMEOUT_INFO) -> None:
-        """Until `quante` streams wait for the start (a few seconds at most: one that is late is sent when it comes)."""
+    def aspetta(self, quanti_pronti: int, timeout: float = TIMEOUT_INFO) -> None:
+        """Until `quanti_pronti` streams wait for the start (a few seconds at most: one that is late is sent when it comes)."""
         scadenza = time.monotonic() + timeout
-        for _ in range(quante):
+        for _ in range(quanti_pronti):
             if not self.pronte.acquire(timeout=max(0.0, scadenza - time.monotonic())):
                 return
 
@@ -4803,8 +4803,8 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
             if va and vb:
                 confrontate += 1
                 ma, mb = media(va), media(vb)
-                rapporto = f"×{mb / ma:.2f}" if ma else ND
-                celle = in_colonne([nome, f"{ma:.3f}", f"{mb:.3f}", rapporto], larghezze)
+                quoziente = f"×{mb / ma:.2f}" if ma else ND
+                celle = in_colonne([nome, f"{ma:.3f}", f"{mb:.3f}", quoziente], larghezze)
                 righe.append(f"{celle}  {oltre_il_rumore(va, vb)}")
         if not confrontate:
             righe.append("  nessuna cifra che abbiano tutti e due (nessuna richiesta riuscita?)")
