@@ -2622,16 +2622,15 @@ def orari(piano_oltre: PianoOltre) -> Iterator[float]:
         t += caso.expovariate(piano_oltre.ritmo)
 
 
-class Programma:
+class Programma(NamedTuple):
     """Sends a run's requests by the clock rather than all at once. With --ritmo each request has a
     planned time (open loop: a slow answer does not delay the next send); with --durata alone a new
     request leaves as soon as one of the --parallele in flight ends (closed loop), until the time is
     up. The first request always leaves. --parallele stays the cap: a request that finds it full
     waits for a place, and is counted. With neither (--prompt-token), the same closed loop up to
     --richieste: each prompt is made as its request leaves."""
-
-    def __init__(self, piano: Piano, primo_prompt: int):
-        self.piano, self.primo_prompt = piano, primo_prompt
+    piano: Piano
+    primo_prompt: int
 
     def lancia(self, futuri: list, esecutore, client: Client, t0: float) -> EsecuzioneOltre:
         """Submit each request at its time, appending its future to `futuri`, until --richieste or
@@ -2703,21 +2702,20 @@ def righe_ritmo(prova: Prova) -> List[str]:
     and why the total time is not the duration."""
     e, piano_oltre = prova.esecuzione, oltre(prova.piano)
     righe = []
-    if piano_oltre.ritmo:
-        arrivi = f"arrivi di Poisson, seme {piano_oltre.seme}" if piano_oltre.arrivi == "poisson" else "arrivi costanti"
-        ritardi = ritardi_invio(e)
-        programmato = ritmo_di([oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None])
-        if piano_oltre.durata and oltre(e).non_inviate:  # the schedule's rate over the duration, the unsent included
-            programmato = (len(e.risultati) + oltre(e).non_inviate) / piano_oltre.durata
-        righe.append(f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}, "
-                     f"inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}; ritardo degli invii sul programma: "
-                     f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
-    if piano_oltre.traccia:
-        ritardi = ritardi_invio(e)
+    if piano_oltre.ritmo or piano_oltre.traccia:  # the schedule, then the sends against it
         previsti = [oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None]
-        righe.append(f"traccia di {piano_oltre.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
-                     f"{fmt(max(previsti, default=None), '.2f s')} nel file ({fmt(ritmo_di(previsti), '.2f req/s')}), "
-                     f"inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}; ritardo degli invii sugli orari: "
+        ritardi = ritardi_invio(e)
+        if piano_oltre.ritmo:
+            arrivi = f"arrivi di Poisson, seme {piano_oltre.seme}" if piano_oltre.arrivi == "poisson" else "arrivi costanti"
+            programmato = ritmo_di(previsti)
+            if piano_oltre.durata and oltre(e).non_inviate:  # the schedule's rate over the duration, the unsent included
+                programmato = (len(e.risultati) + oltre(e).non_inviate) / piano_oltre.durata
+            programma = f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}"
+        else:
+            programma = (f"traccia di {piano_oltre.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
+                         f"{fmt(max(previsti, default=None), '.2f s')} nel file ({fmt(ritmo_di(previsti), '.2f req/s')})")
+        su = "sul programma" if piano_oltre.ritmo else "sugli orari"
+        righe.append(f"{programma}, inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}; ritardo degli invii {su}: "
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
     if piano_oltre.durata:
         risposte = sum(r.riuscita for r in e.risultati)
@@ -2726,8 +2724,7 @@ def righe_ritmo(prova: Prova) -> List[str]:
                      f"{risposte} con risposta; "
                      + (f"{non_inviate} del programma non inviate (il tetto di --parallele {prova.piano.parallele} era "
                         "pieno fino alla fine); " if non_inviate else "")
-                     + 
-                     f"l'ultimo invio a {fmt(oltre(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
+                     + f"l'ultimo invio a {fmt(oltre(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
                      f"{fmt(prova.riepilogo.tempo_totale, '.2f s')} (il tempo totale)")
     return righe
 
@@ -2746,21 +2743,20 @@ def note_ritmo(prova: Prova) -> List[str]:
     e, piano = prova.esecuzione, prova.piano
     if ritmo_tenuto(prova):
         return []
-    inviate, chiesto = fmt(invii_al_secondo(prova), ".2f req/s"), (f"{piano.oltre.ritmo:g} req/s" if piano.oltre.ritmo
-                                                                 else "gli orari della traccia")
+    inviate = fmt(invii_al_secondo(prova), ".2f req/s")
+    chiesto = f"{piano.oltre.ritmo:g} req/s" if piano.oltre.ritmo else "gli orari della traccia"
+    alza = f": si sono inviate {inviate}, non {chiesto}. Alza --parallele per tenere il ritmo"
     trattenute, non_inviate = oltre(e).trattenute, oltre(e).non_inviate
     if non_inviate and not trattenute:
         return [f"il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
                 f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
-                f"prima della fine di --durata (hanno aspettato nel client un posto che non è venuto): si sono inviate "
-                f"{inviate}, non {chiesto}. Alza --parallele per tenere il ritmo"]
-    if trattenute or non_inviate:
+                f"prima della fine di --durata (hanno aspettato nel client un posto che non è venuto){alza}"]
+    if trattenute:
         mai = (f"; {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima della fine di --durata"
                if non_inviate else "")
         return [f"{quante(trattenute, 'richiesta', 'richieste')} su {len(e.risultati)} "
                 f"{'ha' if trattenute == 1 else 'hanno'} trovato già {piano.parallele} in volo (il tetto di --parallele) "
-                f"e {'è partita' if trattenute == 1 else 'sono partite'} dopo l'orario previsto{mai}: si sono inviate "
-                f"{inviate}, non {chiesto}. Alza --parallele per tenere il ritmo"]
+                f"e {'è partita' if trattenute == 1 else 'sono partite'} dopo l'orario previsto{mai}{alza}"]
     ritardi = ritardi_invio(e)
     return [f"il client non ha tenuto il ritmo chiesto: gli invii sono partiti in ritardo sul programma (p99 "
             f"{ms(percentile(ritardi, 99)):.1f} ms, max {ms(max(ritardi)):.1f} ms): le cifre valgono per "
@@ -2904,10 +2900,9 @@ def righe_dettagli(prova: Prova, percentili: Optional[Sequence[int]] = None) -> 
     larghezze = [-24] + [9] * len(colonne)
     righe = [f"dettagli (percentili: {METODO})", in_colonne(["", *colonne], larghezze)]
     for nome, cifre in d["figure_s"].items():
-        per_token = nome in ("TPOT", "ITL")  # in milliseconds
-        scala, formato = (1000, ".1f") if per_token else (1, ".2f")
+        scala, formato, unita = (1000, ".1f", "ms") if nome in ("TPOT", "ITL") else (1, ".2f", "s")
         valori = [fmt(None if cifre[c] is None else cifre[c] * scala, formato) for c in colonne]
-        righe.append(in_colonne([nome + (" (ms)" if per_token else " (s)"), *valori], larghezze))
+        righe.append(in_colonne([f"{nome} ({unita})", *valori], larghezze))
     a = d["al_secondo"]
     righe.append(f"  richieste/s {fmt(a['richieste'], '.2f')}  token di prompt/s {fmt(a['token_prompt'], '.1f')}  "
                  f"token generati/s {fmt(a['token_generati'], '.1f')}")
@@ -2994,25 +2989,24 @@ class Diretta:
         # The answers came, and /slots was read, at slightly different moments: a request that ends in
         # between is counted twice, or not at all, for one frame. The count shown never goes back.
         self._generati = max(self._generati, sum(r.token or 0 for r in finite) + (token_in_corso(dati_slots) or 0))
-        generati = self._generati
         stima_coda = c.in_coda  # requests_deferred, when /metrics is there
         if stima_coda is None and c.occupati is not None:  # else: sent (`parallele` at most), not in a slot
             stima_coda = max(0, min(len(futuri) - len(finite), self._piano.parallele) - c.occupati)
         totale = self._piano.richieste if self._piano.richieste is not None else len(futuri)
-        larghezza = len(str(totale))
+        conto = f"[{len(finite):>{len(str(totale))}}/{totale}]"
         if self.sentinella is not None and (self.sentinella.andato or self.sentinella.di_fila):  # said while it happens
-            return (f"[{len(finite):>{larghezza}}/{totale}] il server " + ("ha smesso di rispondere: fermo gli invii"
-                    if self.sentinella.andato else f"non risponde ({quante(self.sentinella.di_fila, 'rifiuto', 'rifiuti')}"
-                    " di fila)") + f"  {c.t:.1f} s")
-        return (f"[{len(finite):>{larghezza}}/{totale}] slot occupati {fmt(c.occupati, 'd')}/{fmt(self.n_slot, 'd')}"
+            stato = ("ha smesso di rispondere: fermo gli invii" if self.sentinella.andato
+                     else f"non risponde ({quante(self.sentinella.di_fila, 'rifiuto', 'rifiuti')} di fila)")
+            return f"{conto} il server {stato}  {c.t:.1f} s"
+        generati = self._generati
+        return (f"{conto} slot occupati {fmt(c.occupati, 'd')}/{fmt(self.n_slot, 'd')}"
                 f"  in coda {fmt(stima_coda, 'd')}  generati {generati} token  "
                 f"{generati / c.t if c.t > 0 else 0:.1f} t/s  {c.t:.1f} s")
 
     def aggiorna(self, c: Campione, dati_slots) -> Campione:
-        try:
+        colonne = 0
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             colonne = os.get_terminal_size(self.stderr.fileno()).columns
-        except (OSError, ValueError, AttributeError):
-            colonne = 0
         colonne = colonne or 80  # a terminal that does not say its width
         self.stderr.write("\r" + self.riga(c, dati_slots)[:colonne - 1] + "\033[K")  # never wider than the terminal
         self.stderr.flush()
@@ -4610,7 +4604,7 @@ class ServerAvviato:
         verbosita = [] if verbosa else ["-lv", "4"]
         self.argomenti = comando + configurazione.argomenti() + verbosita + [
             "--host", parti.hostname, "--port", str(parti.port or 80)]
-        self.configurazione, self.url, self.attesa, self.stderr = configurazione, url, attesa, stderr
+        self.url, self.attesa, self.stderr = url, attesa, stderr
         self.log = None  # its stdout and stderr, in a temporary file created when it starts
         self.proc = None  # subprocess.Popen
 
@@ -4649,23 +4643,20 @@ class ServerAvviato:
         `quando` says what happened."""
         import subprocess
 
-        if self.proc is not None and attesa:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(attesa)
-        if self.proc is not None and self.proc.poll() is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # at 0 s: only whether it has exited
+            self.proc.wait(attesa)
+        if self.proc.returncode is not None:
             raise ErroreUtente(f"{quando} (codice {self.proc.returncode}); ultime righe del suo log:\n"
                                f"{self.coda_log()}")
 
     def decisioni(self) -> Decisioni:
         """What the server's log says it decided, read once it is ready."""
-        self.log.flush()
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
             return leggi_decisioni(f.read())
 
-    def coda_log(self, righe: int = 15) -> str:
-        self.log.flush()
+    def coda_log(self) -> str:
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return "".join("  | " + r for r in f.readlines()[-righe:]).rstrip()
+            return "".join("  | " + r for r in f.readlines()[-15:]).rstrip()
 
     def __exit__(self, *exc) -> None:
         import subprocess
@@ -4719,7 +4710,6 @@ OPZIONI_DI_CARICO = {"parallele": "--parallele", "max_token": "--token", "token_
                      "richieste": "--richieste", "ritmo": "--ritmo", "arrivi": "--arrivi", "durata": "--durata",
                      "stream": "--stream", "esatti": "--esatti", "turni": "--turni", "sistema": "--sistema",
                      "prompt_token": "--prompt-token", "prefisso": "--prefisso", "nome_dataset": "--dataset"}
-CARICO_DI_UNA_PROVA = tuple(OPZIONI_DI_CARICO)
 
 
 def prove_salvate(percorso: str, rifiuta) -> List[dict]:
@@ -4740,18 +4730,17 @@ def prove_salvate(percorso: str, rifiuta) -> List[dict]:
     return intere
 
 
-def cifra_salvata(prova: dict, chiavi: Sequence[str]) -> Optional[float]:
-    """A figure of a saved run, by its keys; None where the file does not have it as a number."""
+def salvato(prova: dict, chiavi: Sequence[str]):
+    """What a saved run holds under those keys; None where the file does not have it."""
     valore = prova
     for chiave in chiavi:
         valore = valore.get(chiave) if isinstance(valore, dict) else None
-    return numero(valore)
+    return valore
 
 
 def carico_salvato(prova: dict) -> tuple:
     """The load of a saved run, np left out."""
-    piano = prova.get("piano") if isinstance(prova.get("piano"), dict) else {}
-    return tuple(json.dumps(piano.get(k)) for k in CARICO_DI_UNA_PROVA)
+    return tuple(json.dumps(salvato(prova, ("piano", k))) for k in OPZIONI_DI_CARICO)
 
 
 def welch(a: List[float], b: List[float]) -> Tuple[float, float]:
@@ -4796,18 +4785,16 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
     for gruppo_a, gruppo_b in coppie:
         righe += [f"confronto: A = {nome_a} ({descrivi_prove(gruppo_a)}), B = {nome_b} ({descrivi_prove(gruppo_b)})",
                   in_colonne(["cifra", "A", "B", "B/A"], larghezze) + "  differenza"]
-        confrontate = 0
+        cifre = []
         for nome, chiavi, scala in FIGURE_CONFRONTO:
-            va, vb = ([v * scala for v in (cifra_salvata(p, chiavi) for p in g) if v is not None]
+            va, vb = ([v * scala for v in (numero(salvato(p, chiavi)) for p in g) if v is not None]
                       for g in (gruppo_a, gruppo_b))
             if va and vb:
-                confrontate += 1
                 ma, mb = media(va), media(vb)
                 quoziente = f"×{mb / ma:.2f}" if ma else ND
                 celle = in_colonne([nome, f"{ma:.3f}", f"{mb:.3f}", quoziente], larghezze)
-                righe.append(f"{celle}  {oltre_il_rumore(va, vb)}")
-        if not confrontate:
-            righe.append("  nessuna cifra che abbiano tutti e due (nessuna richiesta riuscita?)")
+                cifre.append(f"{celle}  {oltre_il_rumore(va, vb)}")
+        righe += cifre or ["  nessuna cifra che abbiano tutti e due (nessuna richiesta riuscita?)"]
         righe.append("")
     sole = [f"{nome} ({descrivi_prove(g)})" for nome, gruppi_di, altri in ((nome_a, gruppi_a, gruppi_b),
                                                                          (nome_b, gruppi_b, gruppi_a))
@@ -4825,8 +4812,7 @@ def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) ->
         return None
 
     def valori(prove: List[dict], chiave: str) -> List[str]:  # as the flag would say them
-        letti = {json.dumps(p.get("piano", {}).get(chiave) if isinstance(p.get("piano"), dict) else None)
-                 for p in prove}
+        letti = {json.dumps(salvato(p, ("piano", chiave))) for p in prove}
         return sorted({"no" if v in ("null", "false") else "sì" if v == "true" else
                        "-".join(map(str, json.loads(v))) if v.startswith("[") else v.strip('"') for v in letti})
     diverse = [f"{flag} (A {', '.join(va)}, B {', '.join(vb)})" for chiave, flag in OPZIONI_DI_CARICO.items()
@@ -4839,10 +4825,9 @@ def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) ->
 
 def descrivi_prove(prove: List[dict]) -> str:
     piano = prove[0].get("piano") if isinstance(prove[0].get("piano"), dict) else {}
-    np = prove[0].get("np") or (prove[0].get("server") if isinstance(prove[0].get("server"), dict) else {}).get("n_slot")
+    np = prove[0].get("np") or salvato(prove[0], ("server", "n_slot"))  # else the server's slots
     token = piano.get("max_token") if piano.get("token_minimo") is None else f"{piano['token_minimo']}-{piano.get('max_token')}"
     return f"np {np}, parallele {piano.get('parallele')}, token {token}: " + quante(len(prove), "prova", "prove")
-
 
 
 # The price of parallelism: each slot's context, conversations, what the server decided ##########
@@ -4953,14 +4938,13 @@ def corsie_contesto(prova: Prova) -> List[Tuple[str, int, List[Tratto]]]:
 
 # --turni and --sistema: conversations that outgrow the slot ####################################
 
-class Conversazioni:
+class Conversazioni(NamedTuple):
     """--turni: each of the --parallele users holds one conversation of --turni turns. Every turn
     resends the whole history (the system prompt, each question and each answer) and a new question,
     with the prompt cache on: the history is the prefix its slot already holds (timings.cache_n says
     how much was reused). A conversation stops at its first failed turn: the next would be longer."""
-
-    def __init__(self, piano: Piano, primo_prompt: int):
-        self.piano, self.primo_prompt = piano, primo_prompt
+    piano: Piano
+    primo_prompt: int
 
     def messaggio_utente(self, utente: int, turno: int) -> dict:
         """The question a user asks at a turn: one of the lab's prompts, behind who asks it."""
@@ -5173,11 +5157,10 @@ def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
         if not richieste:
             rifiuta(f"--dataset: '{percorso}' non ha conversazioni con una domanda (il formato di ShareGPT)")
         senza = len(intero) - len(richieste)
-        if not senza:
-            return richieste, "ShareGPT"
-        saltate = "saltata" if senza == 1 else "saltate"
-        return richieste, (f"ShareGPT; {quante(senza, 'conversazione', 'conversazioni')} su {len(intero)} senza una "
-                           f"domanda (from human), {saltate}")
+        if senza:
+            return richieste, (f"ShareGPT; {quante(senza, 'conversazione', 'conversazioni')} su {len(intero)} senza "
+                               f"una domanda (from human), {'saltata' if senza == 1 else 'saltate'}")
+        return richieste, "ShareGPT"
     richieste = []
     for n, riga in enumerate(testo.splitlines(), 1):
         if not riga.strip():
