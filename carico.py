@@ -4765,9 +4765,9 @@ def oltre_il_rumore(a: List[float], b: List[float]) -> str:
 
 
 def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> List[str]:
-    """--confronta A.json B.json: for each load both files measured (the same flags but np), each server
-    of A against each of B, figure by figure: A's mean, B's, B/A, and whether the difference is beyond
-    the noise. Runs of different loads are never pooled, nor compared."""
+    """--confronta A.json B.json: for each load both files measured (the same flags but np; the
+    parser refused files without one), each server of A against each of B, figure by figure: A's
+    mean, B's, B/A, and whether the difference is beyond the noise. Loads apart are never pooled."""
     (nome_a, prove_a), (nome_b, prove_b) = a, b
 
     def gruppi(prove):  # (load, np) -> its runs, in file order
@@ -4778,8 +4778,6 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
     gruppi_a, gruppi_b = gruppi(prove_a), gruppi(prove_b)
     coppie = [(ga, gb) for (carico_a, _), ga in gruppi_a.items() for (carico_b, _), gb in gruppi_b.items()
               if carico_a == carico_b]
-    if not coppie:
-        return [senza_carico_comune(a, b)]
     larghezze = (-31, 10, 10, 8)  # the figure, A, B, B/A; then, two spaces on, the verdict
     righe = []
     for gruppo_a, gruppo_b in coppie:
@@ -4972,16 +4970,14 @@ class Conversazioni(NamedTuple):
         sistema = [{"role": "system", "content": piano.oltre.testo_sistema}] if piano.oltre.testo_sistema else []
         for utente in range(piano.parallele):
             manda(utente, 0, sistema + [self.messaggio_utente(utente, 0)])
-        in_corso = set(storie)
-        while in_corso:
-            finiti, in_corso = concurrent.futures.wait(in_corso, return_when=concurrent.futures.FIRST_COMPLETED)
+        while storie:  # the turns in flight
+            finiti, _ = concurrent.futures.wait(list(storie), return_when=concurrent.futures.FIRST_COMPLETED)
             for futuro in finiti:
                 utente, turno, messaggi = storie.pop(futuro)
                 r = futuro.result()
                 if r.riuscita and turno + 1 < turni and not client.annullato.is_set():
                     risposta = {"role": "assistant", "content": oltre(r).testo or ""}
                     manda(utente, turno + 1, messaggi + [risposta, self.messaggio_utente(utente, turno + 1)])
-                    in_corso.add(futuri[-1])
         return EsecuzioneOltre()
 
 
@@ -5513,15 +5509,11 @@ def descrivi_errore_rete(exc: Exception, timeout: float) -> str:
              (ConnectionAbortedError, "richiesta annullata"), (socket.gaierror, "host sconosciuto"),
              (http.client.IncompleteRead, "risposta troncata: la connessione si è chiusa a metà"),
              ((ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected),
-              "connessione chiusa dal server prima della risposta"))
-    for tipo, frase in frasi:
-        if isinstance(exc, tipo):
-            return frase
-    if isinstance(exc, ssl.SSLError):
-        return f"errore TLS ({exc.reason or type(exc).__name__})"
-    if isinstance(exc, http.client.HTTPException):
-        return f"risposta HTTP non valida ({type(exc).__name__})"
-    return f"errore di rete: {getattr(exc, 'strerror', None) or type(exc).__name__}"
+              "connessione chiusa dal server prima della risposta"),
+             (ssl.SSLError, f"errore TLS ({getattr(exc, 'reason', None) or type(exc).__name__})"),
+             (http.client.HTTPException, f"risposta HTTP non valida ({type(exc).__name__})"))
+    return next((frase for tipo, frase in frasi if isinstance(exc, tipo)),
+                f"errore di rete: {getattr(exc, 'strerror', None) or type(exc).__name__}")
 
 
 def testo_errore(status: int, errore: dict) -> str:
