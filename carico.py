@@ -2988,7 +2988,7 @@ class Diretta:
         finite = [f.result() for f in futuri if f.done() and not f.cancelled()]
         # The answers came, and /slots was read, at slightly different moments: a request that ends in
         # between is counted twice, or not at all, for one frame. The count shown never goes back.
-        self._generati = max(self._generati, sum(r.token or 0 for r in finite) + (token_in_corso(dati_slots) or 0))
+        self._generati = max(self._generati, sum(r.token or 0 for r in finite) + token_in_corso(dati_slots))
         stima_coda = c.in_coda  # requests_deferred, when /metrics is there
         if stima_coda is None and c.occupati is not None:  # else: sent (`parallele` at most), not in a slot
             stima_coda = max(0, min(len(futuri) - len(finite), self._piano.parallele) - c.occupati)
@@ -3017,17 +3017,11 @@ class Diretta:
         self.stderr.flush()
 
 
-def token_in_corso(dati) -> Optional[int]:
+def token_in_corso(dati) -> int:
     """Tokens generated so far by the requests in the busy slots, from /slots' next_token[0].n_decoded."""
-    slots = lista_slot(dati)
-    if slots is None:
-        return None
-    in_corso = 0
-    for slot in slots:
-        prossimo = slot.get("next_token")
-        if slot.get("is_processing") and isinstance(prossimo, list) and prossimo and isinstance(prossimo[0], dict):
-            in_corso += numero(prossimo[0].get("n_decoded"), int) or 0
-    return in_corso
+    prossimi = [slot.get("next_token") for slot in lista_slot(dati) or [] if slot.get("is_processing")]
+    return sum(numero(p[0].get("n_decoded"), int) or 0 for p in prossimi
+               if isinstance(p, list) and p and isinstance(p[0], dict))
 
 
 # --ripeti and --tabella: the same load again, and the deliverable's table ######################
