@@ -2718,10 +2718,9 @@ def righe_ritmo(prova: Prova) -> List[str]:
         righe.append(f"{programma}, inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}; ritardo degli invii {su}: "
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
     if piano_oltre.durata:
-        risposte = sum(r.riuscita for r in e.risultati)
         non_inviate = oltre(e).non_inviate
         righe.append(f"in {piano_oltre.durata:g} s (--durata): inviate {quante(e.n_richieste, 'richiesta', 'richieste')}, "
-                     f"{risposte} con risposta; "
+                     f"{len(e.riuscite)} con risposta; "
                      + (f"{non_inviate} del programma non inviate (il tetto di --parallele {prova.piano.parallele} era "
                         "pieno fino alla fine); " if non_inviate else "")
                      + f"l'ultimo invio a {fmt(oltre(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
@@ -5151,16 +5150,8 @@ def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
             return richieste, (f"ShareGPT; {quante(senza, 'conversazione', 'conversazioni')} su {len(intero)} senza "
                                f"una domanda (from human), {'saltata' if senza == 1 else 'saltate'}")
         return richieste, "ShareGPT"
-    richieste = []
-    for n, riga in enumerate(testo.splitlines(), 1):
-        if not riga.strip():
-            continue
-        try:
-            voce = json.loads(riga)
-        except ValueError:
-            rifiuta(f"--dataset: '{percorso}', riga {n}: non è JSON (il file è JSONL, un oggetto JSON per riga con "
-                   "prompt o messages, o il JSON di ShareGPT)")
-        richieste.append(voce_dataset(voce, f"--dataset: '{percorso}', riga {n}", rifiuta))
+    richieste = [voce_dataset(riga, f"--dataset: '{percorso}', riga {n}", rifiuta)
+                 for n, riga in enumerate(testo.splitlines(), 1) if riga.strip()]
     if not richieste:
         rifiuta(f"--dataset: '{percorso}' è vuoto: nessuna richiesta")
     istanti = [t for _, _, t in richieste]
@@ -5173,8 +5164,13 @@ def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
     return tuple((p, m, None if t is None else t - istanti[0]) for p, m, t in richieste), "JSONL"
 
 
-def voce_dataset(voce, dove: str, rifiuta) -> tuple:
+def voce_dataset(riga: str, dove: str, rifiuta) -> tuple:
     """One JSONL line as (prompt or messages, max_tokens, timestamp), checked."""
+    try:
+        voce = json.loads(riga)
+    except ValueError:
+        rifiuta(f"{dove}: non è JSON (il file è JSONL, un oggetto JSON per riga con prompt o "
+                "messages, o il JSON di ShareGPT)")
     if not isinstance(voce, dict):
         rifiuta(f"{dove}: ogni riga è un oggetto JSON, con prompt o messages")
     testo = voce.get("prompt", voce.get("messages"))
