@@ -4751,10 +4751,9 @@ def oltre_il_rumore(a: List[float], b: List[float]) -> str:
     """Whether B differs from A beyond the noise of their repeats, said with the test's figures."""
     if len(a) < 2 or len(b) < 2:
         return "indicativa: meno di due prove con questa cifra in un file (con --ripeti 3 si misura il rumore)"
-    t, gl = welch(a, b)
-    gradi = "inf" if gl == float("inf") else f"{gl:.2f}"
+    t, gl = welch(a, b)  # gl may be inf: printed as such
     return (("oltre il rumore" if abs(t) > t_critico(gl) else "entro il rumore")
-            + f" (Welch 95%: t {t:.2f}, gl {gradi}, soglia {t_critico(gl):.2f})")
+            + f" (Welch 95%: t {t:.2f}, gl {gl:.2f}, soglia {t_critico(gl):.2f})")
 
 
 def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> List[str]:
