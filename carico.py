@@ -5133,10 +5133,9 @@ def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
             testo = f.read()
     except (OSError, UnicodeDecodeError) as exc:
         rifiuta(f"--dataset: non riesco a leggere '{percorso}': {perche_os(exc)}")
-    try:
+    intero = None  # not one JSON document: JSONL
+    with contextlib.suppress(ValueError):
         intero = json.loads(testo)
-    except ValueError:
-        intero = None
     if isinstance(intero, list):  # ShareGPT: [{"conversations": [{"from": "human", "value": ...}, ...]}, ...]
         domande = [next((t["value"] for t in c["conversations"] if isinstance(t, dict) and t.get("from") in ("human", "user")
                          and isinstance(t.get("value"), str) and t["value"]), None)
