@@ -4724,7 +4724,7 @@ def prove_salvate(percorso: str, rifiuta) -> List[dict]:
 
 
 def salvato(prova: dict, chiavi: Sequence[str]):
-    """What a saved run holds under those keys; None where the file does not have it."""
+    """What a saved run holds under `chiavi`, one inside the other; None where it has nothing."""
     valore = prova
     for chiave in chiavi:
         valore = valore.get(chiave) if isinstance(valore, dict) else None
