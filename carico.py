@@ -4761,13 +4761,10 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
     parser refused files without one), each server of A against each of B, figure by figure: A's
     mean, B's, B/A, and whether the difference is beyond the noise. Loads apart are never pooled."""
     (nome_a, prove_a), (nome_b, prove_b) = a, b
-
-    def gruppi(prove):  # (load, np) -> its runs, in file order
-        uscita: Dict[tuple, List[dict]] = {}
+    gruppi_a, gruppi_b = {}, {}  # (load, np) -> its runs, in file order
+    for prove, gruppi in ((prove_a, gruppi_a), (prove_b, gruppi_b)):
         for p in prove:
-            uscita.setdefault((carico_salvato(p), str(p.get("np"))), []).append(p)
-        return uscita
-    gruppi_a, gruppi_b = gruppi(prove_a), gruppi(prove_b)
+            gruppi.setdefault((carico_salvato(p), str(p.get("np"))), []).append(p)
     coppie = [(ga, gb) for (carico_a, _), ga in gruppi_a.items() for (carico_b, _), gb in gruppi_b.items()
               if carico_a == carico_b]
     larghezze = (-31, 10, 10, 8)  # the figure, A, B, B/A; then, two spaces on, the verdict
