@@ -2937,12 +2937,12 @@ def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], 
               "tpot": lambda r: 0.0 if r.token == 1 else tpot(r)}
     e, totale = prova.esecuzione, prova.riepilogo.tempo_totale
     buone = [r for r in e.risultati if r.riuscita and all(
-        misura[k](r) is not None and misura[k](r) <= v for k, v in slo.items())]
+        (valore := misura[k](r)) is not None and valore <= v for k, v in slo.items())]
     quota = len(buone) / len(e.risultati) if e.risultati else None
-    if not totale:
-        return len(buone), quota, None, None, dal_previsto
-    token = sum(r.token for r in buone) if all(r.token is not None for r in buone) else None
-    return len(buone), quota, len(buone) / totale, None if token is None else token / totale, dal_previsto
+    token = [r.token for r in buone]
+    al_s = len(buone) / totale if totale else None
+    token_s = sum(token) / totale if totale and None not in token else None
+    return len(buone), quota, al_s, token_s, dal_previsto
 
 
 def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
