@@ -3055,15 +3055,13 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
     """--ripeti: one line per figure, the mean over the runs with its 95% confidence interval (Student's t:
     the lab's "repeat and average", with the noise measured), the spread, min-max (a run cut short is left
     out). "latenza max" is the mean of the runs' maxima, as in the table's mean row: said in the line."""
-    cifre = (("latenza media", "s", lambda s: s.latenza_media),
-             ("latenza max (media dei massimi)", "s", lambda s: s.latenza_max),
-             ("throughput aggregato", "token/s", lambda s: s.throughput))
+    cifre = (("latenza media", "s", "latenza_media"), ("latenza max (media dei massimi)", "s", "latenza_max"),
+             ("throughput aggregato", "token/s", "throughput"))
     intere = [p for p in prove if not p.esecuzione.interruzione]
-    riepiloghi = [p.riepilogo for p in intere]
     righe = [f"su {quante(len(intere), 'prova', 'prove')}: media ±intervallo di confidenza al 95% (t di Student; "
              "deviazione standard, min-max)"]
-    for nome, unita, prendi in cifre:
-        valori = [v for v in map(prendi, riepiloghi) if v is not None]
+    for nome, unita, campo in cifre:
+        valori = Punto(intere).cifre(campo)
         if not valori:
             righe.append(in_colonne([nome, ND], [-31], " "))
             continue
@@ -3342,10 +3340,11 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     return righe
 
 
-def serie(punti: List[Punto], chiavi: List[str]) -> Tuple[str, List[Tuple[str, List[Punto]]]]:
-    """The sweep's curves: the axis (--ritmo, else --parallele, else --token, else np) and, for each
-    combination of the other values, its points in the order of that value, with a title."""
-    asse = next(a for a in ASSI if a in chiavi)
+def serie(punti: List[Punto], chiavi: List[str],
+          asse: Optional[str] = None) -> Tuple[str, List[Tuple[str, List[Punto]]]]:
+    """The sweep's curves: the axis (unless given: --ritmo, else --parallele, else --token, else np) and, for
+    each combination of the other values, its points in the order of that value, with a title."""
+    asse = asse or next(a for a in ASSI if a in chiavi)
     gruppi: Dict[str, List[Punto]] = {}
     for punto in punti:
         titolo = ", ".join(f"{c}={valore_punto(punto, c)}" for c in chiavi if c != asse)
@@ -3584,12 +3583,9 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
     if "np" not in chiavi:
         return []
     altre = [c for c in chiavi if c != "np"]
-    gruppi: Dict[str, List[Punto]] = {}
-    for punto in punti:
-        gruppi.setdefault(", ".join(f"{c}={valore_punto(punto, c)}" for c in altre), []).append(punto)
     righe, vantaggi = [], []
-    for titolo, gruppo in gruppi.items():
-        misurati = sorted((p for p in gruppo if p.throughput), key=lambda p: p.prove[0].configurazione.ordine)
+    for titolo, gruppo in serie(punti, chiavi, "np")[1]:  # each in the order of its servers
+        misurati = [p for p in gruppo if p.throughput]
         if len(misurati) < 2:
             continue
         base = misurati[0]
@@ -3899,22 +3895,18 @@ class Capacita:
         self.punti: List[Tuple[float, List[Prova], bool]] = []  # (rate, its runs, whether it held)
         self.np = configurazione and configurazione.etichetta  # None: the server at --url
 
-    def prova_a(self, ritmo: float) -> bool:
-        """Run --ripeti runs at `ritmo`, and say whether the point held."""
-        o, base = self.oltre, self.sessione.piani[0]
-        piano = base._replace(oltre=base.oltre._replace(ritmo=ritmo))
-        print(f"capacità, punto {len(self.punti) + 1}: ritmo={ritmo:.3g} req/s", flush=True)
-        prove = self.sessione.ripetute(self.client, self.info, piano, self.configurazione)
-        regge = quota_slo(prove, o.slo) >= o.capacita / 100 and not any(map(sovraccarico, prove))
-        self.punti.append((ritmo, prove, regge))
-        return regge
-
     def cerca(self) -> None:
-        """Double, then bisect; then the answer, the points tried and (with --grafico) the curve."""
-        piano_oltre = oltre(self.sessione.piani[0])
-        ritmo, tiene, cade = piano_oltre.ritmo, None, None
+        """Double, then bisect, each point --ripeti runs at one rate; then the answer, the points tried and
+        (with --grafico) the curve."""
+        o, base = self.oltre, self.sessione.piani[0]
+        ritmo, tiene, cade = base.oltre.ritmo, None, None
         while len(self.punti) < MAX_PUNTI_CAPACITA:
-            if self.prova_a(ritmo):
+            print(f"capacità, punto {len(self.punti) + 1}: ritmo={ritmo:.3g} req/s", flush=True)
+            piano = base._replace(oltre=base.oltre._replace(ritmo=ritmo))
+            prove = self.sessione.ripetute(self.client, self.info, piano, self.configurazione)
+            regge = quota_slo(prove, o.slo) >= o.capacita / 100 and not any(map(sovraccarico, prove))
+            self.punti.append((ritmo, prove, regge))
+            if regge:
                 tiene = ritmo
             else:
                 cade = ritmo
@@ -3923,7 +3915,7 @@ class Capacita:
             if cade is None:
                 ritmo *= 2
             elif tiene is None:
-                if ritmo / 2 * piano_oltre.durata < 2:  # fewer than two requests a point: nothing left to measure
+                if ritmo / 2 * base.oltre.durata < 2:  # fewer than two requests a point: nothing left to measure
                     break
                 ritmo /= 2
             else:
