@@ -3101,7 +3101,7 @@ def tabella_consegnato(prove: List[Prova]) -> List[str]:
     righe = []
     for punto in punti_di(prove):
         righe += [riga_tabella(Punto([p]), INTERROTTA if p.esecuzione.interruzione else "") for p in punto.prove]
-        if len(punto.prove) > 1 and punto.intere:
+        if len(punto.prove) > 1:
             righe.append(riga_tabella(punto, f" (media di {len(punto.intere)})"))
     return tabella_md(["np", "n_ctx_slot", *kv, "latenza media", "latenza max", "throughput"], righe)
 
@@ -3924,10 +3924,10 @@ class Capacita:
         print("\n".join(righe + [""]), flush=True)
         self.sessione.capacita.append({
             "np": self.np, "risposta": righe[0],
-            "regge_req_s": tiene, "cade_req_s": cade, "quota_chiesta": self.oltre.capacita / 100,
-            "slo": self.oltre.slo, "incerta": next((r for r in righe if r.startswith("incerta")), None),
-            "punti": [{"ritmo": r, "quota_slo": quota_slo(prove, self.oltre.slo),
-                       "sovraccarico": any(map(sovraccarico, prove)), "regge": regge} for r, prove, regge in self.punti]})
+            "regge_req_s": tiene, "cade_req_s": cade, "quota_chiesta": o.capacita / 100,
+            "slo": o.slo, "incerta": next((r for r in righe if r.startswith("incerta")), None),
+            "punti": [{"ritmo": r, "quota_slo": quota_slo(prove, o.slo), "sovraccarico": any(map(sovraccarico, prove)),
+                       "regge": regge} for r, prove, regge in self.punti]})
 
     def righe(self, tiene: Optional[float], cade: Optional[float]) -> List[str]:
         o = self.oltre
