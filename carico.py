@@ -3358,8 +3358,6 @@ def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]
     """Along a load axis, each measured point against the last one that was a step: (before, after,
     load after / load before). Under PASSO_MINIMO the load did not really change: the point is not a
     step, and the next one is compared with the same `before`."""
-    if asse not in ASSI_DI_CARICO:
-        return
     prima = None
     for punto in punti:
         if not punto.carico(asse) or not punto.throughput or punto.latenza is None:  # nothing to compare
@@ -3402,7 +3400,7 @@ def dubbio_saturazione(punti: List[Punto], asse: str, prima: Punto, dopo: Punto)
     can: a later point whose throughput rose again with the load (one line of the output would contradict
     the other), one run on either point (the noise is not measured: one noisy step makes a saturation), or
     a gain in throughput that, within its 95% interval, may reach a quarter of the load's growth."""
-    dal_passo = punti[punti.index(dopo):] if dopo in punti else []
+    dal_passo = punti[punti.index(dopo):]
     for a, b, crescita in passi(dal_passo, asse):  # the steps beyond: one that followed the load again
         risalito = b.throughput / a.throughput - 1 >= 0.25 * (crescita - 1) and crescita >= PASSO_MINIMO
         if risalito and diversi(a.cifre("throughput"), b.cifre("throughput")) is not False:
@@ -3552,7 +3550,7 @@ def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
     if len(ok) < MINIMO_SOVRACCARICO or inizi[-1] <= inizi[0]:
         return None
     finestra = inizi[-1] - inizi[0]
-    arrivate = (len(inizi) - 1) / finestra
+    arrivate = ritmo_di(inizi)
     completate = sum(1 for r in ok if inizi[0] < r.fine <= inizi[-1]) / finestra
     attese = attese_a_slot_pieni(ok, prova.info.n_slot)
     in_ordine = [attese[r.indice] for r in ok if r.indice in attese]
