@@ -3891,7 +3891,7 @@ class Capacita:
         self.sessione, self.oltre = sessione, sessione.oltre
         self.client, self.info, self.configurazione = client, info, configurazione
         self.punti: List[Tuple[float, List[Prova], bool]] = []  # (rate, its runs, whether it held)
-        self.np = configurazione and configurazione.etichetta  # None: the server at --url
+        self.etichetta = configurazione and configurazione.etichetta  # None: the server at --url
 
     def cerca(self) -> None:
         """Double, then bisect, each point --ripeti runs at one rate; then the answer, the points tried and
@@ -3921,7 +3921,7 @@ class Capacita:
         righe = self.righe(tiene, cade)
         print("\n".join(righe + [""]), flush=True)
         self.sessione.capacita.append({
-            "np": self.np, "risposta": righe[0],
+            "np": self.etichetta, "risposta": righe[0],
             "regge_req_s": tiene, "cade_req_s": cade, "quota_chiesta": o.capacita / 100,
             "slo": o.slo, "incerta": next((r for r in righe if r.startswith("incerta")), None),
             "punti": [{"ritmo": r, "quota_slo": quota_slo(prove, o.slo), "sovraccarico": any(map(sovraccarico, prove)),
@@ -3946,7 +3946,7 @@ class Capacita:
                         f"e {cade:.3g}, che no" + ("" if cade / tiene <= PASSO_CAPACITA else
                                                    f": la precisione del 20% non è raggiunta in {MAX_PUNTI_CAPACITA} punti")
                         + ")")
-        server = f" (-np {self.np})" if self.np else ""
+        server = f" (-np {self.etichetta})" if self.etichetta else ""
         righe = [f"capacità{server} sotto lo SLO ({obiettivi}, per il {o.capacita:g}% delle richieste): {risposta}; "
                  f"{quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s"]
         corpo, in_ordine = [], sorted(self.punti, key=lambda x: x[0])
