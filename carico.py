@@ -3042,15 +3042,13 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
     """--ripeti: one line per figure, the mean over the runs with its 95% confidence interval (Student's t:
     the lab's "repeat and average", with the noise measured), the spread, min-max (a run cut short is left
     out). "latenza max" is the mean of the runs' maxima, as in the table's mean row: said in the line."""
-    cifre = (("latenza media", "s", lambda s: s.latenza_media),
-             ("latenza max (media dei massimi)", "s", lambda s: s.latenza_max),
-             ("throughput aggregato", "token/s", lambda s: s.throughput))
+    cifre = (("latenza media", "s", "latenza_media"), ("latenza max (media dei massimi)", "s", "latenza_max"),
+             ("throughput aggregato", "token/s", "throughput"))
     intere = [p for p in prove if not p.esecuzione.interruzione]
-    riepiloghi = [p.riepilogo for p in intere]
     righe = [f"su {quante(len(intere), 'prova', 'prove')}: media ±intervallo di confidenza al 95% (t di Student; "
              "deviazione standard, min-max)"]
-    for nome, unita, prendi in cifre:
-        valori = [v for v in map(prendi, riepiloghi) if v is not None]
+    for nome, unita, campo in cifre:
+        valori = Punto(intere).cifre(campo)
         if not valori:
             righe.append(in_colonne([nome, ND], [-31], " "))
             continue
@@ -3090,7 +3088,7 @@ def tabella_consegnato(prove: List[Prova]) -> List[str]:
     righe = []
     for punto in punti_di(prove):
         righe += [riga_tabella(Punto([p]), INTERROTTA if p.esecuzione.interruzione else "") for p in punto.prove]
-        if len(punto.prove) > 1 and punto.intere:
+        if len(punto.prove) > 1:
             righe.append(riga_tabella(punto, f" (media di {len(punto.intere)})"))
     return tabella_md(["np", "n_ctx_slot", *kv, "latenza media", "latenza max", "throughput"], righe)
 
@@ -3157,16 +3155,24 @@ class Punto(NamedTuple):
         """Its runs that were not cut short: the ones its figures are made of."""
         return [p for p in self.prove if not p.esecuzione.interruzione] or self.prove
 
+    @property
+    def riuscite(self) -> List[Risultato]:
+        return [r for p in self.intere for r in p.esecuzione.riuscite]
+
     def valori(self, prendi) -> List[float]:
         return [v for v in (prendi(p) for p in self.intere) if v is not None]
 
+    def cifre(self, campo: str) -> List[float]:
+        """Its runs' values of one figure of their summary (Riepilogo), the runs without it left out."""
+        return self.valori(lambda p: getattr(p.riepilogo, campo))
+
     @property
     def throughput(self) -> Optional[float]:
-        return media(self.valori(lambda p: p.riepilogo.throughput))
+        return media(self.cifre("throughput"))
 
     @property
     def latenza(self) -> Optional[float]:
-        return media(self.valori(lambda p: p.riepilogo.latenza_media))
+        return media(self.cifre("latenza_media"))
 
     @property
     def latenza_p90(self) -> Optional[float]:
@@ -3175,26 +3181,27 @@ class Punto(NamedTuple):
     @property
     def latenza_max(self) -> Optional[float]:
         """The mean of its runs' maxima: one meaning of "latenza max" in every line (--ripeti's summary too)."""
-        return media(self.valori(lambda p: p.riepilogo.latenza_max))
+        return media(self.cifre("latenza_max"))
 
     @property
     def picco(self) -> Optional[int]:
-        return max(self.valori(lambda p: p.riepilogo.picco), default=None)
+        return max(self.cifre("picco"), default=None)
 
     @property
     def picco_coda(self) -> Optional[int]:
-        return max(self.valori(lambda p: p.riepilogo.picco_coda), default=None)
+        return max(self.cifre("picco_coda"), default=None)
 
     @property
     def velocita_slot(self) -> Optional[float]:
         """The mean speed of a request in its own slot (t/s)."""
-        return media([r.tps for p in self.intere for r in p.esecuzione.riuscite if r.tps is not None])
+        return media([r.tps for r in self.riuscite if r.tps is not None])
 
     @property
     def velocita_prompt(self) -> Optional[float]:
         """The mean speed of the server on a request's prompt (t/s): the tokens it computed (prompt_tokens
         less cache_n) over prompt_ms, the server's own prompt_per_second."""
-        return media([v for q in self.intere for v in map(velocita_prompt, q.esecuzione.riuscite) if v is not None])
+        return media([(r.token_prompt - (r.token_cache or 0)) / (r.prompt_ms / 1000) for r in self.riuscite
+                      if r.token_prompt is not None and r.prompt_ms])
 
     @property
     def figure(self) -> Dict[str, List[float]]:
@@ -3260,13 +3267,6 @@ def punti_di(prove: List[Prova]) -> List[Punto]:
     return [Punto(g) for g in gruppi.values()]
 
 
-def velocita_prompt(r: Risultato) -> Optional[float]:
-    """Tokens per second of the server on a request's prompt, from its answer (prompt_n / prompt_ms)."""
-    if r.token_prompt is None or not r.prompt_ms:
-        return None
-    return (r.token_prompt - (r.token_cache or 0)) / (r.prompt_ms / 1000)
-
-
 def latenza_p90(prova: Prova) -> Optional[float]:
     return percentile([r.latenza for r in prova.esecuzione.riuscite], 90)
 
@@ -3289,19 +3289,18 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     testa += ["dalla cache (media)"] * cache + ["prompt t/s (server)"] * prefill
     testa += ["t/s nel proprio slot", "picco slot occupati", "picco coda"]
     flussi = [(f, p) for f in ("primo token", "TPOT", "ITL") for p in percentili or PERCENTILI_GRIGLIA] if any(
-        oltre(r).chunk_s is not None for punto in punti for q in punto.intere for r in q.esecuzione.riuscite) else []
+        oltre(r).chunk_s is not None for punto in punti for r in punto.riuscite) else []
     testa += [f"{'TTFT' if f == 'primo token' else f} p{p}" for f, p in flussi]
     con_ritmo = any(oltre(p.prove[0].piano).ritmo for p in punti)
-    if con_ritmo:
-        testa.append("inviate davvero")
+    testa += ["inviate davvero"] * con_ritmo
     corpo = []
     for punto in punti:
         p = punto.prove[0]
         ripetute = len(punto.intere) > 1
         throughput = fmt(punto.throughput, ".2f token/s")
         if ripetute:
-            throughput += f" ±{fmt(ic95(throughput_delle_prove(punto)), '.2f')}"
-        dalla_cache = [r.token_cache for q in punto.intere for r in q.esecuzione.riuscite]
+            throughput += f" ±{fmt(ic95(punto.cifre('throughput')), '.2f')}"
+        dalla_cache = [r.token_cache for r in punto.riuscite]
         celle = [valore_punto(punto, c) for c in chiavi] + [fmt(p.info.n_ctx_slot, "d")] * ("np" in chiavi)
         celle += [throughput] + [fmt(x, ".2f s") for x in (punto.latenza, punto.latenza_p90, punto.latenza_max)]
         celle += [fmt(media([t for t in dalla_cache if t is not None]), ".0f")] * cache
@@ -3328,10 +3327,11 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     return righe
 
 
-def serie(punti: List[Punto], chiavi: List[str]) -> Tuple[str, List[Tuple[str, List[Punto]]]]:
-    """The sweep's curves: the axis (--ritmo, else --parallele, else --token, else np) and, for each
-    combination of the other values, its points in the order of that value, with a title."""
-    asse = next(a for a in ASSI if a in chiavi)
+def serie(punti: List[Punto], chiavi: List[str],
+          asse: Optional[str] = None) -> Tuple[str, List[Tuple[str, List[Punto]]]]:
+    """The sweep's curves: the axis (unless given: --ritmo, else --parallele, else --token, else np) and, for
+    each combination of the other values, its points in the order of that value, with a title."""
+    asse = asse or next(a for a in ASSI if a in chiavi)
     gruppi: Dict[str, List[Punto]] = {}
     for punto in punti:
         titolo = ", ".join(f"{c}={valore_punto(punto, c)}" for c in chiavi if c != asse)
@@ -3345,8 +3345,6 @@ def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]
     """Along a load axis, each measured point against the last one that was a step: (before, after,
     load after / load before). Under PASSO_MINIMO the load did not really change: the point is not a
     step, and the next one is compared with the same `before`."""
-    if asse not in ASSI_DI_CARICO:
-        return
     prima = None
     for punto in punti:
         if not punto.carico(asse) or not punto.throughput or punto.latenza is None:  # nothing to compare
@@ -3358,14 +3356,6 @@ def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]
             prima = punto
 
 
-def latenze_medie(punto: Punto) -> List[float]:
-    return punto.valori(lambda p: p.riepilogo.latenza_media)
-
-
-def throughput_delle_prove(punto: Punto) -> List[float]:
-    return punto.valori(lambda p: p.riepilogo.throughput)
-
-
 def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
     """Where the server seems to stop taking more load, along a load axis: the first step (before, after)
     where the load grew by 10% at least, the throughput gained less than a quarter of it (load x2,
@@ -3374,7 +3364,7 @@ def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
     holds it. Along --token or np there is no load step, and no saturation."""
     for prima, dopo, crescita in passi(punti, asse):
         guadagno = dopo.throughput / prima.throughput - 1
-        salita = diversi(latenze_medie(prima), latenze_medie(dopo))
+        salita = diversi(prima.cifre("latenza_media"), dopo.cifre("latenza_media"))
         if salita is None:
             salita = dopo.latenza - prima.latenza > 0.1 * prima.latenza
         if crescita >= PASSO_MINIMO and guadagno < 0.25 * (crescita - 1) and salita and dopo.latenza > prima.latenza:
@@ -3382,12 +3372,14 @@ def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
     return None
 
 
-def differenza_ic(a: List[float], b: List[float]) -> Tuple[float, float]:
-    """The difference of two means (b - a) and half its 95% confidence interval (Welch)."""
+def errore_welch(a: List[float], b: List[float]) -> Tuple[float, float]:
+    """The standard error of the difference of two means, and its degrees of freedom (Welch-Satterthwaite)."""
     import statistics
 
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    return media(b) - media(a), t_critico(welch(a, b)[1]) * (va + vb) ** 0.5
+    if va + vb == 0:
+        return 0.0, float("inf")
+    return (va + vb) ** 0.5, (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
 
 
 def dubbio_saturazione(punti: List[Punto], asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
@@ -3395,19 +3387,20 @@ def dubbio_saturazione(punti: List[Punto], asse: str, prima: Punto, dopo: Punto)
     can: a later point whose throughput rose again with the load (one line of the output would contradict
     the other), one run on either point (the noise is not measured: one noisy step makes a saturation), or
     a gain in throughput that, within its 95% interval, may reach a quarter of the load's growth."""
-    dal_passo = punti[punti.index(dopo):] if dopo in punti else []
+    dal_passo = punti[punti.index(dopo):]
     for a, b, crescita in passi(dal_passo, asse):  # the steps beyond: one that followed the load again
         risalito = b.throughput / a.throughput - 1 >= 0.25 * (crescita - 1) and crescita >= PASSO_MINIMO
-        if risalito and diversi(throughput_delle_prove(a), throughput_delle_prove(b)) is not False:
+        if risalito and diversi(a.cifre("throughput"), b.cifre("throughput")) is not False:
             return (f"da {asse}={valore_punto(a, asse)} a {asse}={valore_punto(b, asse)} il throughput è risalito da "
                     f"{a.throughput:.1f} a {b.throughput:.1f} token/s ({b.throughput / a.throughput - 1:+.0%} per un "
                     f"carico ×{crescita:.1f}): il passo può essere stato rumore")
     if len(prima.intere) < 2 or len(dopo.intere) < 2:
         return "una prova per punto: il rumore non è misurato, e un solo passo rumoroso basta a farla sembrare"
-    a, b = throughput_delle_prove(prima), throughput_delle_prove(dopo)
+    a, b = prima.cifre("throughput"), dopo.cifre("throughput")
     if len(a) < 2 or len(b) < 2:  # the other runs of the point failed whole: no throughput of theirs
         return "una sola prova con un throughput in un punto (le altre sono fallite): il rumore non è misurato"
-    differenza, mezzo = differenza_ic(a, b)
+    errore, gl = errore_welch(a, b)
+    differenza, mezzo = media(b) - media(a), t_critico(gl) * errore
     soglia = 0.25 * (dopo.carico(asse) / prima.carico(asse) - 1) * prima.throughput
     if differenza + mezzo >= soglia:
         return (f"il guadagno di throughput ({differenza:+.1f} ±{mezzo:.1f} token/s al 95%) può arrivare a un quarto "
@@ -3492,11 +3485,11 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
     """Why the point `dopo` took no more than `prima`, from the figures, each said when it holds: the
     slots were all busy and the wait for one grew (by more than a tenth of the latency), and the
     speed of a request in its own slot fell (by more than 10%: the slots share the cores)."""
-    n_slot = dopo.prove[0].info.n_slot
     attese, velocita = (prima.attesa_media, dopo.attesa_media), (prima.velocita_slot, dopo.velocita_slot)
     coda = (", e la coda è rimasta vuota" if dopo.picco_coda == 0 and prima.picco_coda in (0, None) else
             f", e la coda è arrivata a {fmt(dopo.picco_coda, 'd')} (prima {fmt(prima.picco_coda, 'd')})")
-    frasi = [f"Lì gli slot occupati insieme erano al massimo {fmt(dopo.picco, 'd')} su {fmt(n_slot, 'd')}{coda}"]
+    frasi = [f"Lì gli slot occupati insieme erano al massimo {fmt(dopo.picco, 'd')} su "
+             f"{fmt(dopo.prove[0].info.n_slot, 'd')}{coda}"]
     if None not in attese and max(attese) < 0.005:  # 0.00 s both: none waited, said as such
         frasi.append("nessuna richiesta ha aspettato uno slot")
     elif None not in attese:
@@ -3544,7 +3537,7 @@ def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
     if len(ok) < MINIMO_SOVRACCARICO or inizi[-1] <= inizi[0]:
         return None
     finestra = inizi[-1] - inizi[0]
-    arrivate = (len(inizi) - 1) / finestra
+    arrivate = ritmo_di(inizi)
     completate = sum(1 for r in ok if inizi[0] < r.fine <= inizi[-1]) / finestra
     attese = attese_a_slot_pieni(ok, prova.info.n_slot)
     in_ordine = [attese[r.indice] for r in ok if r.indice in attese]
@@ -3575,12 +3568,9 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
     if "np" not in chiavi:
         return []
     altre = [c for c in chiavi if c != "np"]
-    gruppi: Dict[str, List[Punto]] = {}
-    for punto in punti:
-        gruppi.setdefault(", ".join(f"{c}={valore_punto(punto, c)}" for c in altre), []).append(punto)
     righe, vantaggi = [], []
-    for titolo, gruppo in gruppi.items():
-        misurati = sorted((p for p in gruppo if p.throughput), key=lambda p: p.prove[0].configurazione.ordine)
+    for titolo, gruppo in serie(punti, chiavi, "np")[1]:  # each in the order of its servers
+        misurati = [p for p in gruppo if p.throughput]
         if len(misurati) < 2:
             continue
         base = misurati[0]
@@ -3592,7 +3582,7 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
     if altre == ["token"] and len(vantaggi) > 1:
         (da, r_da, *pd), (a, r_a, *pa) = vantaggi[0], vantaggi[-1]
         # The noise of a ratio of ratios: the four means' relative 95% intervals, added in quadrature.
-        relativi = [ic95(throughput_delle_prove(p)) for p in pd + pa]
+        relativi = [ic95(p.cifre("throughput")) for p in pd + pa]
         rumore = (None if None in relativi else
                   sum((h / p.throughput) ** 2 for h, p in zip(relativi, pd + pa)) ** 0.5)
         soglia = max(0.1, rumore or 0.0)
@@ -3888,25 +3878,20 @@ class Capacita:
         self.sessione, self.oltre = sessione, sessione.oltre
         self.client, self.info, self.configurazione = client, info, configurazione
         self.punti: List[Tuple[float, List[Prova], bool]] = []  # (rate, its runs, whether it held)
-
-    def prova_a(self, ritmo: float) -> bool:
-        """Run --ripeti runs at `ritmo`, and say whether the point held."""
-        sessione, o = self.sessione, self.oltre
-        base = sessione.piani[0]
-        piano = base._replace(oltre=base.oltre._replace(ritmo=ritmo))
-        print(f"capacità, punto {len(self.punti) + 1}: ritmo={ritmo:.3g} req/s", flush=True)
-        prove = sessione.ripetute(self.client, self.info, piano, self.configurazione)
-        regge = quota_slo(prove, o.slo) >= o.capacita / 100 and not any(map(sovraccarico, prove))
-        self.punti.append((ritmo, prove, regge))
-        return regge
+        self.etichetta = configurazione and configurazione.etichetta  # None: the server at --url
 
     def cerca(self) -> None:
-        """Double, then bisect; then the answer, the points tried and (with --grafico) the curve."""
-        ritmo = oltre(self.sessione.piani[0]).ritmo
-        tiene, cade = None, None
-        durata = oltre(self.sessione.piani[0]).durata
+        """Double, then bisect, each point --ripeti runs at one rate; then the answer, the points tried and
+        (with --grafico) the curve."""
+        o, base = self.oltre, self.sessione.piani[0]
+        ritmo, tiene, cade = base.oltre.ritmo, None, None
         while len(self.punti) < MAX_PUNTI_CAPACITA:
-            if self.prova_a(ritmo):
+            print(f"capacità, punto {len(self.punti) + 1}: ritmo={ritmo:.3g} req/s", flush=True)
+            piano = base._replace(oltre=base.oltre._replace(ritmo=ritmo))
+            prove = self.sessione.ripetute(self.client, self.info, piano, self.configurazione)
+            regge = quota_slo(prove, o.slo) >= o.capacita / 100 and not any(map(sovraccarico, prove))
+            self.punti.append((ritmo, prove, regge))
+            if regge:
                 tiene = ritmo
             else:
                 cade = ritmo
@@ -3915,7 +3900,7 @@ class Capacita:
             if cade is None:
                 ritmo *= 2
             elif tiene is None:
-                if ritmo / 2 * durata < 2:  # fewer than two requests a point: nothing left to measure
+                if ritmo / 2 * base.oltre.durata < 2:  # fewer than two requests a point: nothing left to measure
                     break
                 ritmo /= 2
             else:
@@ -3923,11 +3908,11 @@ class Capacita:
         righe = self.righe(tiene, cade)
         print("\n".join(righe + [""]), flush=True)
         self.sessione.capacita.append({
-            "np": self.configurazione.etichetta if self.configurazione else None, "risposta": righe[0],
-            "regge_req_s": tiene, "cade_req_s": cade, "quota_chiesta": self.oltre.capacita / 100,
-            "slo": self.oltre.slo, "incerta": next((r for r in righe if r.startswith("incerta")), None),
-            "punti": [{"ritmo": r, "quota_slo": quota_slo(prove, self.oltre.slo),
-                       "sovraccarico": any(map(sovraccarico, prove)), "regge": regge} for r, prove, regge in self.punti]})
+            "np": self.etichetta, "risposta": righe[0],
+            "regge_req_s": tiene, "cade_req_s": cade, "quota_chiesta": o.capacita / 100,
+            "slo": o.slo, "incerta": next((r for r in righe if r.startswith("incerta")), None),
+            "punti": [{"ritmo": r, "quota_slo": quota_slo(prove, o.slo), "sovraccarico": any(map(sovraccarico, prove)),
+                       "regge": regge} for r, prove, regge in self.punti]})
 
     def righe(self, tiene: Optional[float], cade: Optional[float]) -> List[str]:
         o = self.oltre
@@ -3948,11 +3933,11 @@ class Capacita:
                         f"e {cade:.3g}, che no" + ("" if cade / tiene <= PASSO_CAPACITA else
                                                    f": la precisione del 20% non è raggiunta in {MAX_PUNTI_CAPACITA} punti")
                         + ")")
-        server = f" (-np {self.configurazione.etichetta})" if self.configurazione else ""
+        server = f" (-np {self.etichetta})" if self.etichetta else ""
         righe = [f"capacità{server} sotto lo SLO ({obiettivi}, per il {o.capacita:g}% delle richieste): {risposta}; "
                  f"{quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s"]
-        corpo = []
-        for ritmo, prove, regge in sorted(self.punti, key=lambda x: x[0]):
+        corpo, in_ordine = [], sorted(self.punti, key=lambda x: x[0])
+        for ritmo, prove, regge in in_ordine:
             punto = Punto(prove)
             richieste = sum(len(p.esecuzione.risultati) for p in prove)
             corpo.append([f"{ritmo:.3g}", fmt(punto.inviate_davvero, ".2f req/s"), str(richieste),
@@ -3962,7 +3947,7 @@ class Capacita:
                              "sovraccarico", "esito"], corpo)
         righe += self.incertezza(tiene)
         if o.grafico and len(self.punti) > 1:
-            punti = punti_di([p for _, prove, _ in sorted(self.punti, key=lambda x: x[0]) for p in prove])
+            punti = punti_di([p for _, prove, _ in in_ordine for p in prove])
             righe += [""] + curva(*serie(punti, ["ritmo"]), marche_per(sys.stdout), frasi=False)
         return righe
 
@@ -4006,9 +3991,8 @@ def segno_sovraccarico(prove: List[Prova]) -> str:
 
 def quota_slo(prove: List[Prova], slo: Dict[str, float]) -> float:
     """The share of a point's requests (its runs pooled) that met every objective."""
-    rispettate = sum(goodput(p, slo)[0] for p in prove)
     totale = sum(len(p.esecuzione.risultati) for p in prove)
-    return rispettate / totale if totale else 0.0
+    return sum(goodput(p, slo)[0] for p in prove) / totale if totale else 0.0
 
 
 # The picture: --grafico (terminal) and --svg ###################################################
@@ -4403,7 +4387,7 @@ def descrivi_macchina(m: Macchina) -> str:
 def spiegazione(prova: Prova) -> List[str]:
     """A few plain Italian sentences, each one built from the measured figures."""
     e, s, info, piano = prova.esecuzione, prova.riepilogo, prova.info, prova.piano
-    ok = e.riuscite
+    ok, non_inviate, tagliata = e.riuscite, oltre(e).non_inviate, e.server_andato or e.interruzione
     if not ok:
         primo = e.risultati[0].errore if e.risultati else "interrotta"
         fallite = (f"L'unica richiesta non è andata a buon fine ({primo})" if e.n_richieste == 1 else
@@ -4419,14 +4403,14 @@ def spiegazione(prova: Prova) -> List[str]:
             partite = "Le richieste sono partite una alla volta (--parallele 1),"
         else:
             partite = f"Sono partite {insieme} richieste insieme"
-        servite = "è stata servita" if s.picco == 1 else "sono state servite"
-        frasi.append(f"{partite} e il server aveva {quante(info.n_slot, 'slot', 'slot')}: al massimo {s.picco} "
-                     f"{servite} nello stesso momento.")
+        frasi.append(f"{partite} e il server aveva {quante(info.n_slot, 'slot', 'slot')}: al massimo "
+                     f"{quante(s.picco, 'è stata servita', 'sono state servite')} nello stesso momento.")
     if s.occupati_dai_tempi is not None and s.occupati_letti is not None and s.occupati_dai_tempi > s.occupati_letti:
         frasi.append(f"Le letture di /slots (ogni {piano.intervallo:g} s) ne hanno viste al massimo {s.occupati_letti} "
                      f"insieme: nessuna è caduta nel momento di picco. I tempi del server provano che erano "
                      f"{s.occupati_dai_tempi}, e il picco dice questo.")
     attese = {r.indice: a for r, a in ((r, attesa_dello_slot(r)) for r in ok) if a is not None}
+    tetto = attese_del_tetto(prova)
     if attese:
         aspettato = in_coda_davvero(prova)
         if aspettato:
@@ -4435,16 +4419,15 @@ def spiegazione(prova: Prova) -> List[str]:
                          f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
                          f"sfortunata è la req {r.indice}: {attese[r.indice]:.2f} s di attesa su {r.latenza:.2f} s di "
                          f"latenza ({attese[r.indice] / r.latenza:.0%}).")
-        elif not attese_del_tetto(prova) and not oltre(e).non_inviate and not (e.server_andato or e.interruzione):
+        elif not tetto and not non_inviate and not tagliata:
             massima = max(attese.values())
             perche = ("il viaggio della richiesta" if massima < VIAGGIO_MAX else "con uno slot libero: il server, "
                       "occupato a finire un passo di calcolo per gli altri slot, non l'aveva ancora presa")
             frasi.append(f"Nessuna richiesta ha aspettato uno slot: ognuna ne ha trovato uno libero (fra l'invio e lo "
                          f"slot al massimo {massima:.2f} s, {perche}).")
-    tetto = attese_del_tetto(prova)
-    if oltre(e).non_inviate and not tetto:  # the cap full to the end: those never sent waited the whole run
+    if non_inviate and not tetto:  # the cap full to the end: those never sent waited the whole run
         frasi.append(f"Il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
-                     f"{quante(oltre(e).non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
+                     f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
                      "prima della fine di --durata: chi le avrebbe mandate ha aspettato nel client un posto che non è "
                      "venuto, e il server ha visto meno carico di quello chiesto (alza --parallele per dargli tutto il "
                      "ritmo).")
@@ -4453,14 +4436,14 @@ def spiegazione(prova: Prova) -> List[str]:
         frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "
                      f"aspettato nel client un posto fra le {piano.parallele} in volo (il tetto di --parallele), prima "
                      f"ancora di partire: la req {peggiore} è partita {tetto[peggiore]:.2f} s dopo l'orario previsto"
-                     + (f", e {quante(oltre(e).non_inviate, 'altra non è partita', 'altre non sono partite')} prima "
-                        "della fine di --durata" if oltre(e).non_inviate else "") + ". "
+                     + (f", e {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima "
+                        "della fine di --durata" if non_inviate else "") + ". "
                      f"Chi l'ha mandata ha aspettato anche quel tempo: la latenza dal previsto, che lo conta, ha p50 "
                      f"{percentile([latenza_dal_previsto(r) for r in ok], 50):.2f} s.")
     if s.occupati_dai_tempi is None and s.occupati_letti is None:
-        in_fila = una_alla_volta(ok)
-        if in_fila:
-            frasi.append(frase_una_alla_volta(in_fila))
+        deduzione = una_alla_volta(ok)
+        if deduzione:
+            frasi.append(deduzione)
     velocita = [r.tps for r in ok if r.tps is not None]
     pesate = [(r.token, r.predicted_ms / 1000) for r in ok if r.tps is not None and r.token and r.predicted_ms]
     if velocita and pesate and s.throughput is not None:
@@ -4479,16 +4462,16 @@ def spiegazione(prova: Prova) -> List[str]:
         frasi.append(frase + ".")
     if fermate_prima(prova):
         frasi.append(maiuscola(frase_fermate(prova)) + ".")
-    if s.picco_coda == 0:  # never "al massimo 0 richieste": said once, and not twice when the timings said it
-        if info.metrics_disponibile and not attese:
-            frasi.append("Nessuna richiesta ha aspettato uno slot: le letture di requests_deferred in /metrics hanno "
-                         "sempre trovato la coda vuota.")
-    elif s.picco_coda is not None and info.metrics_disponibile:
+    # never "al massimo 0 richieste": said once, and not twice when the timings said it
+    if s.picco_coda == 0 and info.metrics_disponibile and not attese:
+        frasi.append("Nessuna richiesta ha aspettato uno slot: le letture di requests_deferred in /metrics hanno "
+                     "sempre trovato la coda vuota.")
+    elif s.picco_coda and info.metrics_disponibile:
         frasi.append(f"Al massimo {quante(s.picco_coda, 'richiesta ha', 'richieste hanno')} aspettato uno slot nello "
                      "stesso momento" + (f" (le letture di requests_deferred in /metrics ne hanno viste al massimo "
                                          f"{s.coda_letta}: nessuna è caduta nel momento peggiore)."
                                          if (s.coda_letta or 0) < s.picco_coda else " (requests_deferred)."))
-    if e.server_andato or e.interruzione:  # the requests cut off are in no figure: no verdict on the queue's growth
+    if tagliata:  # the requests cut off are in no figure: no verdict on the queue's growth
         perche = (f"il server ha smesso di rispondere a {e.server_andato[0]:.2f} s" if e.server_andato else
                   "è stata interrotta")
         frasi.append(f"La prova si è fermata prima della fine ({perche}): le richieste rimaste senza risposta non sono "
@@ -4501,17 +4484,18 @@ def spiegazione(prova: Prova) -> List[str]:
         little = riga_little(prova)
         if little:
             frasi.append(little + ".")
-    if prova.macchina is not None:
-        motivo = macchina_occupata(prova.macchina)
+    m = prova.macchina
+    if m is not None:
+        motivo = macchina_occupata(m)
         if motivo:
             frasi.append(f"La macchina era già occupata prima della prova ({motivo}): le cifre sono falsate, "
                          "ripeti la misura a macchina tranquilla.")
-        elif prova.macchina.carico_medio is not None and prova.macchina.carico_medio >= 0.75 * prova.macchina.core:
-            frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(prova.macchina)}), ma il "
+        elif m.carico_medio is not None and m.carico_medio >= 0.75 * m.core:
+            frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(m)}), ma il "
                          "carico medio dell'ultimo minuto dice che fino a poco prima la macchina era occupata: se le "
                          "cifre ti sembrano strane, ripeti quando anche il carico medio è sceso.")
         else:
-            frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(prova.macchina)}).")
+            frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(m)}).")
     return frasi
 
 
@@ -4534,11 +4518,11 @@ def frase_contesto_stretto(prova: Prova) -> List[str]:
 VIAGGIO_MAX = 0.1  # seconds from the send to a free slot that are the trip (HTTP, parsing); longer, the server was busy
 
 
-def una_alla_volta(ok: List[Risultato]) -> Optional[List[Risultato]]:
+def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
     """From the client's side alone (no /slots, no timings): requests in flight together whose answers came
     back one after another, each at least half the fastest latency after the one before (sent before the
-    one before came back): a server that serves one at a time, and a queue. Returns them in the order
-    they came back, or None (answers that came back together: served together)."""
+    one before came back): a server that serves one at a time, and a queue. Said as an inference, or None
+    (answers that came back together: served together)."""
     ordinate = sorted(ok, key=lambda r: r.fine)
     coppie = [(a, b) for a, b in zip(ordinate, ordinate[1:]) if b.inizio < a.fine]  # b was in flight while a was
     if len(ordinate) < 3 or len(coppie) < 2:
@@ -4546,10 +4530,6 @@ def una_alla_volta(ok: List[Risultato]) -> Optional[List[Risultato]]:
     piu_veloce = min(r.latenza for r in ordinate)
     if piu_veloce <= 0 or min(b.fine - a.fine for a, b in coppie) < 0.5 * piu_veloce:
         return None
-    return ordinate
-
-
-def frase_una_alla_volta(ordinate: List[Risultato]) -> str:
     distacchi = [b.fine - a.fine for a, b in zip(ordinate, ordinate[1:])]
     latenze = ", ".join(f"{r.latenza:.2f}" for r in ordinate[:6]) + (", ..." if len(ordinate) > 6 else "")
     return (f"Dal lato del client (il server non dà né /slots né i suoi tempi): le richieste erano in volo insieme, "
@@ -4737,14 +4717,11 @@ def carico_salvato(prova: dict) -> tuple:
 
 
 def welch(a: List[float], b: List[float]) -> Tuple[float, float]:
-    """Welch's t of the difference of two means, and its degrees of freedom (Welch-Satterthwaite)."""
-    import statistics
-
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0:  # each file's values all the same: compared as they are, not as means that may round apart
-        return (float("inf") if a[0] != b[0] else 0.0), float("inf")
-    gl = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    return (media(b) - media(a)) / (va + vb) ** 0.5, gl
+    """Welch's t of the difference of two means, and its degrees of freedom."""
+    errore, gl = errore_welch(a, b)
+    if errore == 0:  # each file's values all the same: compared as they are, not as means that may round apart
+        return (float("inf") if a[0] != b[0] else 0.0), gl
+    return (media(b) - media(a)) / errore, gl
 
 
 def oltre_il_rumore(a: List[float], b: List[float]) -> str:
