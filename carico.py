@@ -4213,10 +4213,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
     capacity curve (`curve`: the axis and the curves, from `serie`) comes first, and each panel
     says its point (`chiavi`: what varied)."""
     sinistra, destra = ASSE_SVG
-    riga = 18
-    pannelli, y = [], 10
-    if curve is not None:
-        pannelli, y = svg_curva(*curve, y)
+    pannelli, y = svg_curva(*curve, 10) if curve is not None else ([], 10)
     viste, fonti, riempiti = set(), set(), False  # the phases shown; the busy slots' sources; a slot's context drawn
     for prova in prove:
         fine = fine_asse(prova.esecuzione)
@@ -4229,8 +4226,8 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
         viste |= fasi_viste(richieste, fine)
         for nome, tratti in richieste:
             pannelli.append(scritta(4, y + 13, nome))
-            pannelli += [rettangolo(t, sinistra, scala, y + 2, riga - 4) for t in tratti]
-            y += riga
+            pannelli += [rettangolo(t, sinistra, scala, y + 2, 14) for t in tratti]
+            y += 18
         if fonte:  # busy slots as steps, from the same source as the peak
             fonti.add(fonte)
             slot = [t for t in slot if t.a <= fine]  # the terminal's last column may reach past the end
