@@ -3784,13 +3784,11 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
         frasi.append(f"Curva{dove}: " + frase_saturazione(asse, verdetto) + "."
                      + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
                         else ""))
-    for titolo, punti in gruppi:
-        for punto in punti:  # open loop: a server slower than the arrivals has a queue that grows all along
-            visto = next((v for v in map(sovraccarico, punto.intere) if v), None)
-            if visto:
-                chiavi = f"{asse}={valore_punto(punto, asse)}" + (f", {titolo}" if titolo else "")
-                frasi.append(f"A {chiavi}, " + frase_sovraccarico(visto))
-                break
+    for titolo, punti in gruppi:  # open loop: a server slower than the arrivals has a queue that grows all along
+        punto, visto = next(((p, v) for p in punti for v in map(sovraccarico, p.intere) if v), (None, None))
+        if visto:
+            chiavi = f"{asse}={valore_punto(punto, asse)}" + (f", {titolo}" if titolo else "")
+            frasi.append(f"A {chiavi}, " + frase_sovraccarico(visto))
     return frasi  # Little's law: in each run's own explanation
 
 
@@ -4120,8 +4118,8 @@ def fasi_viste(richieste: list, fine: float) -> set:
 
 
 def grafico(prova: Prova, marche: Dict[str, str]) -> List[str]:
-    """One row per request on a common time axis, a row of busy slots, a row per slot's context, a legend;
-    within LARGHEZZA_TERMINALE. A lane's piece fills the columns it covers; a count, the most it held in a column."""
+    """One row per request on a common time axis, a row of busy slots, a row per slot's context, a legend.
+    A lane's piece fills the columns it covers; a count, the most it held in a column."""
     e = prova.esecuzione
     etichetta = max(8, len(f"req {e.n_richieste - 1} "))
     colonne = LARGHEZZA_TERMINALE - etichetta
@@ -4150,8 +4148,8 @@ def grafico(prova: Prova, marche: Dict[str, str]) -> List[str]:
         righe.append(riga("slot", [" " if n is None else str(n) if n < 10 else "+" for n in valori(slot)]))
         voci.append(f"cifre: slot occupati ({fonte})")
     tenuti = [valori(tratti) for nome, _, tratti in contesto if nome != "tutti"]
-    tenuti.append([None if None in n else sum(n) for n in zip(*tenuti)])  # tutti: the sum of the rows above
-    for (nome, n_ctx, _), celle in zip(contesto, tenuti):  # full: the slot's n_ctx, or the buffer they share
+    tenuti.append([None if None in n else sum(n) for n in zip(*tenuti)])  # tutti: the rows above, added
+    for (nome, n_ctx, _), celle in zip(contesto, tenuti):  # full at the slot's n_ctx, or at the shared buffer
         nome = "ctx tutti" if nome == "tutti" else nome
         righe.append(riga(nome, [" " if n is None else livello(n, n_ctx, marche) for n in celle]))
     if contesto:
@@ -4175,24 +4173,24 @@ def a_capo(prima: str, voci: List[str], larghezza: int) -> List[str]:
 COLORI_SVG = {"viaggio": "#f2f2f2", "coda": "#d9d9d9", "prompt": "#f4a261", "generazione": "#2a9d8f", "errore": "#e63946",
               "ignoto": "#8d99ae", "slot": "#264653", "contesto": "#8ab17d"}
 LARGHEZZA_SVG = 760
-ASSE_SVG = (70, 740)  # px: where the time and throughput axes run; on their left, the lanes' names and the latency
+ASSE_SVG = (70, 740)  # px: where the time and throughput axes run; left of them, the lanes' names
 
 
 def elemento(nome: str, testo: str = "", titolo: str = "", **attributi) -> str:
-    """An SVG element: its attributes in the order given (stroke_width for stroke-width, a float to one
-    decimal), then its text and its title (the tooltip), escaped; closed on itself when it has neither."""
+    """An SVG element, its attributes in the order given (stroke_width: stroke-width; a float: one decimal),
+    then its text and its title (the tooltip), escaped; closed on itself when it has neither."""
     import html
 
     dentro = html.escape(testo, quote=False)
     if titolo:
         dentro += f"<title>{html.escape(titolo, quote=False)}</title>"
-    valori = {k.replace("_", "-"): f"{v:.1f}" if isinstance(v, float) else v for k, v in attributi.items()}
-    apertura = nome + "".join(f' {k}="{v}"' for k, v in valori.items())
+    valori = {k: f"{v:.1f}" if isinstance(v, float) else v for k, v in attributi.items()}
+    apertura = nome + "".join(f' {k.replace("_", "-")}="{v}"' for k, v in valori.items())
     return f"<{apertura}>{dentro}</{nome}>" if dentro else f"<{apertura}/>"
 
 
-def scritta(x, y, testo: str, titolo: str = "", **attributi) -> str:
-    return elemento("text", testo, titolo, x=x, y=y, **attributi)
+def scritta(x, y, testo: str, **attributi) -> str:
+    return elemento("text", testo, x=x, y=y, **attributi)
 
 
 def rettangolo(t: Tratto, sinistra: int, scala: float, y, alto) -> str:
@@ -4916,10 +4914,10 @@ def righe_contesto(prova: Prova) -> List[str]:
         for i, (_, n_ctx) in enumerate(letture[0].contesto):
             picco = max(c.contesto[i][0] for c in letture if i < len(c.contesto))
             righe.append(f"    slot {i}: {picco} di {n_ctx} token ({picco / n_ctx:.0%})")
-    if kv_condivisa(prova) and any(c.occupati for c in letture):
-        chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
-        righe.append(f"    somma sugli slot: {chiesti} token chiesti al buffer che condividono (--kv-unified), "
-                     f"di {n_ctx} ({chiesti / n_ctx:.0%})")
+        if kv_condivisa(prova):
+            chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
+            righe.append(f"    somma sugli slot: {chiesti} token chiesti al buffer che condividono (--kv-unified), "
+                         f"di {n_ctx} ({chiesti / n_ctx:.0%})")
     lunghe = [(r.token_prompt + r.token, r) for r in prova.esecuzione.riuscite
               if r.token_prompt is not None and r.token is not None]
     if lunghe:
@@ -4942,13 +4940,13 @@ def corsie_contesto(prova: Prova) -> List[Tuple[str, int, List[Tratto]]]:
     if not any(t for c in letture for t, _ in c.contesto):  # no slot held a token: no picture of it
         return []
     fino = [c.t for c in letture[1:]] + [fine_asse(prova.esecuzione)]
-    corsie = [(f"ctx {i}", f"slot {i}", n_ctx, lambda c, i=i: c.contesto[i][0] if i < len(c.contesto) else 0)
+    corsie = [(f"ctx {i}", f"slot {i}", n_ctx, [c.contesto[i][0] if i < len(c.contesto) else 0 for c in letture])
               for i, (_, n_ctx) in enumerate(letture[0].contesto)]
     if kv_condivisa(prova):
-        corsie.append(("tutti", "tutti gli slot", letture[0].contesto[0][1], lambda c: somma(c.contesto)))
+        corsie.append(("tutti", "tutti gli slot", letture[0].contesto[0][1], [somma(c.contesto) for c in letture]))
     return [(etichetta, n_ctx, [Tratto(c.t, a, "contesto", n, f"{nome}: {n} di {n_ctx} token a {c.t:.2f} s")
-                                for c, a in zip(letture, fino) for n in [tenuti_di(c)]])
-            for etichetta, nome, n_ctx, tenuti_di in corsie]
+                                for c, a, n in zip(letture, fino, tenuti)])
+            for etichetta, nome, n_ctx, tenuti in corsie]
 
 
 # --turni and --sistema: conversations that outgrow the slot ####################################
