@@ -3723,10 +3723,9 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple
         parti.append(elemento("polyline", fill="none", stroke=colore, stroke_width=2, points=linea(medie)))
         parti.append(elemento("polyline", fill="none", stroke=colore, stroke_dasharray="4 3", points=linea(p90)))
         parti += [elemento("circle", cx=a, cy=b, r=3, fill="white", stroke=colore) for a, b in p90]
-        for p, ttft in punti:  # --stream: the first token's median, a small square under the point
-            if ttft is not None:
-                parti.append(elemento("rect", titolo=f"{asse}={valore_punto(p, asse)}: primo token p50 {ttft:.3f} s",
-                                      x=px(p.throughput) - 3, y=py(ttft) - 3, width=6, height=6, fill=colore))
+        parti += [elemento("rect", titolo=f"{asse}={valore_punto(p, asse)}: primo token p50 {ttft:.3f} s",
+                           x=px(p.throughput) - 3, y=py(ttft) - 3, width=6, height=6, fill=colore)
+                  for p, ttft in punti if ttft is not None]  # --stream: the first token's median, a small square
         for (p, _), (a, b) in zip(punti, medie):
             cifre = (f"{asse}={valore_punto(p, asse)}: {p.throughput:.1f} token/s, latenza media {p.latenza:.2f} s, "
                      f"p90 {fmt(p.latenza_p90, '.2f s')}, prove {len(p.intere)}")
@@ -3789,7 +3788,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
         if visto:
             chiavi = f"{asse}={valore_punto(punto, asse)}" + (f", {titolo}" if titolo else "")
             frasi.append(f"A {chiavi}, " + frase_sovraccarico(visto))
-    return frasi  # Little's law: in each run's own explanation
+    return frasi
 
 
 def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
@@ -4061,8 +4060,7 @@ def disegno(prova: Prova) -> Tuple[List[Tuple[str, List[Tratto]]], List[Tratto],
     attese = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
     richieste = [(f"req {r.indice}", [Tratto(da, a, fase, None, f"{fase} {a - da:.3f} s")
                                       for fase, da, a in fasi(r, attese)]) for r in prova.esecuzione.risultati]
-    slot, fonte = slot_nel_tempo(prova)
-    return richieste, slot, fonte, corsie_contesto(prova)
+    return (richieste, *slot_nel_tempo(prova), corsie_contesto(prova))
 
 
 def valore_fra(tratti: List[Tratto], da: float, a: float) -> Optional[int]:
@@ -4098,7 +4096,6 @@ def slot_nel_tempo(prova: Prova) -> Tuple[List[Tratto], Optional[str]]:
 
 
 def marche_per(flusso) -> Dict[str, str]:
-    """Unicode blocks where the stream can encode them, else plain ASCII."""
     codifica = getattr(flusso, "encoding", None) or "ascii"
     try:
         "".join(MARCHE_UNICODE.values()).encode(codifica)
@@ -4108,7 +4105,6 @@ def marche_per(flusso) -> Dict[str, str]:
 
 
 def fine_asse(e: Esecuzione) -> float:
-    """Where a run's time axis ends: its last answer or its last reading of /slots."""
     return max([r.fine for r in e.risultati] + [c.t for c in e.campioni] + [1e-9])
 
 
@@ -4194,7 +4190,6 @@ def scritta(x, y, testo: str, **attributi) -> str:
 
 
 def rettangolo(t: Tratto, sinistra: int, scala: float, y, alto) -> str:
-    """A piece of a lane as an SVG rectangle with its title."""
     return elemento("rect", titolo=t.titolo, x=sinistra + t.da * scala, y=y, width=max(t.a - t.da, 0) * scala,
                     height=alto, fill=COLORI_SVG[t.tipo])
 
@@ -4216,7 +4211,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
     for prova in prove:
         fine = fine_asse(prova.esecuzione)
         scala = (destra - sinistra) / fine
-        titolo = riga_server(prova.info) + (f"  (-np {prova.configurazione.etichetta})" if prova.configurazione else "")
+        titolo = riga_server(prova.info) + (f"  (-np {etichetta_np(prova)})" if prova.configurazione else "")
         titolo += "".join(f"  {c}={valore_di(c, prova.piano, prova.configurazione)}" for c in chiavi if c != "np")
         pannelli.append(scritta(sinistra, y + 12, titolo, font_weight="bold"))
         y += 22
