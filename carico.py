@@ -3693,9 +3693,8 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
 
 
 def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple[List[str], int]:
-    """The capacity curves as SVG elements from height y, on the same axes as in the terminal: one
-    line of mean latency and one of p90 per curve, each point labelled with its value of the axis,
-    the saturation ringed. Returns the elements and the height below them."""
+    """The capacity curves as SVG elements from height y, on curva's axes: per curve a line of mean
+    latency, a dashed one of p90, each point labelled, the saturation ringed; the height below."""
     scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return [], y
@@ -3783,7 +3782,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
         frasi.append(f"Curva{dove}: " + frase_saturazione(asse, verdetto) + "."
                      + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
                         else ""))
-    for titolo, punti in gruppi:  # open loop: a server slower than the arrivals has a queue that grows all along
+    for titolo, punti in gruppi:  # open loop: a server behind the arrivals has a queue that keeps growing
         punto, visto = next(((p, v) for p in punti for v in map(sovraccarico, p.intere) if v), (None, None))
         if visto:
             chiavi = f"{asse}={valore_punto(punto, asse)}" + (f", {titolo}" if titolo else "")
@@ -4114,7 +4113,7 @@ def fasi_viste(richieste: list, fine: float) -> set:
 
 
 def grafico(prova: Prova, marche: Dict[str, str]) -> List[str]:
-    """One row per request on a common time axis, a row of busy slots, a row per slot's context, a legend.
+    """A row per request on a common time axis, a row of busy slots, a row per slot's context, a legend.
     A lane's piece fills the columns it covers; a count, the most it held in a column."""
     e = prova.esecuzione
     etichetta = max(8, len(f"req {e.n_richieste - 1} "))
@@ -4144,8 +4143,8 @@ def grafico(prova: Prova, marche: Dict[str, str]) -> List[str]:
         righe.append(riga("slot", [" " if n is None else str(n) if n < 10 else "+" for n in valori(slot)]))
         voci.append(f"cifre: slot occupati ({fonte})")
     tenuti = [valori(tratti) for nome, _, tratti in contesto if nome != "tutti"]
-    tenuti.append([None if None in n else sum(n) for n in zip(*tenuti)])  # tutti: the rows above, added
-    for (nome, n_ctx, _), celle in zip(contesto, tenuti):  # full at the slot's n_ctx, or at the shared buffer
+    tenuti.append([None if None in n else sum(n) for n in zip(*tenuti)])  # tutti: the rows above
+    for (nome, n_ctx, _), celle in zip(contesto, tenuti):  # full: at n_ctx, or the shared buffer
         nome = "ctx tutti" if nome == "tutti" else nome
         righe.append(riga(nome, [" " if n is None else livello(n, n_ctx, marche) for n in celle]))
     if contesto:
@@ -4173,8 +4172,8 @@ ASSE_SVG = (70, 740)  # px: where the time and throughput axes run; left of them
 
 
 def elemento(nome: str, testo: str = "", titolo: str = "", **attributi) -> str:
-    """An SVG element, its attributes in the order given (stroke_width: stroke-width; a float: one decimal),
-    then its text and its title (the tooltip), escaped; closed on itself when it has neither."""
+    """An SVG element, its attributes in the order given (stroke_width is stroke-width, a float has one
+    decimal), then its text and its title (the tooltip), escaped; closed on itself when it has neither."""
     import html
 
     dentro = html.escape(testo, quote=False)
