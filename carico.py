@@ -4326,10 +4326,10 @@ def testo_csv(prove: List[Prova]) -> str:
     scrittore = csv.DictWriter(uscita, CAMPI_CSV, extrasaction="ignore", lineterminator="\n")
     scrittore.writeheader()
     for n, prova in enumerate(prove, 1):
-        for r in prova.esecuzione.risultati:
-            scrittore.writerow({"prova": n, "np": etichetta_np(prova), "parallele": prova.piano.parallele, "max_token": prova.piano.max_token,
-                                "ritmo": oltre(prova.piano).ritmo, "interrotta": prova.esecuzione.interruzione is not None,
-                                **riga_dati(r)})
+        della_prova = {"prova": n, "np": etichetta_np(prova), "parallele": prova.piano.parallele,
+                       "max_token": prova.piano.max_token, "ritmo": oltre(prova.piano).ritmo,
+                       "interrotta": prova.esecuzione.interruzione is not None}
+        scrittore.writerows({**della_prova, **riga_dati(r)} for r in prova.esecuzione.risultati)
     return uscita.getvalue()
 
 
