@@ -3625,18 +3625,20 @@ def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Tuple[Optio
     return Scala(0.0, max(x) * 1.15 or 1.0, y * 1.1 or 1.0), segni
 
 
-def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, str], frasi: bool = True,
-          larghezza: int = 80, altezza: int = 12) -> List[str]:
+def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, str], frasi: bool = True) -> List[str]:
     """The capacity curves in the terminal, all on the same axes: aggregate throughput across,
     latency up; each point's mean latency (with its value of the axis beside it) and its p90, the
     saturation marked. With several curves, each has its letter."""
     scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return ["curva di capacità: nessun punto misurato"]
-    colonne = larghezza - 9
+    colonne = LARGHEZZA_TERMINALE - 9  # the latency's figures on the left
+    altezza = 12
     tela = [[" "] * colonne for _ in range(altezza)]
 
-    def metti(x: float, y: float, testo: str) -> None:
+    def metti(x: float, y: Optional[float], testo: str) -> None:
+        if y is None:
+            return
         riga = altezza - 1 - round(y / scala.y_a * (altezza - 1))
         col = round((x - scala.x_da) / (scala.x_a - scala.x_da) * (colonne - 1))
         for k, carattere in enumerate(testo[:colonne - col]):
@@ -3645,21 +3647,16 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
     lettere = "abcdefghijklmnopqrstuvwxyz" if len(gruppi) > 1 else ""
     for n, (titolo, punti, verdetto, satura) in enumerate(segni):
         for p, ttft in punti:
-            if ttft is not None:
-                metti(p.throughput, ttft, marche["ttft"])
-            if p.latenza_p90 is not None:
-                metti(p.throughput, p.latenza_p90, marche["p90"])
+            metti(p.throughput, ttft, marche["ttft"])
+            metti(p.throughput, p.latenza_p90, marche["p90"])
+        marca = lettere[n % 26] if lettere else marche["media"]
         for p, _ in punti:
-            marca = lettere[n % 26] if lettere else marche["media"]
-            if p is satura:
-                marca = marche["saturazione"]
-            metti(p.throughput, p.latenza, marca + valore_punto(p, asse))
+            metti(p.throughput, p.latenza, (marche["saturazione"] if p is satura else marca) + valore_punto(p, asse))
     con_ttft = any(ttft is not None for _, punti, _, _ in segni for _, ttft in punti)
     sature = [(titolo, verdetto) for titolo, _, verdetto, _ in segni if verdetto is not None]
+    asse_y = {0: f"{scala.y_a:5.2f} s", altezza - 1: "   0 s "}
     righe = [f"curva di capacità: throughput aggregato e latenza, un punto per valore di {asse}", "latenza"]
-    for i, riga in enumerate(tela):
-        etichetta = f"{scala.y_a:5.2f} s" if i == 0 else ("   0 s " if i == altezza - 1 else "")
-        righe.append(f"{etichetta:>7} |" + "".join(riga).rstrip())
+    righe += [f"{asse_y.get(i, ''):>7} |" + "".join(riga).rstrip() for i, riga in enumerate(tela)]
     righe.append(f"{'':7} +" + "-" * colonne)
     sinistra = f"{scala.x_da:.1f}" if scala.x_da else "0"
     righe.append(f"{'':8}{sinistra}{f'{scala.x_a:.1f} token/s':>{colonne - len(sinistra)}}")
@@ -3672,62 +3669,55 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
     return righe
 
 
-def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int, larghezza: int = 760) -> Tuple[List[str], int]:
-    """The capacity curves as SVG elements from height y, on the same axes as in the terminal: one
-    line of mean latency and one of p90 per curve, each point labelled with its value of the axis,
-    the saturation ringed. Returns the elements and the height below them."""
-    sinistra, destra, alto = 70, 20, 260
+def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple[List[str], int]:
+    """The capacity curves as SVG elements from height y, on curva's axes: per curve a line of mean
+    latency, a dashed one of p90, each point labelled, the saturation ringed; the height below."""
     scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return [], y
+    sinistra, destra = ASSE_SVG
+    alto = 260
     base = y + 24 + alto
-    px = lambda v: sinistra + (v - scala.x_da) / (scala.x_a - scala.x_da) * (larghezza - sinistra - destra)  # noqa: E731
+    px = lambda v: sinistra + (v - scala.x_da) / (scala.x_a - scala.x_da) * (destra - sinistra)  # noqa: E731
     py = lambda v: base - v / scala.y_a * alto  # noqa: E731
-    parti = [f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">curva di capacità: throughput aggregato e '
-             f'latenza, un punto per valore di {asse}</text>',
-             f'<line x1="{sinistra}" y1="{base}" x2="{larghezza - destra}" y2="{base}" stroke="#333"/>',
-             f'<line x1="{sinistra}" y1="{base}" x2="{sinistra}" y2="{base - alto}" stroke="#333"/>',
-             f'<text x="{sinistra - 4}" y="{base - alto + 10}" text-anchor="end">{scala.y_a:.2f} s</text>',
-             f'<text x="{sinistra - 4}" y="{base}" text-anchor="end">0 s</text>',
-             f'<text x="{larghezza - destra}" y="{base + 16}" text-anchor="end">{scala.x_a:.1f} token/s</text>',
-             f'<text x="{sinistra}" y="{base + 16}">{f"{scala.x_da:.1f}" if scala.x_da else "0"}</text>',
-             f'<text x="{(sinistra + larghezza - destra) / 2}" y="{base + 16}" text-anchor="middle">throughput aggregato'
-             '</text>',
-             f'<text x="{sinistra - 4}" y="{base - alto / 2}" text-anchor="end">latenza</text>']
+    linea = lambda punti: " ".join(f"{a:.1f},{b:.1f}" for a, b in punti)  # noqa: E731
+    parti = [scritta(sinistra, y + 12, f"curva di capacità: throughput aggregato e latenza, un punto per valore di "
+                     f"{asse}", font_weight="bold"),
+             elemento("line", x1=sinistra, y1=base, x2=destra, y2=base, stroke="#333"),
+             elemento("line", x1=sinistra, y1=base, x2=sinistra, y2=base - alto, stroke="#333"),
+             scritta(sinistra - 4, base - alto + 10, f"{scala.y_a:.2f} s", text_anchor="end"),
+             scritta(sinistra - 4, base, "0 s", text_anchor="end"),
+             scritta(destra, base + 16, f"{scala.x_a:.1f} token/s", text_anchor="end"),
+             scritta(sinistra, base + 16, f"{scala.x_da:.1f}" if scala.x_da else "0"),
+             scritta((sinistra + destra) / 2, base + 16, "throughput aggregato", text_anchor="middle"),
+             scritta(sinistra - 4, base - alto / 2, "latenza", text_anchor="end")]
     colori = ("#264653", "#2a9d8f", "#e76f51", "#6a4c93", "#f4a261", "#8d99ae")
     for n, (titolo, punti, verdetto, satura) in enumerate(segni):
         colore = colori[n % len(colori)]
         medie = [(px(p.throughput), py(p.latenza)) for p, _ in punti]
         p90 = [(px(p.throughput), py(p.latenza_p90)) for p, _ in punti if p.latenza_p90 is not None]
-        parti.append(f'<polyline fill="none" stroke="{colore}" stroke-width="2" points="'
-                     + " ".join(f"{a:.1f},{b:.1f}" for a, b in medie) + '"/>')
-        parti.append(f'<polyline fill="none" stroke="{colore}" stroke-dasharray="4 3" points="'
-                     + " ".join(f"{a:.1f},{b:.1f}" for a, b in p90) + '"/>')
-        for a, b in p90:
-            parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="3" fill="white" stroke="{colore}"/>')
-        for p, ttft in punti:  # --stream: the first token's median, a small square under the point
-            if ttft is not None:
-                parti.append(f'<rect x="{px(p.throughput) - 3:.1f}" y="{py(ttft) - 3:.1f}" width="6" height="6" '
-                             f'fill="{colore}"><title>{asse}={valore_punto(p, asse)}: primo token p50 {ttft:.3f} s'
-                             '</title></rect>')
+        parti.append(elemento("polyline", fill="none", stroke=colore, stroke_width=2, points=linea(medie)))
+        parti.append(elemento("polyline", fill="none", stroke=colore, stroke_dasharray="4 3", points=linea(p90)))
+        parti += [elemento("circle", cx=a, cy=b, r=3, fill="white", stroke=colore) for a, b in p90]
+        parti += [elemento("rect", titolo=f"{asse}={valore_punto(p, asse)}: primo token p50 {ttft:.3f} s",
+                           x=px(p.throughput) - 3, y=py(ttft) - 3, width=6, height=6, fill=colore)
+                  for p, ttft in punti if ttft is not None]  # --stream: the first token's median, a small square
         for (p, _), (a, b) in zip(punti, medie):
             cifre = (f"{asse}={valore_punto(p, asse)}: {p.throughput:.1f} token/s, latenza media {p.latenza:.2f} s, "
                      f"p90 {fmt(p.latenza_p90, '.2f s')}, prove {len(p.intere)}")
-            parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="4" fill="{colore}"><title>{testo_xml(cifre)}</title></circle>')
-            parti.append(f'<text x="{a + (12 if p is satura else 7):.1f}" y="{b + 4:.1f}" '
-                         f'fill="{colore}">{valore_punto(p, asse)}</text>')
+            parti.append(elemento("circle", titolo=cifre, cx=a, cy=b, r=4, fill=colore))
+            parti.append(scritta(a + (12 if p is satura else 7), b + 4, valore_punto(p, asse), fill=colore))
             if p is satura:
-                parti.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="9" fill="none" stroke="#e63946" stroke-width="2"/>')
-                parti.append(f'<text x="{a - 13:.1f}" y="{b + 4:.1f}" text-anchor="end" fill="#e63946">saturazione</text>')
+                parti.append(elemento("circle", cx=a, cy=b, r=9, fill="none", stroke="#e63946", stroke_width=2))
+                parti.append(scritta(a - 13, b + 4, "saturazione", text_anchor="end", fill="#e63946"))
             elif verdetto is not None and p is verdetto.dopo:  # not certain: said as such, not ringed
-                parti.append(f'<text x="{a - 8:.1f}" y="{b + 4:.1f}" text-anchor="end" fill="#888">forse saturazione'
-                             f'<title>{testo_xml(verdetto.dubbio)}</title></text>')
+                parti.append(scritta(a - 8, b + 4, "forse saturazione", titolo=verdetto.dubbio, text_anchor="end",
+                                     fill="#888"))
         if titolo:
-            parti.append(f'<text x="{larghezza - destra}" y="{y + 40 + 16 * n}" text-anchor="end" fill="{colore}">'
-                         f'{testo_xml(titolo)}</text>')
+            parti.append(scritta(destra, y + 40 + 16 * n, titolo, text_anchor="end", fill=colore))
     y = base + 36
-    parti.append(f'<text x="{sinistra}" y="{y}">linea piena: latenza media; tratteggio: latenza p90; quadratini: '
-                 f'primo token p50 (con --stream); a ogni punto il valore di {asse}</text>')
+    parti.append(scritta(sinistra, y, "linea piena: latenza media; tratteggio: latenza p90; quadratini: primo token "
+                         f"p50 (con --stream); a ogni punto il valore di {asse}"))
     return parti, y + 20
 
 
@@ -3769,14 +3759,12 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
         frasi.append(f"Curva{dove}: " + frase_saturazione(asse, verdetto) + "."
                      + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
                         else ""))
-    for titolo, punti in gruppi:
-        for punto in punti:  # open loop: a server slower than the arrivals has a queue that grows all along
-            visto = next((v for v in map(sovraccarico, punto.intere) if v), None)
-            if visto:
-                chiavi = f"{asse}={valore_punto(punto, asse)}" + (f", {titolo}" if titolo else "")
-                frasi.append(f"A {chiavi}, " + frase_sovraccarico(visto))
-                break
-    return frasi  # Little's law: in each run's own explanation
+    for titolo, punti in gruppi:  # open loop: a server behind the arrivals has a queue that keeps growing
+        punto, visto = next(((p, v) for p in punti for v in map(sovraccarico, p.intere) if v), (None, None))
+        if visto:
+            chiavi = f"{asse}={valore_punto(punto, asse)}" + (f", {titolo}" if titolo else "")
+            frasi.append(f"A {chiavi}, " + frase_sovraccarico(visto))
+    return frasi
 
 
 def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
@@ -3997,6 +3985,7 @@ def quota_slo(prove: List[Prova], slo: Dict[str, float]) -> float:
 
 # The picture: --grafico (terminal) and --svg ###################################################
 
+LARGHEZZA_TERMINALE = 80  # columns of --grafico's pictures and of the capacity curve
 MARCHE_UNICODE = {"viaggio": "·", "coda": "░", "prompt": "▒", "generazione": "█", "errore": "×", "ignoto": "▬",
                   "media": "●", "p90": "+", "saturazione": "◆",  # these three: the capacity curve
                   "livelli": " ▁▂▃▄▅▆▇█", "ttft": "▴"}  # a slot's context, empty to full; the curve's first token
@@ -4041,8 +4030,7 @@ def disegno(prova: Prova) -> Tuple[List[Tuple[str, List[Tratto]]], List[Tratto],
     attese = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
     richieste = [(f"req {r.indice}", [Tratto(da, a, fase, None, f"{fase} {a - da:.3f} s")
                                       for fase, da, a in fasi(r, attese)]) for r in prova.esecuzione.risultati]
-    slot, fonte = slot_nel_tempo(prova)
-    return richieste, slot, fonte, corsie_contesto(prova)
+    return (richieste, *slot_nel_tempo(prova), corsie_contesto(prova))
 
 
 def valore_fra(tratti: List[Tratto], da: float, a: float) -> Optional[int]:
@@ -4078,7 +4066,6 @@ def slot_nel_tempo(prova: Prova) -> Tuple[List[Tratto], Optional[str]]:
 
 
 def marche_per(flusso) -> Dict[str, str]:
-    """Unicode blocks where the stream can encode them, else plain ASCII."""
     codifica = getattr(flusso, "encoding", None) or "ascii"
     try:
         "".join(MARCHE_UNICODE.values()).encode(codifica)
@@ -4088,7 +4075,6 @@ def marche_per(flusso) -> Dict[str, str]:
 
 
 def fine_asse(e: Esecuzione) -> float:
-    """Where a run's time axis ends: its last answer or its last reading of /slots."""
     return max([r.fine for r in e.risultati] + [c.t for c in e.campioni] + [1e-9])
 
 
@@ -4097,12 +4083,12 @@ def fasi_viste(richieste: list, fine: float) -> set:
     return {t.tipo for _, tratti in richieste for t in tratti if t.tipo != "viaggio" or t.a - t.da >= fine / 80}
 
 
-def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[str]:
-    """One row per request on a common time axis, a row of busy slots, a row per slot's context, a legend;
-    within `larghezza`. A lane's piece fills the columns it covers; a count, the most it held in a column."""
+def grafico(prova: Prova, marche: Dict[str, str]) -> List[str]:
+    """A row per request on a common time axis, a row of busy slots, a row per slot's context, a legend.
+    A lane's piece fills the columns it covers; a count, the most it held in a column."""
     e = prova.esecuzione
     etichetta = max(8, len(f"req {e.n_richieste - 1} "))
-    colonne = larghezza - etichetta
+    colonne = LARGHEZZA_TERMINALE - etichetta
     fine = fine_asse(e)
     passo = fine / colonne
     richieste, slot, fonte, contesto = disegno(prova)
@@ -4127,20 +4113,16 @@ def grafico(prova: Prova, marche: Dict[str, str], larghezza: int = 80) -> List[s
     if fonte:
         righe.append(riga("slot", [" " if n is None else str(n) if n < 10 else "+" for n in valori(slot)]))
         voci.append(f"cifre: slot occupati ({fonte})")
-    per_slot = []
-    for nome, n_ctx, tratti in contesto:  # a full block: the slot's n_ctx, or for tutti the buffer they share
-        if nome == "tutti":  # the sum of the rows above
-            tenuti = [None if None in n else sum(n) for n in zip(*per_slot)]
-            nome = "ctx tutti"
-        else:
-            tenuti = valori(tratti)
-            per_slot.append(tenuti)
-        righe.append(riga(nome, [" " if n is None else livello(n, n_ctx, marche) for n in tenuti]))
+    tenuti = [valori(tratti) for nome, _, tratti in contesto if nome != "tutti"]
+    tenuti.append([None if None in n else sum(n) for n in zip(*tenuti)])  # tutti: the rows above
+    for (nome, n_ctx, _), celle in zip(contesto, tenuti):  # full: at n_ctx, or the shared buffer
+        nome = "ctx tutti" if nome == "tutti" else nome
+        righe.append(riga(nome, [" " if n is None else livello(n, n_ctx, marche) for n in celle]))
     if contesto:
         livelli = marche["livelli"]
         voce = f"{livelli[1]}..{livelli[8]} contesto dello slot fino a n_ctx {contesto[0][1]} (/slots)"
         voci.append(voce + "; tutti: la somma, fino al buffer condiviso" * (contesto[-1][0] == "tutti"))
-    return righe + a_capo("legenda: ", voci, larghezza)
+    return righe + a_capo("legenda: ", voci, LARGHEZZA_TERMINALE)
 
 
 def a_capo(prima: str, voci: List[str], larghezza: int) -> List[str]:
@@ -4156,21 +4138,35 @@ def a_capo(prima: str, voci: List[str], larghezza: int) -> List[str]:
 
 COLORI_SVG = {"viaggio": "#f2f2f2", "coda": "#d9d9d9", "prompt": "#f4a261", "generazione": "#2a9d8f", "errore": "#e63946",
               "ignoto": "#8d99ae", "slot": "#264653", "contesto": "#8ab17d"}
+LARGHEZZA_SVG = 760
+ASSE_SVG = (70, 740)  # px: where the time and throughput axes run; left of them, the lanes' names
 
 
-def testo_xml(testo: str) -> str:
-    return testo.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def elemento(nome: str, testo: str = "", titolo: str = "", **attributi) -> str:
+    """An SVG element, its attributes in the order given (stroke_width is stroke-width, a float has one
+    decimal), then its text and its title (the tooltip), escaped; closed on itself when it has neither."""
+    import html
+
+    dentro = html.escape(testo, quote=False)
+    if titolo:
+        dentro += f"<title>{html.escape(titolo, quote=False)}</title>"
+    valori = {k: f"{v:.1f}" if isinstance(v, float) else v for k, v in attributi.items()}
+    apertura = nome + "".join(f' {k.replace("_", "-")}="{v}"' for k, v in valori.items())
+    return f"<{apertura}>{dentro}</{nome}>" if dentro else f"<{apertura}/>"
+
+
+def scritta(x, y, testo: str, **attributi) -> str:
+    return elemento("text", testo, x=x, y=y, **attributi)
 
 
 def rettangolo(t: Tratto, sinistra: int, scala: float, y, alto) -> str:
-    """A piece of a lane as an SVG rectangle with its title; `y` and `alto` as the caller writes them."""
-    return (f'<rect x="{sinistra + t.da * scala:.1f}" y="{y}" width="{max(t.a - t.da, 0) * scala:.1f}" height="{alto}" '
-            f'fill="{COLORI_SVG[t.tipo]}"><title>{t.titolo}</title></rect>')
+    return elemento("rect", titolo=t.titolo, x=sinistra + t.da * scala, y=y, width=max(t.a - t.da, 0) * scala,
+                    height=alto, fill=COLORI_SVG[t.tipo])
 
 
 def barre(tratti: List[Tratto], pieno: int, sinistra: int, scala: float, y: int, alto: int) -> List[str]:
     """A lane's counts as bars up from its floor, `alto` high at `pieno`; a piece of none, no bar."""
-    return [rettangolo(t, sinistra, scala, f"{y + alto - h:.1f}", f"{h:.1f}")
+    return [rettangolo(t, sinistra, scala, y + alto - h, h)
             for t in tratti if t.valore for h in [alto * min(1.0, t.valore / pieno)]]
 
 
@@ -4179,58 +4175,56 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
     """The same picture as a standalone SVG, one panel per run, for the deliverable; a sweep's
     capacity curve (`curve`: the axis and the curves, from `serie`) comes first, and each panel
     says its point (`chiavi`: what varied)."""
-    larghezza, sinistra, riga, destra = 760, 70, 18, 20
-    pannelli, y = [], 10
-    if curve is not None:
-        pannelli, y = svg_curva(*curve, y, larghezza)
+    sinistra, destra = ASSE_SVG
+    pannelli, y = svg_curva(*curve, 10) if curve is not None else ([], 10)
     viste, fonti, riempiti = set(), set(), False  # the phases shown; the busy slots' sources; a slot's context drawn
     for prova in prove:
         fine = fine_asse(prova.esecuzione)
-        scala = (larghezza - sinistra - destra) / fine
-        titolo = riga_server(prova.info) + (f"  (-np {prova.configurazione.etichetta})" if prova.configurazione else "")
+        scala = (destra - sinistra) / fine
+        titolo = riga_server(prova.info) + (f"  (-np {etichetta_np(prova)})" if prova.configurazione else "")
         titolo += "".join(f"  {c}={valore_di(c, prova.piano, prova.configurazione)}" for c in chiavi if c != "np")
-        pannelli.append(f'<text x="{sinistra}" y="{y + 12}" font-weight="bold">{testo_xml(titolo)}</text>')
+        pannelli.append(scritta(sinistra, y + 12, titolo, font_weight="bold"))
         y += 22
         richieste, slot, fonte, contesto = disegno(prova)
         viste |= fasi_viste(richieste, fine)
         for nome, tratti in richieste:
-            pannelli.append(f'<text x="4" y="{y + 13}">{nome}</text>')
-            pannelli += [rettangolo(t, sinistra, scala, y + 2, riga - 4) for t in tratti]
-            y += riga
+            pannelli.append(scritta(4, y + 13, nome))
+            pannelli += [rettangolo(t, sinistra, scala, y + 2, 14) for t in tratti]
+            y += 18
         if fonte:  # busy slots as steps, from the same source as the peak
             fonti.add(fonte)
             slot = [t for t in slot if t.a <= fine]  # the terminal's last column may reach past the end
             massimo, alto = max([t.valore for t in slot if t.valore] + [1]), 40
             y += 4
-            pannelli.append(f'<text x="4" y="{y + alto / 2}">slot</text>')
-            pannelli.append(f'<text x="4" y="{y + alto / 2 + 14}" font-size="10">max {massimo}</text>')
-            pannelli.append(f'<rect x="{sinistra}" y="{y}" width="{fine * scala:.1f}" height="{alto}" fill="#f4f4f4"/>')
+            pannelli.append(scritta(4, y + alto / 2, "slot"))
+            pannelli.append(scritta(4, y + alto / 2 + 14, f"max {massimo}", font_size=10))
+            pannelli.append(elemento("rect", x=sinistra, y=y, width=fine * scala, height=alto, fill="#f4f4f4"))
             pannelli += barre(slot, massimo, sinistra, scala, y, alto)
             y += alto + 6
         for nome, n_ctx, tratti in contesto:  # each slot's context, under a dashed line at its n_ctx
-            pannelli.append(f'<text x="4" y="{y + 13}">{nome}</text>')
+            pannelli.append(scritta(4, y + 13, nome))
             pannelli += barre(tratti, n_ctx, sinistra, scala, y, 18)
-            pannelli.append(f'<line x1="{sinistra}" y1="{y}" x2="{sinistra + fine * scala:.1f}" y2="{y}" stroke="#e63946" '
-                         f'stroke-dasharray="4 3"><title>n_ctx {n_ctx}</title></line>')
+            pannelli.append(elemento("line", titolo=f"n_ctx {n_ctx}", x1=sinistra, y1=y, x2=sinistra + fine * scala,
+                                     y2=y, stroke="#e63946", stroke_dasharray="4 3"))
             y += 22
         riempiti = riempiti or bool(contesto)
-        pannelli.append(f'<line x1="{sinistra}" y1="{y}" x2="{larghezza - destra}" y2="{y}" stroke="#333"/>')
-        pannelli.append(f'<text x="{sinistra}" y="{y + 14}">0 s</text>')
-        pannelli.append(f'<text x="{larghezza - destra}" y="{y + 14}" text-anchor="end">{fine:.2f} s</text>')
+        pannelli.append(elemento("line", x1=sinistra, y1=y, x2=destra, y2=y, stroke="#333"))
+        pannelli.append(scritta(sinistra, y + 14, "0 s"))
+        pannelli.append(scritta(destra, y + 14, f"{fine:.2f} s", text_anchor="end"))
         y += 28
     x = sinistra
     voci = [(fase, nome) for fase, nome in LEGENDA if fase in viste]
     voci += [("slot", f"slot occupati ({' e '.join(sorted(fonti))})")] * bool(fonti)
     voci += [("contesto", "contesto per slot, fino alla linea di n_ctx (/slots)")] * riempiti
     for fase, nome in voci:
-        if x > sinistra and x + 24 + 8 * len(nome) > larghezza:  # the legend on as many lines as it needs
+        if x > sinistra and x + 24 + 8 * len(nome) > LARGHEZZA_SVG:  # the legend on as many lines as it needs
             x, y = sinistra, y + 18
-        pannelli.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{COLORI_SVG[fase]}"/>')
-        pannelli.append(f'<text x="{x + 16}" y="{y + 11}">{nome}</text>')
+        pannelli.append(elemento("rect", x=x, y=y, width=12, height=12, fill=COLORI_SVG[fase]))
+        pannelli.append(scritta(x + 16, y + 11, nome))
         x += 24 + 8 * len(nome)
     altezza = y + 24
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{larghezza}" height="{altezza}" '
-            f'viewBox="0 0 {larghezza} {altezza}" font-family="monospace" font-size="12" shape-rendering="crispEdges">\n'
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{LARGHEZZA_SVG}" height="{altezza}" '
+            f'viewBox="0 0 {LARGHEZZA_SVG} {altezza}" font-family="monospace" font-size="12" shape-rendering="crispEdges">\n'
             f'<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(pannelli) + "\n</svg>\n")
 
 
@@ -4303,10 +4297,10 @@ def testo_csv(prove: List[Prova]) -> str:
     scrittore = csv.DictWriter(uscita, CAMPI_CSV, extrasaction="ignore", lineterminator="\n")
     scrittore.writeheader()
     for n, prova in enumerate(prove, 1):
-        for r in prova.esecuzione.risultati:
-            scrittore.writerow({"prova": n, "np": etichetta_np(prova), "parallele": prova.piano.parallele, "max_token": prova.piano.max_token,
-                                "ritmo": oltre(prova.piano).ritmo, "interrotta": prova.esecuzione.interruzione is not None,
-                                **riga_dati(r)})
+        della_prova = {"prova": n, "np": etichetta_np(prova), "parallele": prova.piano.parallele,
+                       "max_token": prova.piano.max_token, "ritmo": oltre(prova.piano).ritmo,
+                       "interrotta": prova.esecuzione.interruzione is not None}
+        scrittore.writerows({**della_prova, **riga_dati(r)} for r in prova.esecuzione.risultati)
     return uscita.getvalue()
 
 
@@ -4816,12 +4810,10 @@ def contesto_degli_slot(dati) -> Optional[tuple]:
     return tuple(contesto) or None
 
 
-class Osservatore:
+class Osservatore(NamedTuple):
     """What the extras watch at each /slots reading: each slot's context, added to the reading; then the
     live line, when there is one."""
-
-    def __init__(self, diretta: Optional[Diretta]):
-        self.diretta = diretta
+    diretta: Optional[Diretta]
 
     def seguendo(self, futuri: list, piano: Piano):
         aggiorna = self.diretta.seguendo(futuri, piano) if self.diretta else None
@@ -4865,10 +4857,10 @@ def righe_contesto(prova: Prova) -> List[str]:
         for i, (_, n_ctx) in enumerate(letture[0].contesto):
             picco = max(c.contesto[i][0] for c in letture if i < len(c.contesto))
             righe.append(f"    slot {i}: {picco} di {n_ctx} token ({picco / n_ctx:.0%})")
-    if kv_condivisa(prova) and any(c.occupati for c in letture):
-        chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
-        righe.append(f"    somma sugli slot: {chiesti} token chiesti al buffer che condividono (--kv-unified), "
-                     f"di {n_ctx} ({chiesti / n_ctx:.0%})")
+        if kv_condivisa(prova):
+            chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
+            righe.append(f"    somma sugli slot: {chiesti} token chiesti al buffer che condividono (--kv-unified), "
+                         f"di {n_ctx} ({chiesti / n_ctx:.0%})")
     lunghe = [(r.token_prompt + r.token, r) for r in prova.esecuzione.riuscite
               if r.token_prompt is not None and r.token is not None]
     if lunghe:
@@ -4891,13 +4883,13 @@ def corsie_contesto(prova: Prova) -> List[Tuple[str, int, List[Tratto]]]:
     if not any(t for c in letture for t, _ in c.contesto):  # no slot held a token: no picture of it
         return []
     fino = [c.t for c in letture[1:]] + [fine_asse(prova.esecuzione)]
-    corsie = [(f"ctx {i}", f"slot {i}", n_ctx, lambda c, i=i: c.contesto[i][0] if i < len(c.contesto) else 0)
+    corsie = [(f"ctx {i}", f"slot {i}", n_ctx, [c.contesto[i][0] if i < len(c.contesto) else 0 for c in letture])
               for i, (_, n_ctx) in enumerate(letture[0].contesto)]
     if kv_condivisa(prova):
-        corsie.append(("tutti", "tutti gli slot", letture[0].contesto[0][1], lambda c: somma(c.contesto)))
+        corsie.append(("tutti", "tutti gli slot", letture[0].contesto[0][1], [somma(c.contesto) for c in letture]))
     return [(etichetta, n_ctx, [Tratto(c.t, a, "contesto", n, f"{nome}: {n} di {n_ctx} token a {c.t:.2f} s")
-                                for c, a in zip(letture, fino) for n in [tenuti_di(c)]])
-            for etichetta, nome, n_ctx, tenuti_di in corsie]
+                                for c, a, n in zip(letture, fino, tenuti)])
+            for etichetta, nome, n_ctx, tenuti in corsie]
 
 
 # --turni and --sistema: conversations that outgrow the slot ####################################
