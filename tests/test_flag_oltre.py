@@ -5,18 +5,9 @@ No server: the parse alone (carico.analizza_argomenti)."""
 import pytest
 
 import carico
+from test_opzioni import rifiuto  # the one error line a bad command line gets, after the usage line; exit 2
 
 CAPACITA = ["--capacita", "--slo", "latenza=5", "--durata", "5"]
-
-
-def rifiuto(capsys, argomenti):
-    """The one error line a bad command line gets, after the usage line; exit 2."""
-    with pytest.raises(SystemExit) as uscita:
-        carico.analizza_argomenti(argomenti)
-    assert uscita.value.code == 2
-    uso, errore = capsys.readouterr().err.splitlines()
-    assert uso.startswith("uso: carico.py [--url URL]")
-    return errore
 
 
 @pytest.mark.parametrize("altre,superflua", [
