@@ -1598,8 +1598,8 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
                      "--token": len(a.token) > 1, "--turni": a.turni is not None, "--dataset": a.dataset is not None}
         superflua = next((f for f, si in di_troppo.items() if si), None)
         if superflua:
-            rifiuta(f"--capacita sceglie da sé i ritmi da provare: {superflua} non serve (--ritmo R, un valore "
-                    "solo, è il primo)")
+            rifiuta(f"--capacita sceglie da sé i ritmi da provare: {superflua} non serve "
+                    "(--ritmo R, un valore solo, è il primo)")
         # every point a --ritmo run (its cap), from 1 req/s unless said; steady arrivals unless asked (a seed
         # means Poisson): then the rate sent is the rate asked
         a.ritmo = a.ritmo or [1.0]
