@@ -1212,10 +1212,9 @@ def chiave_api(testo: str) -> str:
 
 def chiave_dall_ambiente(parser: argparse.ArgumentParser) -> Optional[str]:
     """The LLAMA_API_KEY variable, checked like --api-key."""
-    if not os.environ.get("LLAMA_API_KEY"):
-        return None
+    chiave = os.environ.get("LLAMA_API_KEY")
     try:
-        return chiave_api(os.environ["LLAMA_API_KEY"])
+        return chiave_api(chiave) if chiave else None
     except argparse.ArgumentTypeError as exc:
         parser.error(f"LLAMA_API_KEY: {exc}")
 
@@ -1558,7 +1557,7 @@ def opzioni_date(parser: argparse.ArgumentParser, a: argparse.Namespace) -> set:
 
 def oltre_il_lab(parser: argparse.ArgumentParser, a: argparse.Namespace) -> bool:
     """Whether the flags ask for more than the lab's one run: a flag beyond its four, or a list of values."""
-    liste = len(a.parallele or [4]) > 1 or len(a.token) > 1 or not isinstance(a.token[0], int)
+    liste = len(a.parallele or []) > 1 or len(a.token) > 1 or not isinstance(a.token[0], int)
     return liste or bool(opzioni_date(parser, a) - {"--url", "--richieste", "--parallele", "--token"})
 
 
@@ -1595,11 +1594,12 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
                    "--durata S, il tempo di ogni punto")
         if a.capacita > 100:
             rifiuta(f"--capacita {a.capacita:g}: è una percentuale di richieste, al più 100")
-        molti = [f for f, v in (("--ritmo", a.ritmo), ("--parallele", a.parallele), ("--token", a.token))
-                 if v is not None and len(v) > 1]
-        if molti or a.turni is not None or a.dataset is not None:
-            rifiuta(f"--capacita sceglie da sé i ritmi da provare: {(molti or ['--turni' if a.turni else '--dataset'])[0]} "
-                   "non serve (--ritmo R, un valore solo, è il primo)")
+        di_troppo = {"--ritmo": len(a.ritmo or []) > 1, "--parallele": len(a.parallele or []) > 1,
+                     "--token": len(a.token) > 1, "--turni": a.turni is not None, "--dataset": a.dataset is not None}
+        superflua = next((f for f, si in di_troppo.items() if si), None)
+        if superflua:
+            rifiuta(f"--capacita sceglie da sé i ritmi da provare: {superflua} non serve "
+                    "(--ritmo R, un valore solo, è il primo)")
         # every point a --ritmo run (its cap), from 1 req/s unless said; steady arrivals unless asked (a seed
         # means Poisson): then the rate sent is the rate asked
         a.ritmo = a.ritmo or [1.0]
@@ -1628,7 +1628,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         rifiuta("--slo: ttft e tpot si misurano solo in streaming: aggiungi --stream")
     if a.sistema is not None and a.turni is None:
         rifiuta("--sistema va usato insieme a --turni: è il prompt di sistema delle conversazioni")
-    if a.turni is not None and (len(a.parallele or [4]) > 1 or len(a.token) > 1):
+    if a.turni is not None and (len(a.parallele or []) > 1 or len(a.token) > 1):
         rifiuta("--turni prova una conversazione per utente: --parallele e --token vogliono un valore solo")
     # The files the flags name, read whole before any load: a bad one is a bad flag.
     testo = leggi_prompt_file(a.prompt_file, rifiuta) if a.prompt_file is not None else None
