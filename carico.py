@@ -2136,7 +2136,7 @@ class Flusso:
         self.richiesta, self.timeout = b"", 0.0  # with a Partenza: what the reader sends at the start
         self.status: Optional[int] = None
         self.blocchi: List[Tuple[float, bytes]] = []  # the body: (when its bytes arrived, the bytes)
-        self.errore: Optional[BaseException] = None  # what ended it before its end: a timeout, a reset...
+        self.eccezione: Optional[BaseException] = None  # what ended it before its end: a timeout, a reset...
         self.finito = threading.Event()
         self._buffer, self._coda = b"", b""  # bytes not yet framed; the body's last bytes (see _fatto)
         self._a_pezzi, self._mancano, self._pezzo = False, None, 0  # the body's framing, from the headers
@@ -2387,11 +2387,11 @@ class LettoreFlussi:
             self._fine(selettore, attivi, flusso, exc)
 
     @staticmethod
-    def _fine(selettore, attivi: Dict[int, Flusso], flusso: Flusso, errore: Optional[BaseException] = None) -> None:
+    def _fine(selettore, attivi: Dict[int, Flusso], flusso: Flusso, eccezione: Optional[BaseException] = None) -> None:
         with contextlib.suppress(KeyError, ValueError, OSError):
             selettore.unregister(flusso.sock)
         attivi.pop(getattr(flusso, "numero", None), None)
-        flusso.errore = errore
+        flusso.eccezione = eccezione
         flusso.finito.set()
 
 
@@ -2511,8 +2511,8 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
             flusso.finito.wait()  # the reader always sets it: at the end, an error, the deadline
         finally:
             client.lascia(sock)
-        if flusso.errore is not None:
-            raise flusso.errore
+        if flusso.eccezione is not None:
+            raise flusso.eccezione
     except socket.timeout as exc:
         tardi = f"{'nessuna risposta' if flusso is None or flusso.status is None else 'risposta non completa'} entro {timeout:g} s"
         raise client.errore_di_rete(CHAT, exc, tardi) from None
