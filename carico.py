@@ -310,19 +310,16 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     al_campione = osservatore.seguendo(futuri, piano) if osservatore else None  # the live line: see "Oltre il lab"
     campionatore = Campionatore(client, piano.intervallo, info, al_campione=al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
-    esecuzione_oltre = interruzione = None
-    partenza = Partenza()  # --stream: the first requests made ready before the clock, sent at the start (see "Oltre il lab")
+    esecuzione_oltre = interruzione = partenza = None
     client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
         if domande and not oltre(piano).da_lanciare:
             pronti = avvia_i_lavoratori(esecutore, min(piano.parallele, len(domande)))  # before the clock
-            if oltre(piano).stream:  # and the first connections opened, the requests encoded: see "Oltre il lab"
-                apri_in_anticipo(client, domande, pronti, piano.timeout)
-                futuri += [esecutore.submit(partenza.invia, client, i, domanda, piano.timeout)
-                           for i, domanda in enumerate(domande[:pronti])]
-                partenza.aspetta(len(futuri))
+            if oltre(piano).stream:  # and the first streams made ready, sent at the start: see "Oltre il lab"
+                partenza = Partenza(client, esecutore, domande, pronti, piano.timeout, futuri)
         t0 = time.perf_counter()
-        client.flussi.parti(partenza, t0)
+        if partenza:
+            partenza.parti(t0)
         campionatore.avvia(t0)
         if not oltre(piano).da_lanciare:  # the lab: all submitted now, `parallele` at a time
             for i, domanda in enumerate(domande[len(futuri):], len(futuri)):
@@ -335,9 +332,9 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
         client.annulla()  # the requests in flight return at once, marked ANNULLATA
     finally:
         with segnali() as notati:  # a Ctrl+C now waits: the report must not be lost
-            client.flussi.parti(partenza, None)  # (interrupted before the clock: the run is stopped, nothing is sent)
+            if partenza:
+                partenza.ferma()
             esecutore.shutdown(wait=True, cancel_futures=True)
-            apri_in_anticipo(client, [], 0)  # those left unused are closed
             campionatore.ferma()
             if osservatore:
                 osservatore.cancella()
@@ -2139,7 +2136,7 @@ class Flusso:
         self.richiesta, self.timeout = b"", 0.0  # with a Partenza: what the reader sends at the start
         self.status: Optional[int] = None
         self.blocchi: List[Tuple[float, bytes]] = []  # the body: (when its bytes arrived, the bytes)
-        self.errore: Optional[BaseException] = None  # what ended it before its end: a timeout, a reset...
+        self.eccezione: Optional[BaseException] = None  # what ended it before its end: a timeout, a reset...
         self.finito = threading.Event()
         self._buffer, self._coda = b"", b""  # bytes not yet framed; the body's last bytes (see _fatto)
         self._a_pezzi, self._mancano, self._pezzo = False, None, 0  # the body's framing, from the headers
@@ -2192,6 +2189,12 @@ class Flusso:
     def _togli_pezzi(self, dati: bytes) -> Tuple[bytes, bool]:
         """chunked: the payload in what has arrived so far, and whether the last (empty) chunk came. Read
         with a position, not by cutting the buffer after each piece: a late read may bring dozens."""
+        if self._pezzo == 0 and not self._buffer:  # the usual read, one whole chunk: its size, its data, CRLF
+            riga = dati.find(b"\r\n")
+            if riga > 0 and dati.endswith(b"\r\n") and dati[:riga].isalnum():
+                with contextlib.suppress(ValueError):
+                    if riga + int(dati[:riga], 16) + 4 == len(dati) > riga + 4:
+                        return dati[riga + 2:-2], False
         buffer = self._buffer + dati if self._buffer else dati
         pos, carico_utile = 0, []
         while True:
@@ -2384,11 +2387,11 @@ class LettoreFlussi:
             self._fine(selettore, attivi, flusso, exc)
 
     @staticmethod
-    def _fine(selettore, attivi: Dict[int, Flusso], flusso: Flusso, errore: Optional[BaseException] = None) -> None:
+    def _fine(selettore, attivi: Dict[int, Flusso], flusso: Flusso, eccezione: Optional[BaseException] = None) -> None:
         with contextlib.suppress(KeyError, ValueError, OSError):
             selettore.unregister(flusso.sock)
         attivi.pop(getattr(flusso, "numero", None), None)
-        flusso.errore = errore
+        flusso.eccezione = eccezione
         flusso.finito.set()
 
 
@@ -2442,24 +2445,36 @@ class Partenza:
     threads would each wait to wake and take the interpreter's lock: 0.1-0.3 s from the first send to the
     last (measured at 1,000 streams, on a busy machine)."""
 
-    def __init__(self):
-        self.t0, self.partita, self.in_attesa = 0.0, False, []  # (the reader's lock guards the last two)
+    def __init__(self, client: Client, esecutore, domande: List[dict], quanti_pronti: int, timeout: float,
+                 futuri: list):
+        """Every request encoded, the first `quanti_pronti` connected and handed to `esecutore`'s workers
+        (their futures added to `futuri`), then waited for until they are at the start (a few seconds at
+        most: one that is late is sent when it comes)."""
+        self.client, self.t0, self.partita, self.in_attesa = client, 0.0, False, []  # (the reader's lock guards the last two)
         self.pronte = threading.Semaphore(0)  # one per stream handed to the reader before the start
-
-    def invia(self, client: Client, indice: int, domanda: dict, timeout: float) -> Risultato:
-        """As invia: a Risultato, never an exception."""
-        try:
-            return ricevi_flusso(client, indice, domanda, timeout, 0.0, self)
-        except Exception as exc:  # a worker never raises; it was sent at the start, the clock's 0
-            self.pronte.release()  # (failed before it was handed to the reader: the start need not wait for it)
-            return fallita(client, indice, 0.0, time.perf_counter() - self.t0, exc)
-
-    def aspetta(self, quanti_pronti: int, timeout: float = TIMEOUT_INFO) -> None:
-        """Until `quanti_pronti` streams wait for the start (a few seconds at most: one that is late is sent when it comes)."""
-        scadenza = time.monotonic() + timeout
+        apri_in_anticipo(client, domande, quanti_pronti, timeout)
+        futuri += [esecutore.submit(self.invia, i, domanda, timeout) for i, domanda in enumerate(domande[:quanti_pronti])]
+        scadenza = time.monotonic() + TIMEOUT_INFO
         for _ in range(quanti_pronti):
             if not self.pronte.acquire(timeout=max(0.0, scadenza - time.monotonic())):
                 return
+
+    def parti(self, t0: float) -> None:
+        self.client.flussi.parti(self, t0)
+
+    def ferma(self) -> None:
+        """After the run, or when it is stopped before the clock (then nothing is sent): the connections
+        left unused are closed."""
+        self.client.flussi.parti(self, None)
+        apri_in_anticipo(self.client, [], 0)
+
+    def invia(self, indice: int, domanda: dict, timeout: float) -> Risultato:
+        """As invia: a Risultato, never an exception."""
+        try:
+            return ricevi_flusso(self.client, indice, domanda, timeout, 0.0, self)
+        except Exception as exc:  # a worker never raises; it was sent at the start, the clock's 0
+            self.pronte.release()  # (failed before it was handed to the reader: the start need not wait for it)
+            return fallita(self.client, indice, 0.0, time.perf_counter() - self.t0, exc)
 
 
 def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
@@ -2496,8 +2511,8 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
             flusso.finito.wait()  # the reader always sets it: at the end, an error, the deadline
         finally:
             client.lascia(sock)
-        if flusso.errore is not None:
-            raise flusso.errore
+        if flusso.eccezione is not None:
+            raise flusso.eccezione
     except socket.timeout as exc:
         tardi = f"{'nessuna risposta' if flusso is None or flusso.status is None else 'risposta non completa'} entro {timeout:g} s"
         raise client.errore_di_rete(CHAT, exc, tardi) from None

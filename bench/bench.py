@@ -350,10 +350,11 @@ def una_prova_di_flussi(eseguibile, c, cartella):
                             stdout=subprocess.PIPE)
     try:
         fake.stdout.readline()  # "pronto"
+        cpu_nel_tempo = []  # (perf_counter, CPU s of carico's process): its share of a core while the fake writes
         out, parete, cpu, rss = esegui_carico_cli_su(
             ["taskset", "-c", "1"], "--url", f"http://127.0.0.1:{porta}", "--stream", "--richieste", str(c),
             "--parallele", str(c), "--token", str(TOKEN_FLUSSI), "--dettagli", "--json", risultati,
-            "--intervallo", "60")
+            "--intervallo", "60", campioni=cpu_nel_tempo)
         fake.wait(timeout=60)
     finally:
         if fake.poll() is None:
@@ -381,13 +382,19 @@ def una_prova_di_flussi(eseguibile, c, cartella):
         errori_itl += [fuori(b - a, y0 - x1, y1 - x0) * 1000 for a, b, (x0, x1), (y0, y1)
                        in zip(r["chunk_s"], r["chunk_s"][1:], scritti, scritti[1:])]
         ritardi += [da * 1000 - (PRIMO_MS + PASSO_MS * k) for k, (da, _) in enumerate(scritti)]
+    # CPU while the streams flowed: from the first request's arrival to the last write, on the fake's
+    # clock (CLOCK_MONOTONIC, perf_counter's): carico's share of its one core, 1.00 when it saturates it
+    da = min(a for a, _ in veri.values()) / 1e9
+    a = max(int(s[-1].split(",")[1]) for _, s in veri.values()) / 1e9
+    prima = max((c for t, c in cpu_nel_tempo if t <= da), default=0.0)
+    dopo = min((c for t, c in cpu_nel_tempo if t >= a), default=float("nan"))
     figure = prova["dettagli"]["figure_s"]
     chunk = sum(len(r["chunk_s"] or ()) for r in richieste if r["errore"] is None)
     inizi = [r["inizio_s"] for r in richieste]
     return {"falliti": sum(r["errore"] is not None for r in richieste), "chunk_s": chunk / prova["riepilogo"]["tempo_totale"],
             "ttft50": figure["primo token"]["p50"] * 1000, "ttft99": figure["primo token"]["p99"] * 1000,
             "itl50": figure["ITL"]["p50"] * 1000, "itl99": figure["ITL"]["p99"] * 1000, "itlmax": figure["ITL"]["max"] * 1000,
-            "cpu": cpu, "core": cpu / prova["riepilogo"]["tempo_totale"], "us_chunk": cpu / chunk * 1e6, "rss": rss, "inviate_in": (max(inizi) - min(inizi)) * 1000,
+            "cpu": cpu, "core": (dopo - prima) / (a - da), "us_chunk": cpu / chunk * 1e6, "rss": rss, "inviate_in": (max(inizi) - min(inizi)) * 1000,
             "arrivate_in": (max(a for a, _ in veri.values()) - min(a for a, _ in veri.values())) / 1e6,
             "err_ttft99": percentile_di([abs(e) for e in errori_ttft], 99),
             "err_itl99": percentile_di([abs(e) for e in errori_itl], 99),
@@ -395,15 +402,33 @@ def una_prova_di_flussi(eseguibile, c, cartella):
             "ritardo_fake99": percentile_di(ritardi, 99), "ritardo_fake_max": max(ritardi)}
 
 
-def esegui_carico_cli_su(prefisso, *argomenti):
-    """carico.py under a prefix (taskset): (stdout, wall s, CPU s, peak RSS MB)."""
+def esegui_carico_cli_su(prefisso, *argomenti, campioni=None):
+    """carico.py under a prefix (taskset): (stdout, wall s, CPU s, peak RSS MB); with `campioni`, a list that
+    gets (perf_counter, the process's CPU s so far) every 10 ms while it runs."""
     with tempfile.TemporaryFile() as uscita:
         inizio = time.perf_counter()
         proc = subprocess.Popen([*prefisso, sys.executable, CARICO, *argomenti], stdout=uscita, stderr=subprocess.DEVNULL)
+        if campioni is not None:
+            import threading
+            threading.Thread(target=campiona_cpu, args=(proc.pid, campioni), daemon=True).start()
         _, _, uso = os.wait4(proc.pid, 0)
         parete = time.perf_counter() - inizio
         uscita.seek(0)
         return uscita.read().decode(), parete, uso.ru_utime + uso.ru_stime, uso.ru_maxrss / 1024
+
+
+def campiona_cpu(pid, campioni):
+    """A process's user + system CPU seconds, from /proc, every 10 ms until it ends (its ticks are 10 ms)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            while True:
+                f.seek(0)
+                campi = f.read().rsplit(b")", 1)[1].split()
+                campioni.append((time.perf_counter(), (int(campi[11]) + int(campi[12])) / tick))
+                time.sleep(0.01)
+    except (OSError, IndexError, ValueError):  # it ended
+        return
 
 
 def flussi(ripetizioni):
@@ -416,7 +441,7 @@ def flussi(ripetizioni):
     eseguibile = os.path.join(cartella, "flussi")
     subprocess.run(["cc", "-O2", "-o", eseguibile, os.path.join(QUI, "flussi.c")], check=True)
     print(f"carico: {CARICO}")
-    print("| C | chunks/s | TTFT p50/p99 ms (true 50) | ITL p50/p99/max ms (true 20) | CPU s | cores (CPU s / the run's s) "
+    print("| C | chunks/s | TTFT p50/p99 ms (true 50) | ITL p50/p99/max ms (true 20) | CPU s | cores while the streams flow "
           "| µs/chunk | RSS MB | all sent within ms: carico / fake | error p99 ms: TTFT / ITL / chunk | fake late p99/max ms | failed "
           "| load before / after | at |", flush=True)
     try:

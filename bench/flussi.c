@@ -1,7 +1,8 @@
 /* The bench's fast fake for the streams row: bench tooling, not the product (bench/run builds it).
  *
  * One thread, epoll, every streamed answer written on an absolute CLOCK_MONOTONIC schedule (the clock
- * of Python's time.perf_counter on Linux): headers and the role chunk when the request has arrived,
+ * of Python's time.perf_counter on Linux); while streams are open it never sleeps (it polls: a sleeping
+ * thread on a virtual machine wakes up to 2 ms late, and the fake has its own core): headers and the role chunk when the request has arrived,
  * token k at arrival + FIRST_MS + k * GAP_MS, then finish_reason, usage and [DONE] with the last token.
  * Its own lateness (each write's time minus its due time) and every write's time are logged, so that the
  * bench compares carico's figures with what really left the server.
@@ -19,7 +20,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -110,19 +110,15 @@ int main(int argc, char **argv) {
     /* Linux turns receive stamping on for the whole machine a moment after the first socket asks: ask now */
     setsockopt(ascolto, SOL_SOCKET, SO_TIMESTAMPNS, &uno, sizeof uno);
     usleep(100000);
-    int ep = epoll_create1(0), tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
+    int ep = epoll_create1(0);
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = -1};
     epoll_ctl(ep, EPOLL_CTL_ADD, ascolto, &ev);
-    ev.data.fd = -2;
-    epoll_ctl(ep, EPOLL_CTL_ADD, tfd, &ev);
     printf("pronto\n");
     fflush(stdout);
     int finiti = 0;
     struct epoll_event eventi[256];
     while (finiti < attesi) {
-        int n = epoll_wait(ep, eventi, 256, 1000);
-        unsigned long long scaduti; /* the timer's expiry, consumed before it is armed again */
-        if (read(tfd, &scaduti, sizeof scaduti) < 0) { /* it had not fired */ }
+        int n = epoll_wait(ep, eventi, 256, nheap > 0 ? 0 : 1000);
         for (int i = 0; i < n; i++) {
             int fd = eventi[i].data.fd;
             if (fd == -1) {
@@ -189,8 +185,8 @@ int main(int argc, char **argv) {
                 epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL); /* nothing more to read from it */
             }
         }
-        /* every write that is due, then the timer armed at the next one */
-        long long adesso = ora(), prossimo = 0;
+        /* every write that is due */
+        long long adesso = ora();
         while (nheap > 0 && chiave(0) <= adesso) {
             int fd = heap[0];
             Conn *c = &conns[fd];
@@ -215,10 +211,6 @@ int main(int argc, char **argv) {
             }
             giu(0);
         }
-        if (nheap > 0) prossimo = chiave(0);
-        struct itimerspec t = {0};
-        if (prossimo) { t.it_value.tv_sec = prossimo / 1000000000LL; t.it_value.tv_nsec = prossimo % 1000000000LL; }
-        timerfd_settime(tfd, TFD_TIMER_ABSTIME, &t, NULL); /* a time already past: it fires at once */
     }
     fclose(log);
     return 0;
