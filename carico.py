@@ -2189,12 +2189,6 @@ class Flusso:
     def _togli_pezzi(self, dati: bytes) -> Tuple[bytes, bool]:
         """chunked: the payload in what has arrived so far, and whether the last (empty) chunk came. Read
         with a position, not by cutting the buffer after each piece: a late read may bring dozens."""
-        if self._pezzo == 0 and not self._buffer:  # the usual read, one whole chunk: its size, its data, CRLF
-            riga = dati.find(b"\r\n")
-            if riga > 0 and dati.endswith(b"\r\n") and dati[:riga].isalnum():
-                with contextlib.suppress(ValueError):
-                    if riga + int(dati[:riga], 16) + 4 == len(dati) > riga + 4:
-                        return dati[riga + 2:-2], False
         buffer = self._buffer + dati if self._buffer else dati
         pos, carico_utile = 0, []
         while True:

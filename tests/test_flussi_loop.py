@@ -279,8 +279,8 @@ def test_la_cornice_a_pezzi_tagliata_ovunque():
 
 
 def test_una_lettura_un_pezzo_intero():
-    """The usual read, one whole chunk, is unframed as the general reader does: sizes in either case, an
-    extension, CRLF inside the data, the last chunk on its own; a size that is not hex is the same error."""
+    """One whole chunk a read, as llama.cpp writes them: a size with an extension, CRLF inside the data, the
+    last chunk on its own, each read's payload with its time; a size that is not hex is an error."""
     pezzi = [b"5\r\ndata:\r\n", b"A;x=1\r\n [1,\r\n2]\n\n\r\n", b"6\r\n\r\n\r\n\r\n\r\n", b"0\r\n\r\n"]
     uno, tutti = carico.Flusso(socket.socket(), 0.0), carico.Flusso(socket.socket(), 0.0)
     try:
