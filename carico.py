@@ -1645,8 +1645,8 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
             piano_oltre = piano_oltre._replace(tetto_predefinito=True)
             a.parallele = [min(TETTO_RITMO, piano.richieste)]
     a.confronta = a.confronta and tuple((f, prove_salvate(f, rifiuta)) for f in a.confronta)
-    if a.confronta and senza_carico_comune(*a.confronta):  # nothing to compare: the files given must change
-        rifiuta(senza_carico_comune(*a.confronta).replace("confronto: ", "--confronta: ", 1))
+    if a.confronta and (diverse := senza_carico_comune(*a.confronta)):  # nothing to compare: the files must change
+        rifiuta(diverse)
     contate_all_invio = a.durata is not None or a.turni is not None  # as many requests as get sent
     base = piano._replace(richieste=None if contate_all_invio else piano.richieste, intervallo=a.intervallo,
                           timeout=a.timeout, oltre=piano_oltre)
@@ -1777,7 +1777,6 @@ class SessioneOltre(Sessione):
         """--avvia: what the server logged during the run just ended (at -lv 4: how it reused its cache)."""
         if self.avviato is None or self.avviato.log is None or self.avviato.proc.poll() is not None:
             return None
-        self.avviato.log.flush()
         with open(self.avviato.log.name, encoding="utf-8", errors="replace") as f:
             f.seek(self.log_da)
             return f.read()
@@ -4784,7 +4783,7 @@ def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) ->
                        "-".join(map(str, json.loads(v))) if v.startswith("[") else v.strip('"') for v in letti})
     diverse = [f"{flag} (A {', '.join(va)}, B {', '.join(vb)})" for chiave, flag in OPZIONI_DI_CARICO.items()
                for va, vb in [(valori(prove_a, chiave), valori(prove_b, chiave))] if va != vb]
-    return (f"confronto: {nome_a} e {nome_b} non hanno un carico in comune (stesse opzioni, --np a parte), e non si "
+    return (f"--confronta: {nome_a} e {nome_b} non hanno un carico in comune (stesse opzioni, --np a parte), e non si "
             f"confrontano: " + ("differiscono " + "; ".join(diverse) if diverse else "le prove di ciascuno differiscono "
                                 "fra loro") + ". Misura le due prove con le stesse opzioni di carico (per esempio tutte e "
             "due con --stream, o tutte e due senza), cambiando solo quello che vuoi confrontare (il server, -np)")
