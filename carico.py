@@ -2397,7 +2397,7 @@ def leggi_con_tempo(flusso: Flusso, scarto: float) -> Optional[Tuple[float, byte
             return time.perf_counter(), dati
         dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
     except OSError as exc:
-        ssl = sys.modules.get("ssl")  # imported by https (see cifra)
+        ssl = sys.modules.get("ssl")  # imported by https (see con_tls)
         if isinstance(exc, BlockingIOError) or (ssl and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError))):
             return None
         raise
@@ -2515,8 +2515,6 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
         raise ErroreRichiesta(descrivi_errore_http(Risposta(flusso.status, flusso.corpo())))
     with client.flussi.uno_alla_volta:  # see LettoreFlussi
         dati, chunk, fine = leggi_flusso(iter(flusso.blocchi))
-    if dati is None:
-        raise ErroreRichiesta("risposta non JSON dal server")
     t0 = partenza.t0 if partenza is not None else t0
     inizio = flusso.inviata - t0
     return Risultato(indice, inizio, fine - t0, **cifre_completamento(dati, [t - flusso.inviata for t in chunk]))
@@ -4003,7 +4001,7 @@ LEGENDA = (("viaggio", "prima dello slot, con slot liberi"), ("coda", "in coda")
            ("errore", "fallita"), ("ignoto", "dettagli n/d"))
 
 
-def fasi(r: Risultato, attese: Optional[Dict[int, float]] = None) -> List[Tuple[str, float, float]]:
+def fasi(r: Risultato, attese: Dict[int, float]) -> List[Tuple[str, float, float]]:
     """(phase, start, end) of a request: before its slot, prompt, generation, from the server's own
     times laid back from the answer's arrival. Before the slot, only the time while every slot was busy
     (`attese`, from attese_a_slot_pieni) is the queue; the rest is the trip and the server reading it,
@@ -4014,8 +4012,7 @@ def fasi(r: Risultato, attese: Optional[Dict[int, float]] = None) -> List[Tuple[
     if slot is None:
         return [("ignoto", r.inizio, r.fine)]
     fine_prompt = r.fine - r.predicted_ms / 1000
-    in_coda = slot[0] - r.inizio if attese is None else attese.get(r.indice, 0.0)
-    coda_da = max(r.inizio, slot[0] - in_coda)
+    coda_da = max(r.inizio, slot[0] - attese.get(r.indice, 0.0))
     tutte = [("viaggio", r.inizio, coda_da), ("coda", coda_da, slot[0]), ("prompt", slot[0], fine_prompt),
              ("generazione", fine_prompt, r.fine)]
     return [f for f in tutte if f[2] > f[1] or f[0] == "generazione"]
