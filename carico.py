@@ -3378,7 +3378,7 @@ def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
     return None
 
 
-def errore_welch(a: List[float], b: List[float]) -> Tuple[float, float]:
+def errore_standard(a: List[float], b: List[float]) -> Tuple[float, float]:
     """The standard error of the difference of two means, and its degrees of freedom (Welch-Satterthwaite)."""
     import statistics
 
@@ -3405,8 +3405,8 @@ def dubbio_saturazione(punti: List[Punto], asse: str, prima: Punto, dopo: Punto)
     a, b = prima.cifre("throughput"), dopo.cifre("throughput")
     if len(a) < 2 or len(b) < 2:  # the other runs of the point failed whole: no throughput of theirs
         return "una sola prova con un throughput in un punto (le altre sono fallite): il rumore non è misurato"
-    errore, gl = errore_welch(a, b)
-    differenza, mezzo = media(b) - media(a), t_critico(gl) * errore
+    es, gl = errore_standard(a, b)
+    differenza, mezzo = media(b) - media(a), t_critico(gl) * es
     soglia = 0.25 * (dopo.carico(asse) / prima.carico(asse) - 1) * prima.throughput
     if differenza + mezzo >= soglia:
         return (f"il guadagno di throughput ({differenza:+.1f} ±{mezzo:.1f} token/s al 95%) può arrivare a un quarto "
@@ -4717,10 +4717,10 @@ def carico_salvato(prova: dict) -> tuple:
 
 def welch(a: List[float], b: List[float]) -> Tuple[float, float]:
     """Welch's t of the difference of two means, and its degrees of freedom."""
-    errore, gl = errore_welch(a, b)
-    if errore == 0:  # each file's values all the same: compared as they are, not as means that may round apart
+    es, gl = errore_standard(a, b)
+    if es == 0:  # each file's values all the same: compared as they are, not as means that may round apart
         return (float("inf") if a[0] != b[0] else 0.0), gl
-    return (media(b) - media(a)) / errore, gl
+    return (media(b) - media(a)) / es, gl
 
 
 def oltre_il_rumore(a: List[float], b: List[float]) -> str:
