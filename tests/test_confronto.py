@@ -196,7 +196,9 @@ def test_griglia_di_lunghezze_prefill_contro_decode(fake, carica, tmp_path):
     assert testa[-6:] == ["TTFT p50", "TTFT p95", "TPOT p50", "TPOT p95", "ITL p50", "ITL p95"]
     righe = [r.strip("| ").split(" | ") for r in out.splitlines() if r.startswith(("| 32 ", "| 1024 "))]
     ttft = [float(r[testa.index("TTFT p50")].split()[0]) for r in righe]
-    assert ttft[1] > 5 * ttft[0], ttft
+    # 0.2 s against 0.01 on a quiet machine; a loaded one adds tens of ms to both (0.057 and 0.254 s seen beside
+    # 4 busy loops): twice is what a first token that did not wait for its prompt could never show.
+    assert ttft[1] > 2 * ttft[0], ttft
     assert all(float(r[testa.index("prompt t/s (server)")]) > 0 for r in righe)
 
 
