@@ -224,8 +224,8 @@ def test_primo_token_dall_invio(fake, carica, tmp_path, monkeypatch):
     prima, seconda = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
     # The first one's connection was opened before the clock; the second's inside the run, after the first.
     assert seconda["inizio_s"] >= prima["inizio_s"] + prima["latenza_s"] + 0.5, (prima, seconda)
-    for r in (prima, seconda):
-        assert r["primo_token_s"] < r["latenza_s"] < 0.4, r
+    for r in (prima, seconda):  # (a late read brings the 4 chunks at once, with one time: TTFT = latency)
+        assert r["primo_token_s"] <= r["latenza_s"] < 0.4, r
 
 
 # The kernel's receive time ####################################################################
