@@ -287,18 +287,30 @@ def test_la_cornice_a_pezzi_tagliata_ovunque():
 
 def test_ctrl_c_con_i_flussi_in_volo(fake):
     """Ctrl+C while two streams flow on the reader and two wait for a slot: what was measured is printed,
-    the streams in flight are closed at once (the server sees them go), exit 130, no traceback."""
+    the streams in flight are closed at once (the server sees them go), exit 130, no traceback. The first
+    two answers end after 16 tokens; the later ones would take half a minute, so on a loaded machine Ctrl+C
+    cannot come after they ended (it once did, with all six of 16 tokens: the server saw nothing go)."""
     import signal
 
     from aiuti import CARICO
 
-    server = fake(n_slot=2, s_per_token=0.02)
+    arrivate, lucchetto = [], threading.Lock()
+
+    def chat(h, corpo):
+        body = json.loads(corpo)
+        with lucchetto:
+            arrivate.append(body)
+            if len(arrivate) > 2:
+                body["max_tokens"] = 2000
+        return h.stream(body)
+
+    server = fake(n_slot=2, s_per_token=0.02, override={"/v1/chat/completions": chat})
     proc = subprocess.Popen([sys.executable, CARICO, "--url", server.url, "--stream", "--richieste", "6",
                              "--parallele", "4", "--token", "16", *VELOCE], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     limite = time.monotonic() + 30
-    while server.tokens_predicted_total < 36 and time.monotonic() < limite:  # two done, two streaming
-        time.sleep(0.02)
+    while not (server.tokens_predicted_total >= 32 and server.occupati() == 2) and time.monotonic() < limite:
+        time.sleep(0.02)  # two done, two streaming
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, out + err
