@@ -62,7 +62,10 @@ def test_percentili_sulle_latenze_scritte(fake, carica, tmp_path):
     assert rc == 0, out + err
     prova = json.loads((tmp_path / "p.json").read_text())["prove"][0]
     misurate = {r["indice"]: r["latenza_s"] for r in prova["richieste"]}
-    assert all(ritardi[i] <= lat < ritardi[i] + 0.1 for i, lat in misurate.items())
+    # Each latency holds its own request's wait (an exact lower bound: a loaded machine only adds) and, for most,
+    # little else: the typical excess stays far below the ~0.25 s that counting from the run's start would add.
+    eccessi = [lat - ritardi[i] for i, lat in misurate.items()]
+    assert len(eccessi) == 100 and min(eccessi) >= 0 and statistics.median(eccessi) < 0.1, eccessi
     # The tool's percentiles are the method's own answer on the same list.
     q = statistics.quantiles(list(misurate.values()), n=100, method="inclusive")
     cifre = prova["dettagli"]["figure_s"]["latenza"]

@@ -207,13 +207,14 @@ def test_una_scrittura_una_lettura_un_tempo(fake, carica, tmp_path):
 
 
 def test_primo_token_dall_invio(fake, carica, tmp_path, monkeypatch):
-    """A connection that takes 0.3 s to open (a slow network, a full accept queue): TTFT and latency
-    are timed from the send, so neither holds that wait."""
+    """A connection that takes 0.5 s to open (a slow network, a full accept queue): TTFT and latency
+    are timed from the send, so neither holds that wait. Each answer takes a few ms; the bound, 0.4 s, leaves
+    a loaded machine's hiccups room (0.2 s failed there) and stays below the wait."""
     server = fake(n_slot=1, s_per_token=0.001)
     originale = carico.Client._connetti
 
     def lenta(self, scadenza):
-        time.sleep(0.3)
+        time.sleep(0.5)
         return originale(self, scadenza)
 
     monkeypatch.setattr(carico.Client, "_connetti", lenta)
@@ -222,9 +223,9 @@ def test_primo_token_dall_invio(fake, carica, tmp_path, monkeypatch):
     assert rc == 0, out + err
     prima, seconda = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
     # The first one's connection was opened before the clock; the second's inside the run, after the first.
-    assert seconda["inizio_s"] >= prima["inizio_s"] + prima["latenza_s"] + 0.3, (prima, seconda)
-    for r in (prima, seconda):
-        assert r["primo_token_s"] < r["latenza_s"] < 0.2, r
+    assert seconda["inizio_s"] >= prima["inizio_s"] + prima["latenza_s"] + 0.5, (prima, seconda)
+    for r in (prima, seconda):  # (a late read brings the 4 chunks at once, with one time: TTFT = latency)
+        assert r["primo_token_s"] <= r["latenza_s"] < 0.4, r
 
 
 # The kernel's receive time ####################################################################

@@ -47,52 +47,63 @@ def carico_processo(url, *flags):
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def scarto_dal_programma(arrivi, programma):
+    """How far the arrivals stray from the plan: each one's lateness on its planned time (the first arrival
+    being the plan's 0), less the median lateness; the median of those distances. A send the scheduler made
+    late moves only its own; arrivals on another schedule stray by a random walk of gaps."""
+    ritardi = [(a - arrivi[0]) - p for a, p in zip(arrivi, programma)]
+    tipico = statistics.median(ritardi)
+    return statistics.median(abs(r - tipico) for r in ritardi)
+
+
+def ritmo_robusto(arrivi):
+    """Arrivals a second, as the median of the rates between every two arrivals (Theil and Sen's slope): a
+    few sends a loaded machine delays, the first or the last among them, do not move it."""
+    return 1 / statistics.median((arrivi[j] - arrivi[i]) / (j - i)
+                                 for i in range(len(arrivi)) for j in range(i + 1, len(arrivi)))
+
+
 def test_ritmo_costante_sul_tempo_del_server(fake):
-    """--arrivi costanti at 50 a second, on the fake's clock. On a loaded machine a send can be late by the
-    scheduler's whims, so the bounds are on what lateness cannot move: the median gap, the mean rate, the
-    spread of the middle half of the gaps far below Poisson's, and no build-up of lateness along the run."""
+    """--arrivi costanti at 10 a second, on the fake's clock. On a loaded machine (measured: load 8-13 on
+    2 cores, the suite beside 2 busy loops) single sends are late by tens of ms and a busy spell delays a few
+    in a row, so the bounds are on what lateness cannot move: the rate between all pairs, the typical arrival
+    within 70 ms of its planned time (1-7 ms measured under load at 20 a second; arrivals of Poisson at the
+    same rate stray by 140 ms), and the spread of the middle half of the gaps far below Poisson's. That a
+    late send does not push back the ones after it is proven with a stall (test_ritmo_orologio.py)."""
     server = fake(n_slot=4, s_per_token=0.001)
-    rc, out, err = carico_processo(server.url, "--ritmo", "50", "--arrivi", "costanti", "--richieste", "200",
+    rc, out, err = carico_processo(server.url, "--ritmo", "10", "--arrivi", "costanti", "--richieste", "40",
                                    "--token", "2")
     assert rc == 0, out + err
-    gap = intervalli(server.arrivi)
-    assert len(gap) == 199
-    assert abs(statistics.median(gap) - 0.020) < 0.001, statistics.median(gap)
-    assert 0.95 * 50 < 1 / statistics.fmean(gap) < 1.05 * 50, statistics.fmean(gap)
-    assert dispersione_robusta(gap) < 0.5, dispersione_robusta(gap)  # Poisson's is about 1.6
     arrivi = sorted(server.arrivi)
-    ritardi = [(a - arrivi[0]) - i / 50 for i, a in enumerate(arrivi)]
-    assert statistics.median(ritardi[-20:]) - statistics.median(ritardi[:20]) < 0.005, ritardi[-20:]
+    assert len(arrivi) == 40
+    assert 0.98 * 10 < ritmo_robusto(arrivi) < 1.02 * 10, ritmo_robusto(arrivi)
+    assert scarto_dal_programma(arrivi, [i / 10 for i in range(40)]) < 0.07, intervalli(arrivi)
+    assert dispersione_robusta(intervalli(arrivi)) < 1.0, intervalli(arrivi)  # Poisson's is about 1.6
     riga = next(r for r in out.splitlines() if r.startswith("ritmo chiesto"))
-    assert riga.startswith("ritmo chiesto 50 req/s (arrivi costanti): nel programma 50.00, inviate davvero "), riga
+    assert riga.startswith("ritmo chiesto 10 req/s (arrivi costanti): nel programma 10.00, inviate davvero "), riga
     p99 = float(re.search(r"ritardo degli invii sul programma: p99 ([\d.]+) ms", riga).group(1))
     assert ("non ha tenuto il ritmo" in err) == (p99 > 10), err  # the note says what the line shows
-    assert "richieste=200 parallele=200 (tetto predefinito) slot=4" in out  # nobody asked for that cap
+    assert "richieste=40 parallele=40 (tetto predefinito) slot=4" in out  # nobody asked for that cap
 
 
 def test_ritmo_poisson_seminato_segue_il_programma(fake):
     server = fake(n_slot=4, s_per_token=0.001)
-    rc, out, err = carico_processo(server.url, "--ritmo", "50", "--seme", "11", "--richieste", "200", "--token", "2")
+    rc, out, err = carico_processo(server.url, "--ritmo", "10", "--seme", "11", "--richieste", "40", "--token", "2")
     assert rc == 0, out + err
-    programma = list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=50, seme=11)), 200))
-    previsti, visti = intervalli(programma), intervalli(server.arrivi)
-    # Gap by gap, the arrivals follow the plan: a late send shifts two gaps by a few ms, while the plan's
-    # gaps spread by 20 ms. The typical gap (the median of the differences) stays within 3 ms of its plan
-    # however many single sends a loaded machine delays, as long as most are on time.
-    differenze = [abs(v - p) for v, p in zip(visti, previsti)]
-    assert statistics.median(differenze) < 0.003, statistics.median(differenze)
-    # Kept on the clock: a late send does not push back the ones after it. On a loaded machine single
-    # sends are late by the scheduler's whims (so no bound on the worst gaps), but the lateness does not
-    # build up: the last twenty arrive as late as the first twenty, give or take 5 ms.
+    programma = list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=10, seme=11)), 40))
     arrivi = sorted(server.arrivi)
-    ritardi = [(a - arrivi[0]) - p for a, p in zip(arrivi, programma)]
-    assert statistics.median(ritardi[-20:]) - statistics.median(ritardi[:20]) < 0.005, ritardi[-20:]
-    attesa = dispersione_robusta(previsti)  # the plan's own spread, Poisson's
-    assert abs(dispersione_robusta(visti) - attesa) < 0.25 * attesa, (dispersione_robusta(visti), attesa)
+    assert len(arrivi) == 40
+    # Arrival by arrival, the seeded plan: typically within 70 ms of its planned time (1-13 ms measured at 20
+    # a second on a machine at load 13, 39 ms once at load 8 with the suite), while these arrivals would
+    # stray from another seed's plan by 200 ms, from a steady beat by 140 ms (a random walk of gaps).
+    assert scarto_dal_programma(arrivi, programma) < 0.07, intervalli(arrivi)
+    altro = list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=10, seme=12)), 40))
+    assert scarto_dal_programma(programma, altro) > 0.1 and scarto_dal_programma(programma, [i / 10 for i in range(40)]) > 0.1
+    assert dispersione_robusta(intervalli(programma)) > 1.0  # the plan's own gaps are Poisson's (about 1.6)
     assert "(arrivi di Poisson, seme 11)" in out
     # The same seed is the same schedule; another seed another one.
-    assert programma == list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=50, seme=11)), 200))
-    assert programma != list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=50, seme=12)), 200))
+    assert programma == list(itertools.islice(carico.orari(carico.PianoOltre(ritmo=10, seme=11)), 40))
+    assert programma != altro
 
 
 def test_ritmo_senza_seme_ne_sceglie_uno_e_lo_salva(fake, carica, tmp_path):
@@ -156,12 +167,14 @@ def test_durata_ad_anello_chiuso(fake, carica):
 
 def test_durata_a_ritmo(fake, carica):
     """--durata under --ritmo: the last planned send falls before the end of the duration, and the line says
-    why the total time is what it is."""
+    why the total time is what it is. 5 a second, the last planned at 0.8 s: on a loaded machine a send late
+    by 200 ms would find the duration over (sends late by 50 ms were common at 20 a second, the last one
+    then left at 1.0 s or not at all)."""
     server = fake(n_slot=2, s_per_token=0.001)
-    rc, out, err = carica(server.url, "--durata", "1", "--ritmo", "20", "--arrivi", "costanti", "--token", "2")
+    rc, out, err = carica(server.url, "--durata", "1", "--ritmo", "5", "--arrivi", "costanti", "--token", "2")
     assert rc == 0, out + err
     riga = next(r for r in out.splitlines() if r.startswith("in 1 s (--durata)"))
-    assert re.fullmatch(r"in 1 s \(--durata\): inviate 20 richieste, 20 con risposta; l'ultimo invio a 0\.9\d s, "
+    assert re.fullmatch(r"in 1 s \(--durata\): inviate 5 richieste, 5 con risposta; l'ultimo invio a 0\.[89]\d s, "
                         r"l'ultima risposta a [\d.]+ s \(il tempo totale\)", riga), riga
     totale = re.search(r"tempo totale ([\d.]+) s", out).group(1)
     assert riga.endswith(f"a {totale} s (il tempo totale)")
@@ -170,7 +183,10 @@ def test_durata_a_ritmo(fake, carica):
 # Sweeps #######################################################################################
 
 def test_griglia_parallele_tabella_curva_e_spiega(fake, carica, tmp_path):
-    server = fake(n_slot=2, s_per_token=0.01)  # requests of about 0.5 s: a hiccup of a loaded machine is noise
+    # Requests of about 0.5 s: a hiccup of a loaded machine is noise. Two slots decode 1.8 times as fast as one
+    # (with the fake's default, 1.33, a slow run at parallele=2 once looked like saturation there: +25% is the
+    # threshold), four in flight no faster than two.
+    server = fake(n_slot=2, s_per_token=0.012, quota_per_slot=0.1)
     rc, out, err = carica(server.url, "--parallele", "1,2,4", "--token", "32", "--grafico", "--spiega",
                           "--json", str(tmp_path / "g.json"), "--svg", str(tmp_path / "g.svg"), *VELOCE)
     assert rc == 0, out + err

@@ -7,7 +7,6 @@ import signal
 import sys
 import threading
 import time
-from collections import Counter
 
 import carico
 from aiuti import FAKE, VELOCE, porta_libera
@@ -71,8 +70,14 @@ def test_capacita_su_ogni_server_avviato_parte_dal_primo_prompt(tmp_path, capsys
     prompt = [json.loads(riga) for riga in registro.read_text().splitlines()]
     assert [r for r in out.splitlines() if r.startswith("capacità, punto")] == [
         "capacità, punto 1: ritmo=8 req/s", "capacità, punto 2: ritmo=4 req/s"] * 2
-    volte = Counter(prompt)  # each server was sent the same prompts, from the first
-    assert carico.prompt_per(0) in volte and set(volte.values()) == {2}, volte
+    # Each server was sent the lab's prompts from the first, in the registry one server after the other. How
+    # many each got can differ: on a loaded machine a send planned 0.125 s before the end of --durata may
+    # find it over and stay unsent (a promise kept), and the next run goes on from the prompt after.
+    primi = [i for i, p in enumerate(prompt) if p == carico.prompt_per(0)]
+    assert len(primi) == 2, prompt
+    for server in (prompt[:primi[1]], prompt[primi[1]:]):
+        assert sorted(map(carico.PROMPTS.index, server)) == list(range(len(server))), prompt
+        assert len(server) >= 2, prompt  # each point's first request always leaves
 
 
 # The warm-up on the lab's pool #################################################################

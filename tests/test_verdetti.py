@@ -120,10 +120,12 @@ def test_griglia_con_ripetute_un_punto_per_valore(fake, carica):
 # Overload (--ritmo) ###########################################################################
 
 def test_sovraccarico_quando_gli_arrivi_superano_il_server(fake, carica):
-    """One slot at ~0.1 s a request holds ~10 a second: at 40 a second the queue grows all run long."""
-    server = fake(n_slot=1, s_per_token=0.005)
+    """One slot at ~0.1 s a request holds ~10 a second: at 40 a second the queue grows all run long, at 4 it
+    does not. Four sleeps of 25 ms a request, not twenty of 5: on a loaded machine each sleep ends late by
+    its own few ms, and twenty of them made the fake slower than 4 a second."""
+    server = fake(n_slot=1, s_per_token=0.025)
     rc, out, err = carica(server.url, "--ritmo", "4,40", "--arrivi", "costanti", "--richieste", "12",
-                          "--token", "20", "--spiega", *VELOCE)
+                          "--token", "4", "--spiega", *VELOCE)
     assert rc == 0, out + err
     (frase,) = [r for r in out.splitlines() if "sovraccarico" in r and r.startswith("A ritmo=")]
     assert frase.startswith("A ritmo=40, finché si inviava, il server ha completato "), frase
