@@ -46,7 +46,7 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, 
 # Some modules are imported where they are used (http.client, concurrent.futures, statistics...):
 # `--help` and a bad flag answer at once, and a lab run never loads what only an extra needs.
 
-__version__ = "1.6.0"
+__version__ = "1.6.1"
 
 # The eight prompts of the lab, one per request. Each opens with different words, so two requests
 # share no prefix beyond the chat template's.
@@ -1502,6 +1502,7 @@ class EsecuzioneOltre(NamedTuple):
     trattenute: int = 0  # --ritmo: requests sent late because --parallele were already in flight
     ultimo_invio: Optional[float] = None  # --durata: when the last request left
     non_inviate: int = 0  # --ritmo with --durata: the schedule's requests the cap kept from leaving in time
+    in_ritardo: int = 0  # likewise, those carico itself was too late for: its clock woke past --durata (a busy machine)
 
 
 class OpzioniOltre(NamedTuple):
@@ -2647,7 +2648,7 @@ class Programma(NamedTuple):
         tempi = (orari(piano_oltre) if piano_oltre.ritmo else
                  (t for _, _, t in itertools.cycle(piano_oltre.dataset)) if piano_oltre.traccia else itertools.repeat(None))
         durata = piano_oltre.durata
-        trattenute, ultimo, non_inviate = 0, None, 0
+        trattenute, ultimo, non_inviate, in_ritardo = 0, None, 0, 0
         for i, previsto in enumerate(tempi):
             if i == piano.richieste or (previsto is not None and durata is not None and previsto >= durata):
                 break
@@ -2662,14 +2663,15 @@ class Programma(NamedTuple):
             if client.annullato.is_set() or not preso or finita:
                 if preso:
                     posti.release()
-                if previsto is not None and not client.annullato.is_set():  # what the cap kept from the schedule
-                    non_inviate = 1 + sum(1 for _ in itertools.takewhile(lambda t: t < durata, tempi))
+                if previsto is not None and not client.annullato.is_set():  # what the schedule did not send, and why
+                    mancate = 1 + sum(1 for _ in itertools.takewhile(lambda t: t < durata, tempi))
+                    non_inviate, in_ritardo = (mancate, 0) if not preso else (0, mancate)  # the cap; else carico late
                 break
             futuro = esecutore.submit(self.invia_al_tempo, client, i, previsto, t0)
             futuro.add_done_callback(lambda _: posti.release())
             futuri.append(futuro)
             ultimo, trattenute = time.perf_counter() - t0, trattenute + trattenuta
-        return EsecuzioneOltre(trattenute, ultimo, non_inviate)
+        return EsecuzioneOltre(trattenute, ultimo, non_inviate, in_ritardo)
 
     def invia_al_tempo(self, client: Client, indice: int, previsto: Optional[float], t0: float) -> Risultato:
         """One request, its prompt made here, as it leaves: never all of them alive at once (and the
@@ -2693,7 +2695,7 @@ def invii_al_secondo(prova: Prova) -> Optional[float]:
     """The requests sent per second: the arrival rate the server saw. Under --durata with the cap full to
     the end (requests of the schedule never sent), over the whole duration, not between the few sent."""
     e, durata = prova.esecuzione, oltre(prova.piano).durata
-    if durata and oltre(e).non_inviate:
+    if durata and (oltre(e).non_inviate or oltre(e).in_ritardo):
         return len(e.risultati) / durata
     return ritmo_di([r.inizio for r in e.risultati])
 
@@ -2714,8 +2716,9 @@ def righe_ritmo(prova: Prova) -> List[str]:
         if piano_oltre.ritmo:
             arrivi = f"arrivi di Poisson, seme {piano_oltre.seme}" if piano_oltre.arrivi == "poisson" else "arrivi costanti"
             programmato = ritmo_di(previsti)
-            if piano_oltre.durata and oltre(e).non_inviate:  # the schedule's rate over the duration, the unsent included
-                programmato = (len(e.risultati) + oltre(e).non_inviate) / piano_oltre.durata
+            mancate = oltre(e).non_inviate + oltre(e).in_ritardo
+            if piano_oltre.durata and mancate:  # the schedule's rate over the duration, the unsent included
+                programmato = (len(e.risultati) + mancate) / piano_oltre.durata
             programma = f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}"
         else:
             programma = (f"traccia di {piano_oltre.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
@@ -2729,6 +2732,8 @@ def righe_ritmo(prova: Prova) -> List[str]:
                      f"{len(e.riuscite)} con risposta; "
                      + (f"{non_inviate} del programma non inviate (il tetto di --parallele {prova.piano.parallele} era "
                         "pieno fino alla fine); " if non_inviate else "")
+                     + (f"{oltre(e).in_ritardo} del programma non inviate (carico.py era in ritardo sul programma oltre "
+                        "la fine di --durata); " if oltre(e).in_ritardo else "")
                      + f"l'ultimo invio a {fmt(oltre(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
                      f"{fmt(prova.riepilogo.tempo_totale, '.2f s')} (il tempo totale)")
     return righe
@@ -2740,7 +2745,8 @@ def ritmo_tenuto(prova: Prova) -> bool:
     p99 = percentile(ritardi_invio(prova.esecuzione), 99)
     ritmo = oltre(prova.piano).ritmo or ritmo_di([oltre(r).previsto for r in prova.esecuzione.risultati
                                                   if oltre(r).previsto is not None])  # a trace: its mean rate
-    return not oltre(prova.esecuzione).trattenute and not oltre(prova.esecuzione).non_inviate and (p99 is None or not ritmo or p99 <= max(0.010, 0.1 / ritmo))
+    mancate = oltre(prova.esecuzione).non_inviate + oltre(prova.esecuzione).in_ritardo
+    return not oltre(prova.esecuzione).trattenute and not mancate and (p99 is None or not ritmo or p99 <= max(0.010, 0.1 / ritmo))
 
 
 def note_ritmo(prova: Prova) -> List[str]:
@@ -2763,9 +2769,11 @@ def note_ritmo(prova: Prova) -> List[str]:
                 f"{'ha' if trattenute == 1 else 'hanno'} trovato già {piano.parallele} in volo (il tetto di --parallele) "
                 f"e {'è partita' if trattenute == 1 else 'sono partite'} dopo l'orario previsto{mai}{alza}"]
     ritardi = ritardi_invio(e)
+    tardi = (f"; {quante(oltre(e).in_ritardo, 'richiesta del programma non è partita', 'richieste del programma non sono partite')}"
+             " prima della fine di --durata" if oltre(e).in_ritardo else "")
     return [f"il client non ha tenuto il ritmo chiesto: gli invii sono partiti in ritardo sul programma (p99 "
-            f"{ms(percentile(ritardi, 99)):.1f} ms, max {ms(max(ritardi)):.1f} ms): le cifre valgono per "
-            f"{inviate} inviate, non per {chiesto}"]
+            f"{fmt(ms(percentile(ritardi, 99)), '.1f')} ms, max {fmt(ms(max(ritardi, default=None)), '.1f')} ms){tardi}: "
+            f"le cifre valgono per {inviate} inviate, non per {chiesto}"]
 
 
 def attese_del_tetto(prova: Prova) -> Dict[int, float]:
@@ -4330,6 +4338,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
                       "ritardo_max_s": max(ritardi_invio(p.esecuzione), default=None),
                       "trattenute_dal_tetto": oltre(p.esecuzione).trattenute,
                       "non_inviate_dal_tetto": oltre(p.esecuzione).non_inviate,
+                      "non_inviate_in_ritardo": oltre(p.esecuzione).in_ritardo,
                       "inviate": p.esecuzione.n_richieste} if oltre(p.piano).al_tempo else None,
             "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": kv_condivisa(p),
                        "props": p.info.props},

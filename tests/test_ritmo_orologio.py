@@ -36,3 +36,28 @@ def test_un_invio_in_ritardo_non_sposta_gli_altri(fake, carica, monkeypatch):
     # tens of ms, not by the stall, as they would be if each gap ran from the send before.
     assert statistics.median(ritardi[15:]) < STALLO / 2, ritardi
     assert "non ha tenuto il ritmo" in err  # the stall is in the p99 of the sends' lateness, and said
+
+
+def test_in_ritardo_oltre_la_durata_non_e_il_tetto(fake, carica, monkeypatch, tmp_path):
+    """The scheduler's own clock woken past --durata while the cap had room: the requests of the schedule it
+    did not send are carico's lateness, said so, not the cap of --parallele (which was never full)."""
+    originale = carico.orari
+
+    def con_uno_stallo(piano_oltre):
+        for i, t in enumerate(originale(piano_oltre)):
+            if i == 3:
+                time.sleep(1.1)  # before request 3 (planned at 0.3 s): it wakes past the 1 s of --durata
+            yield t
+
+    monkeypatch.setattr(carico, "orari", con_uno_stallo)
+    server = fake(n_slot=4, s_per_token=0.001)
+    risultati = tmp_path / "r.json"
+    rc, out, err = carica(server.url, "--ritmo", "10", "--arrivi", "costanti", "--parallele", "8", "--durata", "1",
+                          "--token", "4", "--json", str(risultati))
+    assert rc == 0, out + err
+    assert "7 del programma non inviate (carico.py era in ritardo sul programma oltre la fine di --durata)" in out
+    assert "tetto" not in out + err and "Alza --parallele" not in err  # the cap was never full
+    assert "7 richieste del programma non sono partite prima della fine di --durata" in err
+    invii = carico.json.loads(risultati.read_text())["prove"][0]["invii"]
+    assert (invii["non_inviate_in_ritardo"], invii["non_inviate_dal_tetto"], invii["inviate"]) == (7, 0, 3)
+    assert "nel programma 10.00" in out  # the schedule's rate counts the ones not sent
