@@ -2692,8 +2692,9 @@ def ritmo_di(tempi: List[float]) -> Optional[float]:
 
 
 def invii_al_secondo(prova: Prova) -> Optional[float]:
-    """The requests sent per second: the arrival rate the server saw. Under --durata with the cap full to
-    the end (requests of the schedule never sent), over the whole duration, not between the few sent."""
+    """The requests sent per second: the arrival rate the server saw. Under --durata with requests of the
+    schedule never sent (the cap full to the end, or carico late past it), over the whole duration, not
+    between the few sent."""
     e, durata = prova.esecuzione, oltre(prova.piano).durata
     if durata and (oltre(e).non_inviate or oltre(e).in_ritardo):
         return len(e.risultati) / durata
