@@ -4695,7 +4695,7 @@ OPZIONI_DI_CARICO = {"parallele": "--parallele", "max_token": "--token", "token_
 
 
 def prove_salvate(percorso: str, rifiuta) -> List[dict]:
-    """The runs of a file written by --json (the ones cut short left out); `errore` (the parser's) for a
+    """The runs of a file written by --json (the ones cut short left out); `rifiuta` (the parser's) for a
     file that is not one: exit 2, before anything else."""
     try:
         with open(percorso, encoding="utf-8") as f:
@@ -4708,7 +4708,8 @@ def prove_salvate(percorso: str, rifiuta) -> List[dict]:
         rifiuta(f"--confronta: '{percorso}' non è un file di risultati di carico.py (--json)")
     intere = [p for p in prove if not p.get("interrotta")]
     if not intere:
-        rifiuta(f"--confronta: '{percorso}' non ha prove intere da confrontare")
+        rifiuta(f"--confronta: '{percorso}' non ha prove intere da confrontare (una prova interrotta, da Ctrl+C o da "
+                "un server che ha smesso di rispondere, non si confronta): ripeti la misura fino in fondo con --json")
     return intere
 
 

@@ -101,6 +101,7 @@ def test_welch_su_numeri_noti():
     ("non json", "non riesco a leggere"),
     ('{"prove": 3}', "non è un file di risultati di carico.py (--json)"),
     ('{"prove": [{"riepilogo": {}, "dettagli": {}, "interrotta": true}]}', "non ha prove intere da confrontare"),
+    ('{"prove": [{"riepilogo": {}, "dettagli": {}, "interrotta": true}]}', "ripeti la misura fino in fondo con --json"),
 ])
 def test_confronta_file_sbagliati(tmp_path, capsys, contenuto, messaggio):
     buono = file_di_prove(tmp_path / "a.json", [10.0], [1.0])
