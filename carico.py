@@ -2092,12 +2092,16 @@ TRONCATA = "il server ha interrotto la risposta"
 # then waiting for the interpreter's lock, cost several cores at 50,000 chunks/s. So: each request is
 # sent in one write (by its worker; the first --parallele by the reader, at the start: see Partenza),
 # then ONE thread (LettoreFlussi) waits on every stream's socket at once (selectors) and reads each as
-# its bytes come, one recv a read; the read's time is taken before any parsing and given to every event
-# that read brought; the chunked framing is undone by hand (RFC 9112, 7.1); the worker is woken once,
-# when its stream has ended, and parses the events' JSON then. On Linux the time is the kernel's
-# (SO_TIMESTAMPNS): when the bytes arrived, however late the reader got to read them (by less than the
-# gap between two chunks: two chunks in one read both get the later one's stamp). Through TLS there is
-# no kernel stamp: the time of the read.
+# its bytes come, one recv a read, and keeps the read as it came, with its time. On Linux the time is
+# the kernel's (SO_TIMESTAMPNS): when the bytes arrived, however late the reader got to read them (by
+# less than the gap between two chunks: two chunks in one read both get the later one's stamp). Through
+# TLS there is no kernel stamp: the time of the read. A read is all the reader does while the bytes
+# flow: a thousand streams bring 50,000 reads a second, and each read costs some 16 us of the one core
+# the reader has (measured); undoing the chunked framing (RFC 9112, 7.1), the stamps and the JSON would
+# cost as much again, the reader would fall behind by more than a chunk's gap and two chunks would share
+# a stamp. So they wait for a moment when no socket has anything to read: then the reader frames a
+# stream that may have ended (a read that ends like the last chunk, or brings [DONE]), and if it has,
+# parses it and wakes its worker, once.
 SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
 LETTURA = 65536  # bytes a read asks for: a burst of events in one read
 SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # room for one stamp (Windows: none)
@@ -2126,8 +2130,9 @@ def stampi_del_kernel(sock: socket.socket) -> bool:
 
 
 class Flusso:
-    """One streamed answer in flight: the status and headers, then the body as it came, (time, bytes) a
-    read at a time, the framing taken off. LettoreFlussi feeds it; its worker waits on `finito`."""
+    """One streamed answer in flight: the status and headers, then the body, (time, bytes) a read at a
+    time, the framing taken off (once it may have ended: until then the reads are kept as they came).
+    LettoreFlussi feeds it; its worker waits on `finito`."""
 
     def __init__(self, sock: socket.socket, scadenza: float):
         self.sock, self.scadenza = sock, scadenza  # scadenza: time.monotonic() when --timeout runs out
@@ -2136,10 +2141,29 @@ class Flusso:
         self.richiesta, self.timeout = b"", 0.0  # with a Partenza: what the reader sends at the start
         self.status: Optional[int] = None
         self.blocchi: List[Tuple[float, bytes]] = []  # the body: (when its bytes arrived, the bytes)
+        self.letture: List[Tuple[float, list, bytes]] = []  # reads not yet framed: (read at, kernel stamp, bytes)
+        self.scarto, self.finita = 0.0, False  # see scarto_orologi; whether the framing found the end
+        self.esito: Optional[Tuple[dict, List[float], float]] = None  # leggi_flusso's, for an answer 200
         self.eccezione: Optional[BaseException] = None  # what ended it before its end: a timeout, a reset...
         self.finito = threading.Event()
         self._buffer, self._coda = b"", b""  # bytes not yet framed; the body's last bytes (see _fatto)
         self._a_pezzi, self._mancano, self._pezzo = False, None, 0  # the body's framing, from the headers
+
+    def letto(self, t: float, stampo: list, dati: bytes) -> bool:
+        """One read, as it came (at `t`, with the kernel's stamp if any): kept, and framed at once only while
+        the headers are awaited or the body is not chunked. True when the answer may have ended: the reader
+        then frames it as soon as it has a moment (see inquadra)."""
+        self.letture.append((t, stampo, dati))
+        if self.status is not None and self._a_pezzi:  # ended? a read that may close a chunked body
+            return len(dati) < 5 or dati.endswith(b"\r\n\r\n") or b"[DONE]" in dati
+        return self.inquadra()
+
+    def inquadra(self) -> bool:
+        """The reads kept so far framed, each with when its bytes arrived; True once the answer has ended."""
+        letture, self.letture = self.letture, []
+        for t, stampo, dati in letture:
+            self.finita = self.finita or self.arrivati(quando_arrivati(t, stampo, self.inviata, self.scarto), dati)
+        return self.finita
 
     def arrivati(self, t: float, dati: bytes) -> bool:
         """One read's bytes (b"": the server closed), arrived at `t`; True when the answer has ended."""
@@ -2248,9 +2272,6 @@ class LettoreFlussi:
         self._thread: Optional[threading.Thread] = None
         self._sveglia: Optional[Tuple[socket.socket, socket.socket]] = None  # wakes the thread for new streams
         self._svegliato = False  # a wake-up byte is already on its way
-        # The workers parse their ended streams one at a time: a thousand streams that end together would
-        # otherwise each take the interpreter's lock in turn, and the reader would wait behind all of them.
-        self.uno_alla_volta = threading.Lock()
 
     def avvia(self) -> None:
         """The thread started now, if it is not running: before the clock, so that it is ready for the first read."""
@@ -2292,6 +2313,7 @@ class LettoreFlussi:
                     self._sveglia[1].send(b"\0")
 
     def _gira(self, sveglia: Tuple[socket.socket, socket.socket]) -> None:
+        import collections
         import heapq
         import selectors
 
@@ -2299,16 +2321,18 @@ class LettoreFlussi:
         selettore.register(sveglia[0], selectors.EVENT_READ, None)
         scadenze: List[Tuple[float, int]] = []  # (deadline, stream's number), nearest first
         attivi: Dict[int, Flusso] = {}  # number -> the stream, while it is read
+        da_chiudere: collections.deque = collections.deque()  # read out, maybe ended: framed when nothing is to read
         numeri, riposa_da = itertools.count(), time.monotonic()
         try:
             while True:
                 with self._lock:
                     nuovi, self._nuovi, self._svegliato = self._nuovi, [], False
-                    if not nuovi and not attivi and time.monotonic() - riposa_da >= self.RIPOSO:
+                    if not (nuovi or attivi or da_chiudere) and time.monotonic() - riposa_da >= self.RIPOSO:
                         self._thread = None
                         return
                 for flusso in nuovi:
                     flusso.numero = next(numeri)
+                    flusso.scarto = scarto
                     try:
                         if flusso.richiesta:  # sent here, at the start (see Partenza)
                             self._invia(flusso)
@@ -2333,12 +2357,15 @@ class LettoreFlussi:
                 if attivi:
                     riposa_da = adesso  # the idle second counts from the last stream's end
                 attesa = scadenze[0][0] - adesso if scadenze else max(0.0, riposa_da + self.RIPOSO - adesso)
-                for chiave, _ in selettore.select(attesa):
+                pronti = selettore.select(0.0 if da_chiudere else attesa)
+                for chiave, _ in pronti:
                     if chiave.data is None:
                         with contextlib.suppress(OSError):  # BlockingIOError: already read
                             sveglia[0].recv(4096)
                     else:
-                        self._leggi(selettore, attivi, chiave.data, scarto)
+                        self._leggi(selettore, attivi, da_chiudere, chiave.data)
+                if da_chiudere and not pronti:  # a moment with nothing to read
+                    self._chiudi(selettore, attivi, da_chiudere.popleft())
         finally:  # an error of its own (a bug): no worker is left waiting
             with self._lock:
                 nuovi, self._nuovi = self._nuovi, []
@@ -2361,24 +2388,44 @@ class LettoreFlussi:
         flusso.sock.sendall(flusso.richiesta)
         flusso.richiesta = b""
 
-    def _leggi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso, scarto: float) -> None:
-        """What the socket has now: one read (TLS: until nothing is left decrypted), given to the stream."""
+    def _leggi(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
+        """What the socket has now: one read (TLS: until nothing is left decrypted), given to the stream; a
+        stream that may have ended is no longer read, and waits in `da_chiudere` to be framed."""
         try:
             while True:
-                letto = leggi_con_tempo(flusso, scarto)
+                letto = leggi_con_tempo(flusso)
                 if letto is None:
                     return
                 prima = flusso.status
-                finito = flusso.arrivati(*letto)
+                forse_finito = flusso.letto(*letto)
                 if prima is None and flusso.status is not None:
                     self._client.sentinella.risposta()
-                if finito:
-                    self._fine(selettore, attivi, flusso)
+                if forse_finito:
+                    selettore.unregister(flusso.sock)
+                    da_chiudere.append(flusso)
                     return
                 if not (flusso.tls and flusso.sock.pending()):  # TLS: bytes it decrypted and we have not read
                     return
         except Exception as exc:  # the stream's error, for its worker to raise
             self._fine(selettore, attivi, flusso, exc)
+
+    def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> None:
+        """A stream that may have ended, framed: if it has, parsed (an answer 200) and its worker woken; if
+        not, read on. Ended already (its deadline, Ctrl+C): nothing to do."""
+        import selectors
+
+        if flusso.finito.is_set():
+            return
+        try:
+            if not flusso.inquadra():
+                selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
+                return
+            if flusso.status == 200:
+                flusso.esito = leggi_flusso(iter(flusso.blocchi))
+        except Exception as exc:  # a bad framing, a broken stream, a socket closed meanwhile
+            self._fine(selettore, attivi, flusso, exc)
+            return
+        self._fine(selettore, attivi, flusso)
 
     @staticmethod
     def _fine(selettore, attivi: Dict[int, Flusso], flusso: Flusso, eccezione: Optional[BaseException] = None) -> None:
@@ -2389,27 +2436,31 @@ class LettoreFlussi:
         flusso.finito.set()
 
 
-def leggi_con_tempo(flusso: Flusso, scarto: float) -> Optional[Tuple[float, bytes]]:
-    """One read of a stream's socket: (when its bytes arrived, the bytes), b"" when the server closed,
-    None when there was nothing to read after all."""
+def leggi_con_tempo(flusso: Flusso) -> Optional[Tuple[float, list, bytes]]:
+    """One read of a stream's socket: (when it was read, the kernel's stamp if any, the bytes), b"" when
+    the server closed, None when there was nothing to read after all."""
     try:
-        if not flusso.stampi:
-            dati = flusso.sock.recv(LETTURA)
-            return time.perf_counter(), dati
-        dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
+        if flusso.stampi:
+            dati, stampo, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
+        else:
+            dati, stampo = flusso.sock.recv(LETTURA), []
     except OSError as exc:
         ssl = sys.modules.get("ssl")  # imported by https (see con_tls)
         if isinstance(exc, BlockingIOError) or (ssl and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError))):
             return None
         raise
-    adesso = time.perf_counter()
-    for livello_cmsg, tipo, stampo in ausiliari:
-        if livello_cmsg == socket.SOL_SOCKET and tipo == SO_TIMESTAMPNS and len(stampo) >= 16:
-            secondi, nano = int.from_bytes(stampo[:8], sys.byteorder), int.from_bytes(stampo[8:16], sys.byteorder)
+    return time.perf_counter(), stampo, dati
+
+
+def quando_arrivati(letto: float, stampo: list, inviata: float, scarto: float) -> float:
+    """When a read's bytes arrived: the kernel's stamp (wall-clock time, less `scarto`), else the read's time."""
+    for livello_cmsg, tipo, dati in stampo:
+        if livello_cmsg == socket.SOL_SOCKET and tipo == SO_TIMESTAMPNS and len(dati) >= 16:
+            secondi, nano = int.from_bytes(dati[:8], sys.byteorder), int.from_bytes(dati[8:16], sys.byteorder)
             arrivo = secondi + nano / 1e9 - scarto
-            if flusso.inviata - 0.001 <= arrivo <= adesso + 0.001:  # else a clock that jumped: the read's time
-                return min(arrivo, adesso), dati
-    return adesso, dati
+            if inviata - 0.001 <= arrivo <= letto + 0.001:  # else a clock that jumped: the read's time
+                return min(arrivo, letto)
+    return letto
 
 
 def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, timeout: float = TIMEOUT_INFO) -> None:
@@ -2514,8 +2565,7 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
         raise client.errore_di_rete(CHAT, exc, descrivi_errore_rete(exc, timeout)) from None
     if flusso.status != 200:
         raise ErroreRichiesta(descrivi_errore_http(Risposta(flusso.status, flusso.corpo())))
-    with client.flussi.uno_alla_volta:  # see LettoreFlussi
-        dati, chunk, fine = leggi_flusso(iter(flusso.blocchi))
+    dati, chunk, fine = flusso.esito  # parsed by the reader, when it had a moment
     t0 = partenza.t0 if partenza is not None else t0
     inizio = flusso.inviata - t0
     return Risultato(indice, inizio, fine - t0, **cifre_completamento(dati, [t - flusso.inviata for t in chunk]))

@@ -28,10 +28,11 @@ FINE = [b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\
 TESTA = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
-def a_tempo(pause, scritti=None, chiudi=True):
-    """A scripted streamed answer: one text chunk after each pause of `pause` (seconds; None: wait until the
-    client closes), then the end. Each text chunk's write times (perf_counter, just before and just after the
-    write) go into `scritti`. With `chiudi` False the connection stays open after [DONE], without the last chunk."""
+def a_tempo(pause, scritti=None, chiudi=True, testo=TESTO):
+    """A scripted streamed answer: one text chunk (`testo`) after each pause of `pause` (seconds; None: wait
+    until the client closes), then the end. Each text chunk's write times (perf_counter, just before and just
+    after the write) go into `scritti`. With `chiudi` False the connection stays open after [DONE], without
+    the last chunk."""
     def handler(h, _corpo):
         h.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         tempi = []
@@ -44,7 +45,7 @@ def a_tempo(pause, scritti=None, chiudi=True):
                     return
                 time.sleep(pausa)
                 prima = time.perf_counter()
-                h.wfile.write(chunk(TESTO))
+                h.wfile.write(chunk(testo))
                 h.wfile.flush()
                 tempi.append((prima, time.perf_counter()))
             h.wfile.write(b"".join(chunk(e.replace(b"%d", b"%d" % len(pause))) for e in FINE))
@@ -79,9 +80,9 @@ def test_ogni_lettura_e_del_lettore_dei_flussi(fake, carica, monkeypatch, tmp_pa
     letture = []
     originale = carico.leggi_con_tempo
 
-    def contata(flusso, scarto):
+    def contata(flusso):
         letture.append(threading.current_thread().name)
-        return originale(flusso, scarto)
+        return originale(flusso)
 
     monkeypatch.setattr(carico, "leggi_con_tempo", contata)
     server = fake(n_slot=6, s_per_token=0.005)
@@ -141,6 +142,38 @@ def test_done_su_una_connessione_che_resta_aperta(fake, carica):
     assert rc == 0, out + err
     assert re.match(r"  req 0: +0\.\d\d s +3 token", out.splitlines()[1]), out
     assert time.monotonic() - inizio < 10
+
+
+def test_nessuna_cornice_mentre_il_flusso_scorre(fake, carica, monkeypatch, tmp_path):
+    """While a stream flows the reader only keeps its reads: the framing, the stamps and the JSON wait until
+    a read may have ended it. Ten chunks 30 ms apart: framed at the headers and at the end, not a read at a time."""
+    inquadrate, originale = [], carico.Flusso.inquadra
+
+    def contata(flusso):
+        inquadrate.append(len(flusso.letture))
+        return originale(flusso)
+
+    monkeypatch.setattr(carico.Flusso, "inquadra", contata)
+    server = fake(override={"/v1/chat/completions": a_tempo([0.03] * 10)})
+    rc, out, err = carica(server.url, "--stream", "--richieste", "1", "--json", str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    (richiesta,) = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    assert len(richiesta["chunk_s"]) == 10 and richiesta["chunk_s"][-1] - richiesta["chunk_s"][0] >= 0.25, richiesta
+    assert len(inquadrate) <= 3 and sum(inquadrate) >= 4, inquadrate  # reads framed together, not one by one
+
+
+@pytest.mark.parametrize("testo", [b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\r\n\r\n',
+                                   b'data: {"choices":[{"index":0,"delta":{"content":"[DONE]"}}]}\n\n'],
+                         ids=["eventi-chiusi-da-crlf", "done-nel-testo"])
+def test_letture_che_sembrano_la_fine(fake, carica, tmp_path, testo):
+    """Reads that look like an answer's end and are not: events closed by CRLF (each read then ends as the
+    last chunk does), a token whose text is "[DONE]". Framed, the answer is still open: read on, every chunk
+    counted, each with its own time."""
+    server = fake(override={"/v1/chat/completions": a_tempo([0.02] * 6, testo=testo)})
+    rc, out, err = carica(server.url, "--stream", "--richieste", "1", "--json", str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    (richiesta,) = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    assert len(richiesta["chunk_s"]) == 6 and richiesta["chunk_s"][-1] - richiesta["chunk_s"][0] >= 0.08, richiesta
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's receive time is Linux's")
