@@ -282,7 +282,10 @@ class Campionatore:
             if legge:
                 self.campioni.append(campione)
             prossimo += self._intervallo
-            if self._stop.wait(max(0.0, prossimo - self._timer())):
+            adesso = self._timer()
+            if prossimo < adesso:  # a reading that took periods: the next one now, the missed ones not made up
+                prossimo += (adesso - prossimo) // self._intervallo * self._intervallo
+            if self._stop.wait(max(0.0, prossimo - adesso)):
                 return
 
     def _leggi(self, percorso: str, interpreta):
