@@ -124,6 +124,7 @@ class Esecuzione(NamedTuple):
     interruzione: Optional[int] = None  # the exit code when Ctrl+C (130) or SIGTERM (143) cut it short
     oltre: Optional[EsecuzioneOltre] = None  # --ritmo: requests the cap held back
     server_andato: Optional[Tuple[float, str]] = None  # the server stopped answering: when (s from the start), why
+    interrotta_a: Optional[float] = None  # with `interruzione`: when the run was stopped (s from the start)
 
     @property
     def riuscite(self) -> List[Risultato]:
@@ -311,6 +312,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     campionatore = Campionatore(client, piano.intervallo, info, al_campione=al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     esecuzione_oltre = interruzione = partenza = None
+    t0 = None  # the clock's start: a Ctrl+C before it stopped nothing measured
     client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
         if domande and not oltre(piano).da_lanciare:
@@ -331,6 +333,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
         interruzione = exc.codice
         client.annulla()  # the requests in flight return at once, marked ANNULLATA
     finally:
+        fermata = time.perf_counter()  # Ctrl+C, or every request done: what an interrupted run's report says
         with segnali() as notati:  # a Ctrl+C now waits: the report must not be lost
             if partenza:
                 partenza.ferma()
@@ -344,7 +347,8 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
     n_richieste = piano.richieste if piano.richieste is not None else len(futuri)
     return Esecuzione([r for r in finite if r.errore not in (ANNULLATA, NON_INVIATA)], campionatore.campioni,
-                      n_richieste, interruzione, esecuzione_oltre, andato and (andato[0] - t0, andato[1]))
+                      n_richieste, interruzione, esecuzione_oltre, andato and (andato[0] - t0, andato[1]),
+                      fermata - t0 if interruzione and t0 is not None else None)
 
 
 # 5. The report: the summary's figures, the print, the lines it prints (pure: data -> lines) #####
@@ -364,6 +368,7 @@ class Riepilogo(NamedTuple):
     coda_dai_tempi: Optional[int]  # the most requests the timings prove waiting for a slot together
     token_stimati: bool = False  # --stream without usage: some tokens counted as the chunks with text
     interrotte: int = 0  # --stream: of the failed, the answers the server ended without a finish_reason
+    interrotta_a: Optional[float] = None  # Ctrl+C: when the run was stopped; tempo_totale is then the last answer's time
 
     @property
     def picco(self) -> Optional[int]:  # the larger of what the readings saw and what the timings prove
@@ -394,7 +399,8 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
                      token / totale if token is not None and totale else None, max(occupati, default=None),
                      dai_tempi[0], max(in_coda, default=None), dai_tempi[1],
                      any(oltre(r).token_stimati for r in ok),  # --stream: see "Oltre il lab"
-                     sum(tipo_errore(r.errore) == TRONCATA for r in esecuzione.risultati if not r.riuscita))
+                     sum(tipo_errore(r.errore) == TRONCATA for r in esecuzione.risultati if not r.riuscita),
+                     esecuzione.interrotta_a)
 
 
 def stampa_prova(prova: Prova) -> None:
@@ -447,16 +453,19 @@ def riga_richiesta(r: Risultato, larghezza: int = 1) -> str:
 
 def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServer,
                     perche_non_completate: str = "interrotto") -> List[str]:
+    fino = "" if s.interrotta_a is None else f" (fino all'ultima risposta; prova interrotta a {s.interrotta_a:.2f} s)"
     righe = [
         f"richieste={richieste} parallele={parallele} slot={fmt(info.n_slot, 'd')}"
         f"  picco slot occupati insieme={fmt(s.picco, 'd')}",
-        f"tempo totale {fmt(s.tempo_totale, '.2f s')}  |  latenza media {fmt(s.latenza_media, '.2f s')},"
+        f"tempo totale {fmt(s.tempo_totale, '.2f s')}{fino}  |  latenza media {fmt(s.latenza_media, '.2f s')},"
         f" max {fmt(s.latenza_max, '.2f s')}",
         f"throughput aggregato {fmt(s.throughput, '.2f token/s')}  ({fmt(s.token, 'd')} token generati)",
     ]
     if s.token_stimati and s.token is not None:  # --stream without usage: said as an estimate, see "Oltre il lab"
         righe[-1] = (f"throughput aggregato ~{fmt(s.throughput, '.2f token/s')}  (~{s.token} token generati: stima, "
                      "un token per chunk con testo)")
+    if s.interrotta_a is not None:  # Ctrl+C: the figures' span is not how long the run lasted, nor all it generated
+        righe[2] = righe[2][:-1] + ", solo dalle richieste completate: un limite inferiore)"
     if info.metrics_disponibile:  # the lab's question: "what does llamacpp:requests_deferred say?"
         fonte = "requests_deferred" if (s.coda_letta or 0) >= (s.coda_dai_tempi or 0) else "dai tempi del server"
         righe.append(f"picco richieste in coda ({fonte})={fmt(s.picco_coda, 'd')}")
@@ -4282,7 +4291,7 @@ def tabella_e_file(sessione: Sessione) -> None:
 CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token_cache", "token",
              "latenza_s", "attesa_slot_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "tpot_s",
              "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "conversazione", "turno",
-             "prompt_esatto", "interrotta")
+             "prompt_esatto", "interrotta", "interrotta_a_s")
 
 
 def riga_dati(r: Risultato) -> dict:
@@ -4313,7 +4322,8 @@ def testo_csv(prove: List[Prova]) -> str:
     for n, prova in enumerate(prove, 1):
         della_prova = {"prova": n, "np": etichetta_np(prova), "parallele": prova.piano.parallele,
                        "max_token": prova.piano.max_token, "ritmo": oltre(prova.piano).ritmo,
-                       "interrotta": prova.esecuzione.interruzione is not None}
+                       "interrotta": prova.esecuzione.interruzione is not None,
+                       "interrotta_a_s": prova.esecuzione.interrotta_a}
         scrittore.writerows({**della_prova, **riga_dati(r)} for r in prova.esecuzione.risultati)
     return uscita.getvalue()
 
