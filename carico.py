@@ -4492,7 +4492,7 @@ def spiegazione(prova: Prova) -> List[str]:
                                          if (s.coda_letta or 0) < s.picco_coda else " (requests_deferred)."))
     if tagliata:  # the requests cut off are in no figure: no verdict on the queue's growth
         perche = (f"il server ha smesso di rispondere a {e.server_andato[0]:.2f} s" if e.server_andato else
-                  "è stata interrotta")
+                  "è stata interrotta" + (f" a {e.interrotta_a:.2f} s" if e.interrotta_a is not None else ""))
         frasi.append(f"La prova si è fermata prima della fine ({perche}): le richieste rimaste senza risposta non sono "
                      "in nessuna cifra, il throughput è un limite inferiore, e sovraccarico e legge di Little non si "
                      "giudicano su una prova tagliata.")
