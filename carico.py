@@ -2749,14 +2749,19 @@ def righe_ritmo(prova: Prova) -> List[str]:
     return righe
 
 
-def ritmo_tenuto(prova: Prova) -> bool:
-    """Whether the sends kept to the schedule: none held by the cap, and the p99 lateness within
-    10 ms or a tenth of the mean gap, whichever is larger."""
-    p99 = percentile(ritardi_invio(prova.esecuzione), 99)
+def ritardo_perdonato(prova: Prova) -> float:
+    """The lateness against the schedule that still counts as on time, for ritmo_tenuto and attese_del_tetto
+    alike: 10 ms or a tenth of the mean gap (--ritmo's; a trace's, from its mean rate), whichever is larger."""
     ritmo = oltre(prova.piano).ritmo or ritmo_di([oltre(r).previsto for r in prova.esecuzione.risultati
                                                   if oltre(r).previsto is not None])  # a trace: its mean rate
+    return max(0.010, 0.1 / ritmo) if ritmo else 0.010
+
+
+def ritmo_tenuto(prova: Prova) -> bool:
+    """Whether the sends kept to the schedule: none held by the cap, and the p99 lateness within ritardo_perdonato."""
+    p99 = percentile(ritardi_invio(prova.esecuzione), 99)
     mancate = oltre(prova.esecuzione).non_inviate + oltre(prova.esecuzione).in_ritardo
-    return not oltre(prova.esecuzione).trattenute and not mancate and (p99 is None or not ritmo or p99 <= max(0.010, 0.1 / ritmo))
+    return not oltre(prova.esecuzione).trattenute and not mancate and (p99 is None or p99 <= ritardo_perdonato(prova))
 
 
 def note_ritmo(prova: Prova) -> List[str]:
@@ -2766,7 +2771,7 @@ def note_ritmo(prova: Prova) -> List[str]:
         return []
     inviate = fmt(invii_al_secondo(prova), ".2f req/s")
     chiesto = f"{piano.oltre.ritmo:g} req/s" if piano.oltre.ritmo else "gli orari della traccia"
-    alza = f": si sono inviate {inviate}, non {chiesto}. Alza --parallele per tenere il ritmo"
+    alza = f": si sono inviate {inviate}, non {chiesto}. {maiuscola(chi_ha_frenato(prova))}"
     trattenute, non_inviate = oltre(e).trattenute, oltre(e).non_inviate
     if non_inviate and not trattenute:
         return [f"il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
@@ -2786,13 +2791,43 @@ def note_ritmo(prova: Prova) -> List[str]:
             f"le cifre valgono per {inviate} inviate, non per {chiesto}"]
 
 
+def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
+    """With the --parallele cap full under a schedule: was the cap the limit? True when the server had slots
+    the cap never let it use (fewer in flight than its slots); False when the server was (the cap at or above
+    its slots, every one of them seen busy: a higher cap only moves the wait into the server's queue); None
+    when it cannot be told (the server's slots unknown, or never all seen busy)."""
+    n_slot, picco = prova.info.n_slot, prova.riepilogo.picco
+    if n_slot is None:
+        return None
+    if prova.piano.parallele < n_slot:
+        return True
+    return False if picco is not None and picco >= n_slot else None
+
+
+def chi_ha_frenato(prova: Prova) -> str:
+    """The advice when the cap was full, said only as far as il_tetto_ha_frenato can tell."""
+    tetto, n_slot, parallele = il_tetto_ha_frenato(prova), prova.info.n_slot, prova.piano.parallele
+    if tetto:
+        return (f"il server aveva slot liberi (il tetto ne teneva in volo {parallele}, il server ha {n_slot} slot): alza "
+                f"--parallele (fino a {n_slot}) per tenere il ritmo")
+    if tetto is False:
+        occupati = "il suo slot era occupato" if n_slot == 1 else f"i suoi {n_slot} slot erano tutti occupati"
+        return (f"il limite è il server, non il tetto: {occupati} e ha completato"
+                f" {fmt(cadenze(prova)['richieste_s'], '.2f req/s')}; alzare --parallele sposterebbe solo "
+                "l'attesa nella coda del server")
+    quanti = "il server non dice quanti slot ha" if n_slot is None else (
+         f"né le letture né i tempi del server hanno visto occupati tutti i suoi {n_slot} slot")
+    return (f"non si sa se il limite è il tetto o il server ({quanti}): se il server ha più di {parallele} slot, alza "
+            "--parallele; se no il limite è il server")
+
+
 def attese_del_tetto(prova: Prova) -> Dict[int, float]:
     """--ritmo with the --parallele cap full: each request the cap held in the client, and how late it
-    left against the schedule (beyond the lateness ritmo_tenuto forgives). Its user waited that long too."""
-    e, ritmo = prova.esecuzione, oltre(prova.piano).ritmo
+    left against the schedule (beyond ritardo_perdonato, as ritmo_tenuto). Its user waited that long too."""
+    e = prova.esecuzione
     if not oltre(e).trattenute:
         return {}
-    soglia = max(0.010, 0.1 / ritmo) if ritmo else 0.010
+    soglia = ritardo_perdonato(prova)
     ritardi = {r.indice: r.inizio - oltre(r).previsto for r in e.riuscite if oltre(r).previsto is not None}
     return {i: ritardo for i, ritardo in ritardi.items() if ritardo > soglia}
 
@@ -4448,8 +4483,7 @@ def spiegazione(prova: Prova) -> List[str]:
         frasi.append(f"Il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
                      f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
                      "prima della fine di --durata: chi le avrebbe mandate ha aspettato nel client un posto che non è "
-                     "venuto, e il server ha visto meno carico di quello chiesto (alza --parallele per dargli tutto il "
-                     "ritmo).")
+                     f"venuto, e il server ha visto meno carico di quello chiesto ({chi_ha_frenato(prova)}).")
     if tetto:  # a wait too: before the send, in the client
         peggiore = max(tetto, key=tetto.get)
         frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "

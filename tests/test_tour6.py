@@ -12,8 +12,11 @@ import re
 import signal
 import threading
 
+import pytest
+
 import carico
 from aiuti import RIGA_REQ, VELOCE
+from carico import Campione, Esecuzione, EsecuzioneOltre, InfoServer, Piano, PianoOltre, Prova, Risultato, RisultatoOltre
 
 TEMPO_INTERROTTO = re.compile(r"^tempo totale (n/d|[\d.]+ s) \(fino all'ultima risposta; prova interrotta a ([\d.]+) s\)"
                               r"  \|  latenza media ")
@@ -90,3 +93,74 @@ def test_righe_riepilogo_interrotta_prima_di_ogni_risposta():
     righe = carico.righe_riepilogo(s, 4, "4", carico.InfoServer(1, 2048, True))
     assert righe[1] == "tempo totale n/d (fino all'ultima risposta; prova interrotta a 1.50 s)  |  latenza media n/d, max n/d"
     assert righe[-1] == "richieste non completate: 4 su 4 (interrotto)"
+
+
+# 3. Who held the schedule back: the cap, or the server ##########################################
+
+RITMO_TETTO_PIENO = ("--ritmo", "20", "--arrivi", "costanti", "--parallele", "1", "--durata", "1", "--token", "30",
+                     "--spiega", "--silenzioso", "--intervallo", "0.1")  # 0.3 s a request against a send every 0.05 s
+
+
+def test_tetto_pieno_su_un_server_senza_slot_liberi_il_limite_e_il_server(fake, carica):
+    """The tour: `--ritmo 2 --durata 10 --parallele 1` on -np 1 said "Alza --parallele per tenere il ritmo" while
+    the one slot was busy the whole time: a higher cap would only have moved the wait into the server's queue."""
+    server = fake(n_slot=1, s_per_token=0.01)
+    rc, out, err = carica(server.url, *RITMO_TETTO_PIENO)
+    assert rc == 0, out + err
+    assert "alza --parallele" not in (out + err).lower(), out + err
+    (nota,) = [r for r in err.splitlines() if "il tetto di --parallele" in r]
+    m = re.search(r"\. Il limite è il server, non il tetto: il suo slot era occupato e ha completato ([\d.]+) req/s; "
+                  r"alzare --parallele sposterebbe solo l'attesa nella coda del server$", nota)
+    assert m, nota
+    assert float(m.group(1)) < 20 / 4  # the server's own rate: a slot busy 0.3 s a request, far below the 20 asked
+
+
+def test_tetto_pieno_con_slot_liberi_consiglia_di_alzarlo(fake, carica):
+    """The same load on four slots: the cap of 1 left three idle; raising it is the advice, said with why."""
+    server = fake(n_slot=4, s_per_token=0.01)
+    rc, out, err = carica(server.url, *RITMO_TETTO_PIENO)
+    assert rc == 0, out + err
+    consiglio = ("il server aveva slot liberi (il tetto ne teneva in volo 1, il server ha 4 slot): alza --parallele "
+                 "(fino a 4) per tenere il ritmo")
+    (nota,) = [r for r in err.splitlines() if "il tetto di --parallele" in r]
+    assert nota.endswith(". " + carico.maiuscola(consiglio)), nota
+    assert "il limite è il server" not in out + err
+
+
+def test_tetto_pieno_senza_sapere_gli_slot_non_conclude():
+    """Pure: no slot count, or slots never all seen busy with the cap at or above them: neither verdict."""
+    def prova(n_slot, picco, parallele, esecuzione_oltre=EsecuzioneOltre(3)):
+        risultati = [Risultato(i, 0.5 * i, 0.5 * i + 0.4, 8, 40.0, 5.0, 395.0, oltre=RisultatoOltre(previsto=0.1 * i))
+                     for i in range(4)]
+        campioni = [Campione(0.2, picco)]
+        return Prova(InfoServer(n_slot, 1024, n_slot is not None), Esecuzione(risultati, campioni, 4,
+                     oltre=esecuzione_oltre), Piano(4, parallele, 8, oltre=PianoOltre(ritmo=10.0)))
+    assert carico.il_tetto_ha_frenato(prova(4, 1, 1)) is True
+    assert carico.il_tetto_ha_frenato(prova(1, 1, 1)) is False
+    assert carico.il_tetto_ha_frenato(prova(2, 1, 2)) is None  # the timings prove one busy at a time, no reading saw two
+    assert carico.il_tetto_ha_frenato(prova(None, None, 1)) is None
+    assert carico.chi_ha_frenato(prova(None, None, 1)) == (
+        "non si sa se il limite è il tetto o il server (il server non dice quanti slot ha): se il server ha più di 1 "
+        "slot, alza --parallele; se no il limite è il server")
+    assert "(né le letture né i tempi del server hanno visto occupati tutti i suoi 2 slot)" in carico.chi_ha_frenato(
+        prova(2, 1, 2))
+    # --spiega's sentence on the schedule's requests never sent says the same as the note.
+    mai_partite = carico.EsecuzioneOltre(0, 1.5, 5)
+    for n_slot, consiglio in ((1, "(il limite è il server, non il tetto: il suo slot era occupato"),
+                              (4, "(il server aveva slot liberi (il tetto ne teneva in volo 1, il server ha 4 slot)")):
+        assert f"il server ha visto meno carico di quello chiesto {consiglio}" in " ".join(
+            carico.spiegazione(prova(n_slot, 1, 1, mai_partite)))
+
+
+def test_un_solo_ritardo_perdonato_per_il_ritmo_e_per_il_tetto():
+    """A trace of one request a second: a send 50 ms late is on time for ritmo_tenuto (a tenth of the mean gap)
+    and so for attese_del_tetto too, which forgave only 10 ms; 150 ms late is late for both."""
+    def prova(ritardo, trattenute):
+        dataset = tuple(("ciao", 8, float(t)) for t in range(4))
+        risultati = [Risultato(i, i + (ritardo if i == 1 else 0.0), i + 0.5, 8, 40.0, 5.0, 100.0,
+                               oltre=RisultatoOltre(previsto=float(i))) for i in range(4)]
+        return Prova(InfoServer(4, 512, True), Esecuzione(risultati, [], 4, oltre=EsecuzioneOltre(trattenute)),
+                     Piano(None, 1, 8, oltre=PianoOltre(dataset=dataset)))
+    assert carico.ritardo_perdonato(prova(0.05, 1)) == pytest.approx(0.1)
+    assert carico.ritmo_tenuto(prova(0.05, 0)) and carico.attese_del_tetto(prova(0.05, 1)) == {}
+    assert not carico.ritmo_tenuto(prova(0.15, 0)) and carico.attese_del_tetto(prova(0.15, 1)) == {1: pytest.approx(0.15)}
