@@ -1185,8 +1185,10 @@ valore, poi la tabella e, con --grafico o --svg, la curva di capacità (throughp
   python3 carico.py --ritmo 0.5,1,2,4 --durata 30 --svg curva.svg
   python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 1,4 --token 32,128
 
-Ogni cifra: --dettagli aggiunge percentili di latenza, attesa dello slot e (con --stream) primo token,
-TPOT e ITL; --slo latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il
+Ogni cifra: --dettagli aggiunge percentili di latenza, attesa in coda (il tempo in cui la richiesta
+aspettava con tutti gli slot occupati) e (con --stream) primo token, TPOT e ITL; --json e --csv danno
+per ogni richiesta anche l'attesa dello slot (dall'invio a quando uno slot la prende: la coda più il
+viaggio della richiesta, cioè latenza meno prompt e generazione); --slo latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il
 goodput); --esatti fa generare a ogni richiesta esattamente --token token. Su un terminale una riga
 su stderr mostra la prova mentre dura (--silenzioso la spegne). --json scrive anche i nomi dei
 risultati di vLLM (bench serve); --confronta A.json B.json mette a confronto due file, cifra per
@@ -1403,7 +1405,8 @@ OPZIONI_OLTRE = (
     ]),
     ("ogni cifra, esatta", None, [
         (("--dettagli",), dict(action="store_true", help="dopo il riepilogo: min, media, p50, p90, p99, max di "
-                               "latenza, attesa dello slot e, con --stream, primo token, TPOT e ITL")),
+                               "latenza, attesa in coda (con tutti gli slot occupati) e, con --stream, primo token, "
+                               "TPOT e ITL")),
         (("--slo",), dict(type=obiettivi_slo, metavar="OBIETTIVI", help="per esempio latenza=5,ttft=1,tpot=0.1 "
                           "(secondi): quante richieste li rispettano tutti, e il goodput")),
         (("--riscaldamento",), dict(type=intero_positivo, default=0, metavar="N", help="N richieste prima della "
@@ -1856,9 +1859,9 @@ def note(prova: Prova) -> List[str]:
                      "picco di slot occupati può essere sottostimato")
     if e.riuscite and all(in_slot(r) is None and r.tps is None for r in e.riuscite):  # not llama.cpp's answers
         testi.append("il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio slot, gli "
-                     "slot occupati e le attese di uno slot restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
+                     "slot occupati, l'attesa dello slot e quella in coda restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
                      "le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
-                     "dello slot e gli slot occupati provati dai tempi sono n/d")
+                     "dello slot e quella in coda, gli slot occupati provati dai tempi sono n/d")
     vuote = [r for r in e.riuscite if r.token == 0]
     if len(vuote) * 2 > len(e.riuscite):  # most answers empty: nothing was generated, the figures measure nothing
         testi.append(frase_vuote(prova, len(vuote)))
@@ -2048,18 +2051,25 @@ def con_tls(client: Client, sock: socket.socket, scadenza: float) -> socket.sock
 
 # Where a request's time went: the server's own times ###########################################
 
+# Two figures, two names. `attesa dello slot` (the files' attesa_slot_s): from the send to when a slot took the
+# request, latency minus prompt and generation; it holds the queue and the trip (the request on its way, read,
+# a slot free but the server finishing a step for the others). `attesa in coda` (--dettagli, the files'
+# attesa_in_coda_s, --spiega, the picture's queue): only the part of it while every slot was busy.
+
 def attesa_dello_slot(r: Risultato) -> Optional[float]:
-    """From the send to when its slot took it (in_slot): the wait in the queue, plus a few ms of HTTP."""
+    """From the send to when its slot took it (in_slot): the queue and the trip."""
     slot = in_slot(r)
     return None if slot is None else slot[0] - r.inizio
 
 
 def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int, float]:
-    """Seconds each request waited while every slot was busy, from the server's timings: its time
-    in the queue, without the HTTP trip (the steps as in picchi_dai_tempi)."""
+    """The `attesa in coda`: seconds each request waited while every slot was busy, from the server's timings:
+    its time in the queue, without the trip (the steps as in picchi_dai_tempi). None known without the slots."""
+    if not n_slot:
+        return {}
     pieni = []  # the spans when every slot was busy
     for da, a, occupati, _ in gradini_dai_tempi(ok):
-        if not n_slot or occupati < n_slot:
+        if occupati < n_slot:
             continue
         if pieni and pieni[-1][1] == da:  # still full: the span goes on
             da = pieni.pop()[0]
@@ -2864,7 +2874,7 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     valori = {"latenza": [r.latenza for r in ok]}
     if oltre(prova.piano).ritmo or oltre(prova.piano).traccia:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
-    valori["attesa dello slot"] = list(attese_a_slot_pieni(ok, prova.info.n_slot).values())  # every slot busy
+    valori["attesa in coda"] = list(attese_a_slot_pieni(ok, prova.info.n_slot).values())  # every slot busy
     if oltre(prova.esecuzione).trattenute:  # the cap's wait, in the client before the send: a wait too
         valori["attesa del tetto"] = [r.inizio - oltre(r).previsto for r in ok if oltre(r).previsto is not None]
     if any(oltre(r).chunk_s is not None for r in ok):  # --stream
@@ -3553,7 +3563,7 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
         frasi.append("nessuna richiesta ha aspettato uno slot")
     elif None not in attese:
         cresciuta = attese[1] - attese[0] > 0.1 * dopo.latenza
-        frasi.append(f"l'attesa media di uno slot è passata da {attese[0]:.2f} a {attese[1]:.2f} s" + (
+        frasi.append(f"l'attesa media in coda è passata da {attese[0]:.2f} a {attese[1]:.2f} s" + (
             ": una richiesta in più non trova uno slot libero e aspetta" if cresciuta else ", poco"))
     if None not in velocita and velocita[1] < 0.9 * velocita[0]:
         frasi.append(f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s: gli "
@@ -3611,7 +3621,7 @@ def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
 
 def frase_sovraccarico(visto: Sovraccarico) -> str:
     frase = (f"finché si inviava, il server ha completato {visto.completate:.2f} richieste al secondo mentre ne "
-             f"arrivavano {visto.arrivate:.2f}, e l'attesa di uno slot è cresciuta lungo la prova (da "
+             f"arrivavano {visto.arrivate:.2f}, e l'attesa in coda è cresciuta lungo la prova (da "
              f"{visto.attesa_prima:.2f} s in media per il primo terzo delle richieste a {visto.attesa_dopo:.2f} s per "
              "l'ultimo)")
     if not visto.certo:
@@ -4324,15 +4334,22 @@ def tabella_e_file(sessione: Sessione) -> None:
 
 
 CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token_cache", "token",
-             "latenza_s", "attesa_slot_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "tpot_s",
+             "latenza_s", "attesa_slot_s", "attesa_in_coda_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "tpot_s",
              "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "conversazione", "turno",
              "prompt_esatto", "interrotta", "interrotta_a_s")
 
 
-def riga_dati(r: Risultato) -> dict:
+def righe_dati(prova: Prova) -> List[dict]:
+    """Each request of a run as the files keep it."""
+    in_coda = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
+    return [riga_dati(r, in_coda) for r in prova.esecuzione.risultati]
+
+
+def riga_dati(r: Risultato, in_coda: Dict[int, float]) -> dict:
+    """One request; `in_coda`: the run's attese_a_slot_pieni."""
     letto = oltre(r)
     return {"indice": r.indice, "token_prompt": r.token_prompt, "token": r.token, "latenza_s": r.latenza,
-            "attesa_slot_s": attesa_dello_slot(r), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
+            "attesa_slot_s": attesa_dello_slot(r), "attesa_in_coda_s": in_coda.get(r.indice), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
             "t_s_nel_slot": r.tps, "primo_token_s": letto.primo_token, "finish_reason": r.finish_reason,
             "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": letto.previsto,
             "ritardo_invio_s": None if letto.previsto is None else r.inizio - letto.previsto,
@@ -4359,7 +4376,7 @@ def testo_csv(prove: List[Prova]) -> str:
                        "max_token": prova.piano.max_token, "ritmo": oltre(prova.piano).ritmo,
                        "interrotta": prova.esecuzione.interruzione is not None,
                        "interrotta_a_s": prova.esecuzione.interrotta_a}
-        scrittore.writerows({**della_prova, **riga_dati(r)} for r in prova.esecuzione.risultati)
+        scrittore.writerows({**della_prova, **riga} for riga in righe_dati(prova))
     return uscita.getvalue()
 
 
@@ -4390,7 +4407,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
                        "props": p.info.props},
             "macchina": p.macchina._asdict() if p.macchina else None,
             "riepilogo": {**p.riepilogo._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda},
-            "richieste": [riga_dati(r) for r in p.esecuzione.risultati],
+            "richieste": righe_dati(p),
             "campioni": [c._asdict() for c in p.esecuzione.campioni],
             "interrotta": p.esecuzione.interruzione is not None,
             "server_andato": dict(zip(("t_s", "perche"), p.esecuzione.server_andato)) if p.esecuzione.server_andato
@@ -4466,13 +4483,13 @@ def spiegazione(prova: Prova) -> List[str]:
     attese = {r.indice: a for r, a in ((r, attesa_dello_slot(r)) for r in ok) if a is not None}
     tetto = attese_del_tetto(prova)
     if attese:
-        aspettato = in_coda_davvero(prova)
+        aspettato, in_coda = in_coda_davvero(prova), attese_a_slot_pieni(ok, info.n_slot)
         if aspettato:
-            r = max(aspettato, key=lambda q: attese[q.indice])
+            r = max(aspettato, key=lambda q: in_coda[q.indice])
             frasi.append(f"{quante(len(aspettato), 'richiesta', 'richieste')} su {len(ok)} "
                          f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
-                         f"sfortunata è la req {r.indice}: {attese[r.indice]:.2f} s di attesa su {r.latenza:.2f} s di "
-                         f"latenza ({attese[r.indice] / r.latenza:.0%}).")
+                         f"sfortunata è la req {r.indice}: {in_coda[r.indice]:.2f} s in coda (con tutti gli slot "
+                         f"occupati) su {r.latenza:.2f} s di latenza ({in_coda[r.indice] / r.latenza:.0%}).")
         elif not tetto and not non_inviate and not tagliata:
             massima = max(attese.values())
             perche = ("il viaggio della richiesta" if massima < VIAGGIO_MAX else "con uno slot libero: il server, "

@@ -95,6 +95,47 @@ def test_righe_riepilogo_interrotta_prima_di_ogni_risposta():
     assert righe[-1] == "richieste non completate: 4 su 4 (interrotto)"
 
 
+# 2. Two figures, two names: the wait for a slot and the wait in the queue #######################
+
+def test_attesa_dello_slot_e_attesa_in_coda_due_nomi_due_cifre(fake, carica, capsys, tmp_path):
+    """One slot, four requests at once: every figure named `attesa in coda` (--dettagli, --spiega, the files'
+    attesa_in_coda_s) is the same figure, the time with every slot busy; `attesa dello slot` (attesa_slot_s) is
+    latency minus prompt and generation, never less; --help says both."""
+    server = fake(n_slot=1, s_per_token=0.005)
+    rc, out, err = carica(server.url, "--token", "20", "--dettagli", "--spiega", *VELOCE,
+                          "--json", str(tmp_path / "r.json"), "--csv", str(tmp_path / "r.csv"))
+    assert rc == 0, out + err
+    assert "attesa dello slot" not in out
+    richieste = list(csv.DictReader((tmp_path / "r.csv").open()))
+    for r in richieste:
+        attesa_slot, in_coda = float(r["attesa_slot_s"]), float(r["attesa_in_coda_s"])
+        servizio = (float(r["prompt_ms"]) + float(r["predicted_ms"])) / 1000
+        assert attesa_slot == pytest.approx(float(r["latenza_s"]) - servizio, abs=1e-9)
+        assert 0 <= in_coda <= attesa_slot
+    in_coda = {int(r["indice"]): float(r["attesa_in_coda_s"]) for r in richieste}
+    (riga,) = [r for r in out.splitlines() if r.startswith("  attesa in coda (s)")]
+    assert riga.split()[-1] == f"{max(in_coda.values()):.2f}" and riga.split()[4] == f"{min(in_coda.values()):.2f}", riga
+    dati = json.loads((tmp_path / "r.json").read_text())["prove"][0]
+    assert dati["dettagli"]["figure_s"]["attesa in coda"]["max"] == pytest.approx(max(in_coda.values()))
+    assert [r["attesa_in_coda_s"] for r in dati["richieste"]] == pytest.approx([in_coda[i] for i in range(4)])
+    m = re.search(r"la più sfortunata è la req (\d): ([\d.]+) s in coda \(con tutti gli slot occupati\) su", out)
+    assert m and m.group(2) == f"{in_coda[int(m.group(1))]:.2f}", out
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        carico.main(["--help"])
+    aiuto = " ".join(capsys.readouterr().out.split())
+    assert "attesa in coda (il tempo in cui la richiesta aspettava con tutti gli slot occupati)" in aiuto
+    assert ("l'attesa dello slot (dall'invio a quando uno slot la prende: la coda più il viaggio della richiesta, cioè "
+            "latenza meno prompt e generazione)") in aiuto
+
+
+def test_senza_sapere_gli_slot_niente_attesa_in_coda():
+    """Pure: with the slot count unknown nobody can tell when every slot was busy: n/d, not 0.00."""
+    r = Risultato(0, 0.0, 1.0, 8, 40.0, 5.0, 495.0)
+    assert carico.attese_a_slot_pieni([r], None) == {}
+    assert carico.valori_figure(Prova(InfoServer(None, None, False), Esecuzione([r], [], 1)))["attesa in coda"] == []
+
+
 # 3. Who held the schedule back: the cap, or the server ##########################################
 
 RITMO_TETTO_PIENO = ("--ritmo", "20", "--arrivi", "costanti", "--parallele", "1", "--durata", "1", "--token", "30",
