@@ -2819,7 +2819,7 @@ def chi_ha_frenato(prova: Prova) -> str:
     tetto, n_slot, parallele = il_tetto_ha_frenato(prova), prova.info.n_slot, prova.piano.parallele
     if tetto:
         return (f"il server aveva slot liberi (il tetto ne teneva in volo {parallele}, il server ha {n_slot} slot): alza "
-                f"--parallele (fino a {n_slot}) per tenere il ritmo")
+                f"--parallele (fino a {n_slot}) per avvicinarti al ritmo; se anche così non si tiene, il limite è il server")
     if tetto is False:
         occupati = "il suo slot era occupato" if n_slot == 1 else f"i suoi {n_slot} slot erano tutti occupati"
         return (f"il limite è il server, non il tetto: {occupati} e ha completato"

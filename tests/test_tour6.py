@@ -162,10 +162,10 @@ def test_tetto_pieno_con_slot_liberi_consiglia_di_alzarlo(fake, carica):
     rc, out, err = carica(server.url, *RITMO_TETTO_PIENO)
     assert rc == 0, out + err
     consiglio = ("il server aveva slot liberi (il tetto ne teneva in volo 1, il server ha 4 slot): alza --parallele "
-                 "(fino a 4) per tenere il ritmo")
+                 "(fino a 4) per avvicinarti al ritmo; se anche così non si tiene, il limite è il server")
     (nota,) = [r for r in err.splitlines() if "il tetto di --parallele" in r]
     assert nota.endswith(". " + carico.maiuscola(consiglio)), nota
-    assert "il limite è il server" not in out + err
+    assert "il limite è il server, non il tetto" not in out + err
 
 
 def test_tetto_pieno_senza_sapere_gli_slot_non_conclude():
