@@ -16,6 +16,7 @@ import pytest
 
 import carico
 from aiuti import RIGA_REQ, VELOCE
+from conftest import CIFRE
 from carico import Campione, Esecuzione, EsecuzioneOltre, InfoServer, Piano, PianoOltre, Prova, Risultato, RisultatoOltre
 
 TEMPO_INTERROTTO = re.compile(r"^tempo totale (n/d|[\d.]+ s) \(fino all'ultima risposta; prova interrotta a ([\d.]+) s\)"
@@ -205,3 +206,38 @@ def test_un_solo_ritardo_perdonato_per_il_ritmo_e_per_il_tetto():
     assert carico.ritardo_perdonato(prova(0.05, 1)) == pytest.approx(0.1)
     assert carico.ritmo_tenuto(prova(0.05, 0)) and carico.attese_del_tetto(prova(0.05, 1)) == {}
     assert not carico.ritmo_tenuto(prova(0.15, 0)) and carico.attese_del_tetto(prova(0.15, 1)) == {1: pytest.approx(0.15)}
+
+
+# The real server, once ##########################################################################
+
+@pytest.mark.reale
+def test_reale_ctrl_c_dopo_la_prima_risposta(llama, carica, tmp_path):
+    """-np 1, three requests: Ctrl+C half a second after the server counted the first answer's tokens. The
+    summary says the span of its figures and the later time the run was stopped; the files agree."""
+    import time
+    import urllib.request
+
+    server = llama(1, "--metrics")
+
+    def generati():
+        with urllib.request.urlopen(server.url + "/metrics", timeout=10) as r:
+            return carico.leggi_metrica(r.read().decode(), "tokens_predicted_total") or 0
+
+    def ctrl_c_dopo_la_prima():
+        limite = time.monotonic() + 240
+        while generati() < 24 and time.monotonic() < limite:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    threading.Thread(target=ctrl_c_dopo_la_prima, daemon=True).start()
+    rc, out, err = carica(server.url, "--richieste", "3", "--parallele", "3", "--token", "24",
+                          "--json", str(tmp_path / "r.json"))
+    assert rc == 130, out + err
+    tempo = next(r for r in out.splitlines() if r.startswith("tempo totale"))
+    m = TEMPO_INTERROTTO.match(tempo)
+    assert m, out
+    riepilogo = json.loads((tmp_path / "r.json").read_text())["prove"][0]["riepilogo"]
+    assert m.group(2) == f"{riepilogo['interrotta_a']:.2f}" and riepilogo["tempo_totale"] is not None, out
+    assert riepilogo["interrotta_a"] >= riepilogo["tempo_totale"] + 0.2, out
+    CIFRE.append(("Ctrl+C 0.5 s after the first answer (-np 1)", tempo.split("  |")[0]))
