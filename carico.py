@@ -1186,14 +1186,15 @@ valore, poi la tabella e, con --grafico o --svg, la curva di capacità (throughp
   python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 1,4 --token 32,128
 
 Ogni cifra: --dettagli aggiunge percentili di latenza, attesa in coda (il tempo in cui la richiesta
-aspettava con tutti gli slot occupati) e (con --stream) primo token, TPOT e ITL; --json e --csv danno
-per ogni richiesta anche l'attesa dello slot (dall'invio a quando uno slot la prende: la coda più il
-viaggio della richiesta, cioè latenza meno prompt e generazione); --slo latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il
-goodput); --esatti fa generare a ogni richiesta esattamente --token token. Su un terminale una riga
-su stderr mostra la prova mentre dura (--silenzioso la spegne). --json scrive anche i nomi dei
-risultati di vLLM (bench serve); --confronta A.json B.json mette a confronto due file, cifra per
-cifra, e dice se la differenza va oltre il rumore (con --ripeti 3 in ogni file); due file senza un
-carico in comune (per esempio uno con --stream e uno senza) non si confrontano: uscita 2.
+aspettava con tutti gli slot occupati) e (con --stream) primo token, TPOT e ITL; --json e --csv
+danno per ogni richiesta anche l'attesa dello slot (dall'invio a quando uno slot la prende: la coda
+più il viaggio della richiesta, cioè latenza meno prompt e generazione); --slo
+latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il goodput); --esatti fa
+generare a ogni richiesta esattamente --token token. Su un terminale una riga su stderr mostra la
+prova mentre dura (--silenzioso la spegne). --json scrive anche i nomi dei risultati di vLLM (bench
+serve); --confronta A.json B.json mette a confronto due file, cifra per cifra, e dice se la
+differenza va oltre il rumore (con --ripeti 3 in ogni file); due file senza un carico in comune (per
+esempio uno con --stream e uno senza) non si confrontano: uscita 2.
 
 Il prezzo del parallelismo: con --turni K ognuno dei --parallele utenti tiene una conversazione di K
 turni (con --sistema N, un prompt di sistema di N token), finché il contesto dello slot non basta
@@ -1421,7 +1422,7 @@ OPZIONI_OLTRE = (
     ]),
     ("vedere la prova", None, [
         (("--stream",), dict(action="store_true", help="richieste in streaming: il tempo al primo token (l'attesa "
-                             "in coda)")),
+                             "dello slot più il prompt)")),
         (("--grafico",), dict(action="store_true", help="disegna la prova nel terminale (coda, prompt, generazione, "
                               "slot)")),
         (("--svg",), dict(type=file_scrivibile, metavar="FILE", help="salva lo stesso disegno in un file SVG")),
