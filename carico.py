@@ -368,7 +368,7 @@ class Riepilogo(NamedTuple):
     coda_dai_tempi: Optional[int]  # the most requests the timings prove waiting for a slot together
     token_stimati: bool = False  # --stream without usage: some tokens counted as the chunks with text
     interrotte: int = 0  # --stream: of the failed, the answers the server ended without a finish_reason
-    interrotta_a: Optional[float] = None  # Ctrl+C: when the run was stopped; tempo_totale is then the last answer's time
+    interrotta_a: Optional[float] = None  # Ctrl+C: when the run was stopped (tempo_totale: the last answer)
 
     @property
     def picco(self) -> Optional[int]:  # the larger of what the readings saw and what the timings prove
@@ -2827,7 +2827,7 @@ def chi_ha_frenato(prova: Prova) -> str:
                 f" {fmt(cadenze(prova)['richieste_s'], '.2f req/s')}; alzare --parallele sposterebbe solo "
                 "l'attesa nella coda del server")
     quanti = "il server non dice quanti slot ha" if n_slot is None else (
-         f"né le letture né i tempi del server hanno visto occupati tutti i suoi {n_slot} slot")
+        f"né le letture né i tempi del server hanno visto occupati tutti i suoi {n_slot} slot")
     return (f"non si sa se il limite è il tetto o il server ({quanti}): se il server ha più di {parallele} slot, alza "
             "--parallele; se no il limite è il server")
 
@@ -4335,8 +4335,8 @@ def tabella_e_file(sessione: Sessione) -> None:
 
 
 CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token_cache", "token",
-             "latenza_s", "attesa_slot_s", "attesa_in_coda_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "tpot_s",
-             "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "conversazione", "turno",
+             "latenza_s", "attesa_slot_s", "attesa_in_coda_s", "prompt_ms", "predicted_ms", "t_s_nel_slot",
+             "primo_token_s", "tpot_s", "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "conversazione", "turno",
              "prompt_esatto", "interrotta", "interrotta_a_s")
 
 
@@ -4350,7 +4350,8 @@ def riga_dati(r: Risultato, in_coda: Dict[int, float]) -> dict:
     """One request; `in_coda`: the run's attese_a_slot_pieni."""
     letto = oltre(r)
     return {"indice": r.indice, "token_prompt": r.token_prompt, "token": r.token, "latenza_s": r.latenza,
-            "attesa_slot_s": attesa_dello_slot(r), "attesa_in_coda_s": in_coda.get(r.indice), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
+            "attesa_slot_s": attesa_dello_slot(r), "attesa_in_coda_s": in_coda.get(r.indice),
+            "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
             "t_s_nel_slot": r.tps, "primo_token_s": letto.primo_token, "finish_reason": r.finish_reason,
             "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": letto.previsto,
             "ritardo_invio_s": None if letto.previsto is None else r.inizio - letto.previsto,
