@@ -124,6 +124,7 @@ class Esecuzione(NamedTuple):
     interruzione: Optional[int] = None  # the exit code when Ctrl+C (130) or SIGTERM (143) cut it short
     oltre: Optional[EsecuzioneOltre] = None  # --ritmo: requests the cap held back
     server_andato: Optional[Tuple[float, str]] = None  # the server stopped answering: when (s from the start), why
+    interrotta_a: Optional[float] = None  # with `interruzione`: when the run was stopped (s from the start)
 
     @property
     def riuscite(self) -> List[Risultato]:
@@ -282,7 +283,10 @@ class Campionatore:
             if legge:
                 self.campioni.append(campione)
             prossimo += self._intervallo
-            if self._stop.wait(max(0.0, prossimo - self._timer())):
+            adesso = self._timer()
+            if prossimo < adesso:  # a reading that took periods: the next one now, the missed ones not made up
+                prossimo += (adesso - prossimo) // self._intervallo * self._intervallo
+            if self._stop.wait(max(0.0, prossimo - adesso)):
                 return
 
     def _leggi(self, percorso: str, interpreta):
@@ -311,6 +315,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     campionatore = Campionatore(client, piano.intervallo, info, al_campione=al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     esecuzione_oltre = interruzione = partenza = None
+    t0 = None  # the clock's start: a Ctrl+C before it stopped nothing measured
     client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
         if domande and not oltre(piano).da_lanciare:
@@ -331,6 +336,7 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
         interruzione = exc.codice
         client.annulla()  # the requests in flight return at once, marked ANNULLATA
     finally:
+        fermata = time.perf_counter()  # Ctrl+C, or every request done: what an interrupted run's report says
         with segnali() as notati:  # a Ctrl+C now waits: the report must not be lost
             if partenza:
                 partenza.ferma()
@@ -344,7 +350,8 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
     n_richieste = piano.richieste if piano.richieste is not None else len(futuri)
     return Esecuzione([r for r in finite if r.errore not in (ANNULLATA, NON_INVIATA)], campionatore.campioni,
-                      n_richieste, interruzione, esecuzione_oltre, andato and (andato[0] - t0, andato[1]))
+                      n_richieste, interruzione, esecuzione_oltre, andato and (andato[0] - t0, andato[1]),
+                      fermata - t0 if interruzione and t0 is not None else None)
 
 
 # 5. The report: the summary's figures, the print, the lines it prints (pure: data -> lines) #####
@@ -364,6 +371,7 @@ class Riepilogo(NamedTuple):
     coda_dai_tempi: Optional[int]  # the most requests the timings prove waiting for a slot together
     token_stimati: bool = False  # --stream without usage: some tokens counted as the chunks with text
     interrotte: int = 0  # --stream: of the failed, the answers the server ended without a finish_reason
+    interrotta_a: Optional[float] = None  # Ctrl+C: when the run was stopped (tempo_totale: the last answer)
 
     @property
     def picco(self) -> Optional[int]:  # the larger of what the readings saw and what the timings prove
@@ -394,7 +402,8 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
                      token / totale if token is not None and totale else None, max(occupati, default=None),
                      dai_tempi[0], max(in_coda, default=None), dai_tempi[1],
                      any(oltre(r).token_stimati for r in ok),  # --stream: see "Oltre il lab"
-                     sum(tipo_errore(r.errore) == TRONCATA for r in esecuzione.risultati if not r.riuscita))
+                     sum(tipo_errore(r.errore) == TRONCATA for r in esecuzione.risultati if not r.riuscita),
+                     esecuzione.interrotta_a)
 
 
 def stampa_prova(prova: Prova) -> None:
@@ -447,16 +456,19 @@ def riga_richiesta(r: Risultato, larghezza: int = 1) -> str:
 
 def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServer,
                     perche_non_completate: str = "interrotto") -> List[str]:
+    fino = "" if s.interrotta_a is None else f" (fino all'ultima risposta; prova interrotta a {s.interrotta_a:.2f} s)"
     righe = [
         f"richieste={richieste} parallele={parallele} slot={fmt(info.n_slot, 'd')}"
         f"  picco slot occupati insieme={fmt(s.picco, 'd')}",
-        f"tempo totale {fmt(s.tempo_totale, '.2f s')}  |  latenza media {fmt(s.latenza_media, '.2f s')},"
+        f"tempo totale {fmt(s.tempo_totale, '.2f s')}{fino}  |  latenza media {fmt(s.latenza_media, '.2f s')},"
         f" max {fmt(s.latenza_max, '.2f s')}",
         f"throughput aggregato {fmt(s.throughput, '.2f token/s')}  ({fmt(s.token, 'd')} token generati)",
     ]
     if s.token_stimati and s.token is not None:  # --stream without usage: said as an estimate, see "Oltre il lab"
         righe[-1] = (f"throughput aggregato ~{fmt(s.throughput, '.2f token/s')}  (~{s.token} token generati: stima, "
                      "un token per chunk con testo)")
+    if s.interrotta_a is not None:  # Ctrl+C: the figures' span is not how long the run lasted, nor all it generated
+        righe[2] = righe[2][:-1] + ", solo dalle richieste completate: un limite inferiore)"
     if info.metrics_disponibile:  # the lab's question: "what does llamacpp:requests_deferred say?"
         fonte = "requests_deferred" if (s.coda_letta or 0) >= (s.coda_dai_tempi or 0) else "dai tempi del server"
         righe.append(f"picco richieste in coda ({fonte})={fmt(s.picco_coda, 'd')}")
@@ -1176,13 +1188,16 @@ valore, poi la tabella e, con --grafico o --svg, la curva di capacità (throughp
   python3 carico.py --ritmo 0.5,1,2,4 --durata 30 --svg curva.svg
   python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 1,4 --token 32,128
 
-Ogni cifra: --dettagli aggiunge percentili di latenza, attesa dello slot e (con --stream) primo token,
-TPOT e ITL; --slo latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il
-goodput); --esatti fa generare a ogni richiesta esattamente --token token. Su un terminale una riga
-su stderr mostra la prova mentre dura (--silenzioso la spegne). --json scrive anche i nomi dei
-risultati di vLLM (bench serve); --confronta A.json B.json mette a confronto due file, cifra per
-cifra, e dice se la differenza va oltre il rumore (con --ripeti 3 in ogni file); due file senza un
-carico in comune (per esempio uno con --stream e uno senza) non si confrontano: uscita 2.
+Ogni cifra: --dettagli aggiunge percentili di latenza, attesa in coda (il tempo in cui la richiesta
+aspettava con tutti gli slot occupati) e (con --stream) primo token, TPOT e ITL; --json e --csv
+danno per ogni richiesta anche l'attesa dello slot (dall'invio a quando uno slot la prende: la coda
+più il viaggio della richiesta, cioè latenza meno prompt e generazione); --slo
+latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il goodput); --esatti fa
+generare a ogni richiesta esattamente --token token. Su un terminale una riga su stderr mostra la
+prova mentre dura (--silenzioso la spegne). --json scrive anche i nomi dei risultati di vLLM (bench
+serve); --confronta A.json B.json mette a confronto due file, cifra per cifra, e dice se la
+differenza va oltre il rumore (con --ripeti 3 in ogni file); due file senza un carico in comune (per
+esempio uno con --stream e uno senza) non si confrontano: uscita 2.
 
 Il prezzo del parallelismo: con --turni K ognuno dei --parallele utenti tiene una conversazione di K
 turni (con --sistema N, un prompt di sistema di N token), finché il contesto dello slot non basta
@@ -1394,7 +1409,8 @@ OPZIONI_OLTRE = (
     ]),
     ("ogni cifra, esatta", None, [
         (("--dettagli",), dict(action="store_true", help="dopo il riepilogo: min, media, p50, p90, p99, max di "
-                               "latenza, attesa dello slot e, con --stream, primo token, TPOT e ITL")),
+                               "latenza, attesa in coda (con tutti gli slot occupati) e, con --stream, primo token, "
+                               "TPOT e ITL")),
         (("--slo",), dict(type=obiettivi_slo, metavar="OBIETTIVI", help="per esempio latenza=5,ttft=1,tpot=0.1 "
                           "(secondi): quante richieste li rispettano tutti, e il goodput")),
         (("--riscaldamento",), dict(type=intero_positivo, default=0, metavar="N", help="N richieste prima della "
@@ -1409,7 +1425,7 @@ OPZIONI_OLTRE = (
     ]),
     ("vedere la prova", None, [
         (("--stream",), dict(action="store_true", help="richieste in streaming: il tempo al primo token (l'attesa "
-                             "in coda)")),
+                             "dello slot più il prompt)")),
         (("--grafico",), dict(action="store_true", help="disegna la prova nel terminale (coda, prompt, generazione, "
                               "slot)")),
         (("--svg",), dict(type=file_scrivibile, metavar="FILE", help="salva lo stesso disegno in un file SVG")),
@@ -1847,9 +1863,9 @@ def note(prova: Prova) -> List[str]:
                      "picco di slot occupati può essere sottostimato")
     if e.riuscite and all(in_slot(r) is None and r.tps is None for r in e.riuscite):  # not llama.cpp's answers
         testi.append("il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio slot, gli "
-                     "slot occupati e le attese di uno slot restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
+                     "slot occupati, l'attesa dello slot e quella in coda restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
                      "le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
-                     "dello slot e gli slot occupati provati dai tempi sono n/d")
+                     "dello slot e quella in coda, gli slot occupati provati dai tempi sono n/d")
     vuote = [r for r in e.riuscite if r.token == 0]
     if len(vuote) * 2 > len(e.riuscite):  # most answers empty: nothing was generated, the figures measure nothing
         testi.append(frase_vuote(prova, len(vuote)))
@@ -2039,18 +2055,25 @@ def con_tls(client: Client, sock: socket.socket, scadenza: float) -> socket.sock
 
 # Where a request's time went: the server's own times ###########################################
 
+# Two figures, two names. `attesa dello slot` (the files' attesa_slot_s): from the send to when a slot took the
+# request, latency minus prompt and generation; it holds the queue and the trip (the request on its way, read,
+# a slot free but the server finishing a step for the others). `attesa in coda` (--dettagli, the files'
+# attesa_in_coda_s, --spiega, the picture's queue): only the part of it while every slot was busy.
+
 def attesa_dello_slot(r: Risultato) -> Optional[float]:
-    """From the send to when its slot took it (in_slot): the wait in the queue, plus a few ms of HTTP."""
+    """From the send to when its slot took it (in_slot): the queue and the trip."""
     slot = in_slot(r)
     return None if slot is None else slot[0] - r.inizio
 
 
 def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int, float]:
-    """Seconds each request waited while every slot was busy, from the server's timings: its time
-    in the queue, without the HTTP trip (the steps as in picchi_dai_tempi)."""
+    """The `attesa in coda`: seconds each request waited while every slot was busy, from the server's timings:
+    its time in the queue, without the trip (the steps as in picchi_dai_tempi). None known without the slots."""
+    if not n_slot:
+        return {}
     pieni = []  # the spans when every slot was busy
     for da, a, occupati, _ in gradini_dai_tempi(ok):
-        if not n_slot or occupati < n_slot:
+        if occupati < n_slot:
             continue
         if pieni and pieni[-1][1] == da:  # still full: the span goes on
             da = pieni.pop()[0]
@@ -2790,14 +2813,19 @@ def righe_ritmo(prova: Prova) -> List[str]:
     return righe
 
 
-def ritmo_tenuto(prova: Prova) -> bool:
-    """Whether the sends kept to the schedule: none held by the cap, and the p99 lateness within
-    10 ms or a tenth of the mean gap, whichever is larger."""
-    p99 = percentile(ritardi_invio(prova.esecuzione), 99)
+def ritardo_perdonato(prova: Prova) -> float:
+    """The lateness against the schedule that still counts as on time, for ritmo_tenuto and attese_del_tetto
+    alike: 10 ms or a tenth of the mean gap (--ritmo's; a trace's, from its mean rate), whichever is larger."""
     ritmo = oltre(prova.piano).ritmo or ritmo_di([oltre(r).previsto for r in prova.esecuzione.risultati
                                                   if oltre(r).previsto is not None])  # a trace: its mean rate
+    return max(0.010, 0.1 / ritmo) if ritmo else 0.010
+
+
+def ritmo_tenuto(prova: Prova) -> bool:
+    """Whether the sends kept to the schedule: none held by the cap, and the p99 lateness within ritardo_perdonato."""
+    p99 = percentile(ritardi_invio(prova.esecuzione), 99)
     mancate = oltre(prova.esecuzione).non_inviate + oltre(prova.esecuzione).in_ritardo
-    return not oltre(prova.esecuzione).trattenute and not mancate and (p99 is None or not ritmo or p99 <= max(0.010, 0.1 / ritmo))
+    return not oltre(prova.esecuzione).trattenute and not mancate and (p99 is None or p99 <= ritardo_perdonato(prova))
 
 
 def note_ritmo(prova: Prova) -> List[str]:
@@ -2807,7 +2835,7 @@ def note_ritmo(prova: Prova) -> List[str]:
         return []
     inviate = fmt(invii_al_secondo(prova), ".2f req/s")
     chiesto = f"{piano.oltre.ritmo:g} req/s" if piano.oltre.ritmo else "gli orari della traccia"
-    alza = f": si sono inviate {inviate}, non {chiesto}. Alza --parallele per tenere il ritmo"
+    alza = f": si sono inviate {inviate}, non {chiesto}. {maiuscola(chi_ha_frenato(prova))}"
     trattenute, non_inviate = oltre(e).trattenute, oltre(e).non_inviate
     if non_inviate and not trattenute:
         return [f"il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
@@ -2827,13 +2855,43 @@ def note_ritmo(prova: Prova) -> List[str]:
             f"le cifre valgono per {inviate} inviate, non per {chiesto}"]
 
 
+def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
+    """With the --parallele cap full under a schedule: was the cap the limit? True when the server had slots
+    the cap never let it use (fewer in flight than its slots); False when the server was (the cap at or above
+    its slots, every one of them seen busy: a higher cap only moves the wait into the server's queue); None
+    when it cannot be told (the server's slots unknown, or never all seen busy)."""
+    n_slot, picco = prova.info.n_slot, prova.riepilogo.picco
+    if n_slot is None:
+        return None
+    if prova.piano.parallele < n_slot:
+        return True
+    return False if picco is not None and picco >= n_slot else None
+
+
+def chi_ha_frenato(prova: Prova) -> str:
+    """The advice when the cap was full, said only as far as il_tetto_ha_frenato can tell."""
+    tetto, n_slot, parallele = il_tetto_ha_frenato(prova), prova.info.n_slot, prova.piano.parallele
+    if tetto:
+        return (f"il server aveva slot liberi (il tetto ne teneva in volo {parallele}, il server ha {n_slot} slot): alza "
+                f"--parallele (fino a {n_slot}) per avvicinarti al ritmo; se anche così non si tiene, il limite è il server")
+    if tetto is False:
+        occupati = "il suo slot era occupato" if n_slot == 1 else f"i suoi {n_slot} slot erano tutti occupati"
+        return (f"il limite è il server, non il tetto: {occupati} e ha completato"
+                f" {fmt(cadenze(prova)['richieste_s'], '.2f req/s')}; alzare --parallele sposterebbe solo "
+                "l'attesa nella coda del server")
+    quanti = "il server non dice quanti slot ha" if n_slot is None else (
+        f"né le letture né i tempi del server hanno visto occupati tutti i suoi {n_slot} slot")
+    return (f"non si sa se il limite è il tetto o il server ({quanti}): se il server ha più di {parallele} slot, alza "
+            "--parallele; se no il limite è il server")
+
+
 def attese_del_tetto(prova: Prova) -> Dict[int, float]:
     """--ritmo with the --parallele cap full: each request the cap held in the client, and how late it
-    left against the schedule (beyond the lateness ritmo_tenuto forgives). Its user waited that long too."""
-    e, ritmo = prova.esecuzione, oltre(prova.piano).ritmo
+    left against the schedule (beyond ritardo_perdonato, as ritmo_tenuto). Its user waited that long too."""
+    e = prova.esecuzione
     if not oltre(e).trattenute:
         return {}
-    soglia = max(0.010, 0.1 / ritmo) if ritmo else 0.010
+    soglia = ritardo_perdonato(prova)
     ritardi = {r.indice: r.inizio - oltre(r).previsto for r in e.riuscite if oltre(r).previsto is not None}
     return {i: ritardo for i, ritardo in ritardi.items() if ritardo > soglia}
 
@@ -2870,7 +2928,7 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     valori = {"latenza": [r.latenza for r in ok]}
     if oltre(prova.piano).ritmo or oltre(prova.piano).traccia:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
-    valori["attesa dello slot"] = list(attese_a_slot_pieni(ok, prova.info.n_slot).values())  # every slot busy
+    valori["attesa in coda"] = list(attese_a_slot_pieni(ok, prova.info.n_slot).values())  # every slot busy
     if oltre(prova.esecuzione).trattenute:  # the cap's wait, in the client before the send: a wait too
         valori["attesa del tetto"] = [r.inizio - oltre(r).previsto for r in ok if oltre(r).previsto is not None]
     if any(oltre(r).chunk_s is not None for r in ok):  # --stream
@@ -3559,7 +3617,7 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
         frasi.append("nessuna richiesta ha aspettato uno slot")
     elif None not in attese:
         cresciuta = attese[1] - attese[0] > 0.1 * dopo.latenza
-        frasi.append(f"l'attesa media di uno slot è passata da {attese[0]:.2f} a {attese[1]:.2f} s" + (
+        frasi.append(f"l'attesa media in coda è passata da {attese[0]:.2f} a {attese[1]:.2f} s" + (
             ": una richiesta in più non trova uno slot libero e aspetta" if cresciuta else ", poco"))
     if None not in velocita and velocita[1] < 0.9 * velocita[0]:
         frasi.append(f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s: gli "
@@ -3617,7 +3675,7 @@ def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
 
 def frase_sovraccarico(visto: Sovraccarico) -> str:
     frase = (f"finché si inviava, il server ha completato {visto.completate:.2f} richieste al secondo mentre ne "
-             f"arrivavano {visto.arrivate:.2f}, e l'attesa di uno slot è cresciuta lungo la prova (da "
+             f"arrivavano {visto.arrivate:.2f}, e l'attesa in coda è cresciuta lungo la prova (da "
              f"{visto.attesa_prima:.2f} s in media per il primo terzo delle richieste a {visto.attesa_dopo:.2f} s per "
              "l'ultimo)")
     if not visto.certo:
@@ -4330,15 +4388,23 @@ def tabella_e_file(sessione: Sessione) -> None:
 
 
 CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token_cache", "token",
-             "latenza_s", "attesa_slot_s", "prompt_ms", "predicted_ms", "t_s_nel_slot", "primo_token_s", "tpot_s",
-             "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "conversazione", "turno",
-             "prompt_esatto", "interrotta")
+             "latenza_s", "attesa_slot_s", "attesa_in_coda_s", "prompt_ms", "predicted_ms", "t_s_nel_slot",
+             "primo_token_s", "tpot_s", "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "conversazione", "turno",
+             "prompt_esatto", "interrotta", "interrotta_a_s")
 
 
-def riga_dati(r: Risultato) -> dict:
+def righe_dati(prova: Prova) -> List[dict]:
+    """Each request of a run as the files keep it."""
+    in_coda = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
+    return [riga_dati(r, in_coda) for r in prova.esecuzione.risultati]
+
+
+def riga_dati(r: Risultato, in_coda: Dict[int, float]) -> dict:
+    """One request; `in_coda`: the run's attese_a_slot_pieni."""
     letto = oltre(r)
     return {"indice": r.indice, "token_prompt": r.token_prompt, "token": r.token, "latenza_s": r.latenza,
-            "attesa_slot_s": attesa_dello_slot(r), "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
+            "attesa_slot_s": attesa_dello_slot(r), "attesa_in_coda_s": in_coda.get(r.indice),
+            "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
             "t_s_nel_slot": r.tps, "primo_token_s": letto.primo_token, "finish_reason": r.finish_reason,
             "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": letto.previsto,
             "ritardo_invio_s": None if letto.previsto is None else r.inizio - letto.previsto,
@@ -4363,8 +4429,9 @@ def testo_csv(prove: List[Prova]) -> str:
     for n, prova in enumerate(prove, 1):
         della_prova = {"prova": n, "np": etichetta_np(prova), "parallele": prova.piano.parallele,
                        "max_token": prova.piano.max_token, "ritmo": oltre(prova.piano).ritmo,
-                       "interrotta": prova.esecuzione.interruzione is not None}
-        scrittore.writerows({**della_prova, **riga_dati(r)} for r in prova.esecuzione.risultati)
+                       "interrotta": prova.esecuzione.interruzione is not None,
+                       "interrotta_a_s": prova.esecuzione.interrotta_a}
+        scrittore.writerows({**della_prova, **riga} for riga in righe_dati(prova))
     return uscita.getvalue()
 
 
@@ -4395,7 +4462,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
                        "props": p.info.props},
             "macchina": p.macchina._asdict() if p.macchina else None,
             "riepilogo": {**p.riepilogo._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda},
-            "richieste": [riga_dati(r) for r in p.esecuzione.risultati],
+            "richieste": righe_dati(p),
             "campioni": [c._asdict() for c in p.esecuzione.campioni],
             "interrotta": p.esecuzione.interruzione is not None,
             "server_andato": dict(zip(("t_s", "perche"), p.esecuzione.server_andato)) if p.esecuzione.server_andato
@@ -4471,13 +4538,13 @@ def spiegazione(prova: Prova) -> List[str]:
     attese = {r.indice: a for r, a in ((r, attesa_dello_slot(r)) for r in ok) if a is not None}
     tetto = attese_del_tetto(prova)
     if attese:
-        aspettato = in_coda_davvero(prova)
+        aspettato, in_coda = in_coda_davvero(prova), attese_a_slot_pieni(ok, info.n_slot)
         if aspettato:
-            r = max(aspettato, key=lambda q: attese[q.indice])
+            r = max(aspettato, key=lambda q: in_coda[q.indice])
             frasi.append(f"{quante(len(aspettato), 'richiesta', 'richieste')} su {len(ok)} "
                          f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
-                         f"sfortunata è la req {r.indice}: {attese[r.indice]:.2f} s di attesa su {r.latenza:.2f} s di "
-                         f"latenza ({attese[r.indice] / r.latenza:.0%}).")
+                         f"sfortunata è la req {r.indice}: {in_coda[r.indice]:.2f} s in coda (con tutti gli slot "
+                         f"occupati) su {r.latenza:.2f} s di latenza ({in_coda[r.indice] / r.latenza:.0%}).")
         elif not tetto and not non_inviate and not tagliata:
             massima = max(attese.values())
             perche = ("il viaggio della richiesta" if massima < VIAGGIO_MAX else "con uno slot libero: il server, "
@@ -4488,8 +4555,7 @@ def spiegazione(prova: Prova) -> List[str]:
         frasi.append(f"Il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
                      f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
                      "prima della fine di --durata: chi le avrebbe mandate ha aspettato nel client un posto che non è "
-                     "venuto, e il server ha visto meno carico di quello chiesto (alza --parallele per dargli tutto il "
-                     "ritmo).")
+                     f"venuto, e il server ha visto meno carico di quello chiesto ({chi_ha_frenato(prova)}).")
     if tetto:  # a wait too: before the send, in the client
         peggiore = max(tetto, key=tetto.get)
         frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "
@@ -4532,7 +4598,7 @@ def spiegazione(prova: Prova) -> List[str]:
                                          if (s.coda_letta or 0) < s.picco_coda else " (requests_deferred)."))
     if tagliata:  # the requests cut off are in no figure: no verdict on the queue's growth
         perche = (f"il server ha smesso di rispondere a {e.server_andato[0]:.2f} s" if e.server_andato else
-                  "è stata interrotta")
+                  "è stata interrotta" + (f" a {e.interrotta_a:.2f} s" if e.interrotta_a is not None else ""))
         frasi.append(f"La prova si è fermata prima della fine ({perche}): le richieste rimaste senza risposta non sono "
                      "in nessuna cifra, il throughput è un limite inferiore, e sovraccarico e legge di Little non si "
                      "giudicano su una prova tagliata.")

@@ -31,7 +31,7 @@ def test_che_cosa_e_il_server_detto_una_volta(fake, carica):
                     "leggere gli slot occupati o la coda: sono n/d; gli slot occupati e l'attesa dello slot vengono "
                     "solo dai timings delle risposte, se il server li dà"], err
     assert ("carico.py: nota: il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio "
-            "slot, gli slot occupati e le attese di uno slot restano n/d") in err.splitlines()
+            "slot, gli slot occupati, l'attesa dello slot e quella in coda restano n/d") in err.splitlines()
     assert out.splitlines()[0] == "server: n/d slot, n_ctx per slot = n/d"
     assert "(16 token generati)" in out  # usage is there: the lab's figures that need nothing else
     assert "non sembra llama.cpp" not in err and "se li dà\ncarico.py" not in err

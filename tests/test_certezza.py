@@ -322,14 +322,14 @@ def test_mai_zero_richieste_in_coda_nelle_frasi():
 
 def test_in_coda_solo_a_slot_pieni():
     """Item 14: a request that took 0.68 s to reach a slot while three of four were idle was not queued:
-    the picture draws that span as the trip (its own mark), not "░ in coda", and --dettagli's "attesa dello
-    slot" is 0; a request that waited while every slot was busy is drawn in the queue."""
+    the picture draws that span as the trip (its own mark), not "░ in coda", and --dettagli's "attesa in
+    coda" is 0; a request that waited while every slot was busy is drawn in the queue."""
     lenta = Risultato(0, 0.0, 1.68, 8, 40.0, 500.0, 500.0)  # in its slot from 0.68 s, the other slots idle
     libera = Prova(InfoServer(4, 512, True), Esecuzione([lenta], [], 1), Piano(1, 1, 8))
     assert carico.attesa_dello_slot(lenta) == pytest.approx(0.68)
     attese = carico.attese_a_slot_pieni(libera.esecuzione.riuscite, libera.info.n_slot)
     assert [f for f, _, _ in carico.fasi(lenta, attese)] == ["viaggio", "prompt", "generazione"]
-    assert carico.valori_figure(libera)["attesa dello slot"] == [0.0]
+    assert carico.valori_figure(libera)["attesa in coda"] == [0.0]
     riga = next(r for r in carico.grafico(libera, carico.MARCHE_UNICODE) if r.startswith("req 0"))
     assert "░" not in riga and "·" in riga
     # One slot, two requests at once: the second waits the whole of the first's time in the slot.
@@ -373,7 +373,7 @@ def test_coda_dedotta_dalle_latenze():
 
 def test_la_nota_sui_tempi_non_resta_se_non_li_ha_dati():
     nota = ("il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio slot, gli slot "
-            "occupati e le attese di uno slot restano n/d")
+            "occupati, l'attesa dello slot e quella in coda restano n/d")
     assert nota in carico.note(senza_nulla([0.93, 1.84, 2.86, 3.74]))
     con_tempi = senza_nulla([1.0])._replace(esecuzione=Esecuzione([Risultato(0, 0.0, 1.0, 32, 40.0, 5.0, 990.0)], [], 1))
     assert nota not in carico.note(con_tempi)
@@ -402,7 +402,7 @@ def test_reale_letture_in_fase_con_gli_arrivi_costanti(llama, carica):
 def test_la_nota_sui_tempi_con_slots_letti():
     """/slots answered but the answers had no timings: the note names what only the timings give."""
     nota = ("le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
-            "dello slot e gli slot occupati provati dai tempi sono n/d")
+            "dello slot e quella in coda, gli slot occupati provati dai tempi sono n/d")
     con_slots = senza_nulla([0.93, 1.84])._replace(info=InfoServer(2, 1024, True))
     assert nota in carico.note(con_slots)
     assert not any("né /slots" in t for t in carico.note(con_slots))

@@ -162,7 +162,7 @@ def test_durata_ad_anello_chiuso(fake, carica):
     assert f"richieste={inviate} parallele=2 " in out
     assert len([r for r in out.splitlines() if RIGA_REQ.match(r)]) == inviate
     assert server.picco_in_volo == 2
-    assert max(server.arrivi) - min(server.arrivi) < 1.0
+    assert max(server.arrivi) - min(server.arrivi) < 1.25  # sent within the second; a loaded machine delivers late
 
 
 def test_durata_a_ritmo(fake, carica):

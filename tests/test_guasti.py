@@ -198,6 +198,34 @@ def test_campionatore_a_orario_fisso():
     assert all(c.occupati == 1 for c in campionatore.campioni)
 
 
+def test_campionatore_dopo_una_lettura_lunga_non_recupera_a_raffica():
+    """A reading that takes four periods (a server stalled) is followed by one reading at once, then the
+    schedule: the three readings it missed are not made back to back, hitting a server that just recovered."""
+    orologio = [0.0]
+    durate = iter([0.0, 1.0, 0.0, 0.0, 0.0])
+
+    class ClientFermo:
+        timeout_info = 10.0
+
+        def chiama(self, metodo, percorso, timeout=None):
+            orologio[0] += next(durate)
+            return carico.Risposta(200, b'[{"id": 0, "n_ctx": 512, "is_processing": true}]')
+
+    attese = []
+
+    class Fermo:
+        def wait(self, secondi):
+            attese.append(round(secondi, 6))
+            orologio[0] += secondi
+            return len(attese) == 4
+
+    campionatore = carico.Campionatore(ClientFermo(), 0.25, carico.InfoServer(1, 512, True), timer=lambda: orologio[0])
+    campionatore._stop = Fermo()
+    campionatore._ciclo()
+    assert [c.t for c in campionatore.campioni] == pytest.approx([0.0, 1.25, 1.25, 1.5]), campionatore.campioni
+    assert attese == [0.25, 0.0, 0.25, 0.25], attese
+
+
 def test_un_errore_di_carico_non_e_colpa_del_server(fake, carica, monkeypatch):
     """A bug in carico.py while reading an answer says so, and never blames the server."""
     def rotta(*_):

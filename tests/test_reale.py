@@ -295,7 +295,7 @@ def test_dettagli_in_streaming_reale(llama, tmp_path):
         media = (chunk[-1] - chunk[0]) / (len(chunk) - 1)
         assert 0.7 * per_token < media < 1.3 * per_token, (media, per_token)
     figure = prova["dettagli"]["figure_s"]
-    for nome in ("latenza (s)", "attesa dello slot (s)", "primo token (s)", "TPOT (ms)", "ITL (ms)"):
+    for nome in ("latenza (s)", "attesa in coda (s)", "primo token (s)", "TPOT (ms)", "ITL (ms)"):
         assert re.match(rf"  {re.escape(nome)} +(\d+\.\d+ +){{5}}\d+\.\d+$",
                         next(r for r in out.splitlines() if r.startswith(f"  {nome}"))), out
     per_token = statistics.fmean(1 / r["t_s_nel_slot"] for r in prova["richieste"])
