@@ -2164,7 +2164,10 @@ class Flusso:
         self.richiesta, self.timeout = b"", 0.0  # with a Partenza: what the reader sends at the start
         self.status: Optional[int] = None
         self.blocchi: List[Tuple[float, bytes]] = []  # the body: (when its bytes arrived, the bytes)
-        self.letture: List[Tuple[float, list, bytes]] = []  # reads not yet framed: (read at, kernel stamp, bytes)
+        # Reads not yet framed, flat: read at, the kernel's stamp (b"": none), the bytes; read at, ... (no
+        # tuple a read: a thousand streams' reads kept as tuples would wake the garbage collector, whose
+        # passes over them stop every thread for tens of ms)
+        self.letture: list = []
         self.scarto, self.finita = 0.0, False  # see scarto_orologi; whether the framing found the end
         self.esito: Optional[Tuple[dict, List[float], float]] = None  # leggi_flusso's, for an answer 200
         self.eccezione: Optional[BaseException] = None  # what ended it before its end: a timeout, a reset...
@@ -2172,11 +2175,11 @@ class Flusso:
         self._buffer, self._coda = b"", b""  # bytes not yet framed; the body's last bytes (see _fatto)
         self._a_pezzi, self._mancano, self._pezzo = False, None, 0  # the body's framing, from the headers
 
-    def letto(self, t: float, stampo: list, dati: bytes) -> bool:
+    def letto(self, t: float, stampo: bytes, dati: bytes) -> bool:
         """One read, as it came (at `t`, with the kernel's stamp if any): kept, and framed at once only while
         the headers are awaited or the body is not chunked. True when the answer may have ended: the reader
         then frames it as soon as it has a moment (see inquadra)."""
-        self.letture.append((t, stampo, dati))
+        self.letture += (t, stampo, dati)
         if self.status is not None and self._a_pezzi:  # ended? a read that may close a chunked body
             return len(dati) < 5 or dati.endswith(b"\r\n\r\n") or b"[DONE]" in dati
         return self.inquadra()
@@ -2184,7 +2187,7 @@ class Flusso:
     def inquadra(self) -> bool:
         """The reads kept so far framed, each with when its bytes arrived; True once the answer has ended."""
         letture, self.letture = self.letture, []
-        for t, stampo, dati in letture:
+        for t, stampo, dati in zip(letture[::3], letture[1::3], letture[2::3]):
             self.finita = self.finita or self.arrivati(quando_arrivati(t, stampo, self.inviata, self.scarto), dati)
         return self.finita
 
@@ -2459,14 +2462,15 @@ class LettoreFlussi:
         flusso.finito.set()
 
 
-def leggi_con_tempo(flusso: Flusso) -> Optional[Tuple[float, list, bytes]]:
-    """One read of a stream's socket: (when it was read, the kernel's stamp if any, the bytes), b"" when
+def leggi_con_tempo(flusso: Flusso) -> Optional[Tuple[float, bytes, bytes]]:
+    """One read of a stream's socket: (when it was read, the kernel's stamp or b"", the bytes), b"" when
     the server closed, None when there was nothing to read after all."""
     try:
         if flusso.stampi:
-            dati, stampo, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
+            dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
+            stampo = ausiliari[0][2] if ausiliari and ausiliari[0][1] == SO_TIMESTAMPNS else b""
         else:
-            dati, stampo = flusso.sock.recv(LETTURA), []
+            dati, stampo = flusso.sock.recv(LETTURA), b""
     except OSError as exc:
         ssl = sys.modules.get("ssl")  # imported by https (see con_tls)
         if isinstance(exc, BlockingIOError) or (ssl and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError))):
@@ -2475,14 +2479,13 @@ def leggi_con_tempo(flusso: Flusso) -> Optional[Tuple[float, list, bytes]]:
     return time.perf_counter(), stampo, dati
 
 
-def quando_arrivati(letto: float, stampo: list, inviata: float, scarto: float) -> float:
+def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) -> float:
     """When a read's bytes arrived: the kernel's stamp (wall-clock time, less `scarto`), else the read's time."""
-    for livello_cmsg, tipo, dati in stampo:
-        if livello_cmsg == socket.SOL_SOCKET and tipo == SO_TIMESTAMPNS and len(dati) >= 16:
-            secondi, nano = int.from_bytes(dati[:8], sys.byteorder), int.from_bytes(dati[8:16], sys.byteorder)
-            arrivo = secondi + nano / 1e9 - scarto
-            if inviata - 0.001 <= arrivo <= letto + 0.001:  # else a clock that jumped: the read's time
-                return min(arrivo, letto)
+    if len(stampo) >= 16:
+        secondi, nano = int.from_bytes(stampo[:8], sys.byteorder), int.from_bytes(stampo[8:16], sys.byteorder)
+        arrivo = secondi + nano / 1e9 - scarto
+        if inviata - 0.001 <= arrivo <= letto + 0.001:  # else a clock that jumped: the read's time
+            return min(arrivo, letto)
     return letto
 
 
