@@ -68,10 +68,11 @@ def test_attesa_in_coda_dai_tempi_del_server(fake, carica, tmp_path):
     assert rc == 0
     richieste = sorted(json.loads(uscita.read_text())["prove"][0]["richieste"], key=lambda r: r["latenza_s"])
     servizi = [(r["prompt_ms"] + r["predicted_ms"]) / 1000 for r in richieste]
-    # One slot: each request waited for the ones served before it.
+    # One slot: each request waited for the ones served before it (and, on a loaded machine, for the trips
+    # between them: up to 0.1 s each is allowed above).
     assert richieste[0]["attesa_slot_s"] < 0.5 * servizi[0]
     for k in (1, 2, 3):
-        assert richieste[k]["attesa_slot_s"] == pytest.approx(sum(servizi[:k]), rel=0.3, abs=0.03)
+        assert 0.7 * sum(servizi[:k]) - 0.03 <= richieste[k]["attesa_slot_s"] <= 1.3 * sum(servizi[:k]) + 0.1 * k, richieste
 
 
 # --grafico and --svg ###########################################################################
