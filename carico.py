@@ -632,6 +632,7 @@ class Sessione:
               configurazione: Optional[Configurazione] = None) -> Prova:
         """One run: look at the machine, write the `server:` line, fire the load, print the report."""
         macchina = guarda_la_macchina()
+        guarda_il_server(client, info)
         print(riga_server(info) + (riga_kv_unificata(info) if info.kv_unificata else ""), flush=True)  # step 5
         esecuzione = esegui_carico(client, piano, info, primo_prompt, osservatore=self.osservatore(client, info))
         prova = Prova(info, esecuzione, piano, configurazione, macchina)
@@ -958,6 +959,21 @@ def guarda_la_macchina() -> Macchina:
               "perché il server si divide i core con gli altri processi. Chiudi i processi pesanti e ripeti",
               file=sys.stderr, flush=True)
     return macchina
+
+
+def guarda_il_server(client: Client, info: InfoServer) -> Optional[int]:
+    """Before a run: the slots already busy (/slots), said on stderr when there are any. llama serve goes on
+    generating for requests whose client went away (a Ctrl+C without --stream: measured, up to their last
+    token) or that belong to another client: this run would share the server with them."""
+    if not info.slots_disponibile:
+        return None
+    risposta = chiedi(client, "/slots")
+    occupati = conta_occupati(leggi_json(risposta.corpo)) if risposta.status == 200 else None
+    if occupati:
+        print(f"carico.py: attenzione: il server sta già lavorando ({occupati} slot su {fmt(info.n_slot, 'd')} "
+              "occupati prima della prova: richieste di una prova interrotta, o di un altro client): le cifre saranno "
+              "falsate. Aspetta che gli slot si liberino (o riavvia il server) e ripeti", file=sys.stderr, flush=True)
+    return occupati
 
 
 def osserva_macchina(sguardo: Optional[float] = None) -> Macchina:

@@ -7,7 +7,9 @@ import socket
 import subprocess
 import sys
 import time
+import threading
 import tracemalloc
+import urllib.request
 
 import pytest
 
@@ -323,3 +325,28 @@ def test_il_cronometro_parte_alla_prima_richiesta(fake):
                                       carico.InfoServer(4, 512, True))
     assert min(r.inizio for r in esecuzione.risultati) < 0.1
     assert carico.riassumi(esecuzione).tempo_totale < max(r.latenza for r in esecuzione.risultati) + 0.1
+
+
+def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
+    """A slot busy before the run (a request another client left generating): said on stderr, with how many;
+    the run goes on, its lines unchanged. On an idle server: nothing said."""
+    server = fake(n_slot=2, s_per_token=0.002)
+    rc, out, err = carica(server.url, "--richieste", "1", "--token", "2", *VELOCE)
+    assert rc == 0 and "sta già lavorando" not in err, err
+    def un_altro_client():
+        richiesta = urllib.request.Request(server.url + "/v1/chat/completions", json.dumps(
+            {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1500}).encode(),
+            {"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(richiesta, timeout=30).read()
+        except OSError:  # the fake closed at the end of the test
+            pass
+
+    threading.Thread(target=un_altro_client, daemon=True).start()
+    limite = time.monotonic() + 10
+    while server.occupati() == 0 and time.monotonic() < limite:
+        time.sleep(0.01)
+    rc, out, err = carica(server.url, "--richieste", "1", "--token", "2", *VELOCE)
+    assert rc == 0 and out.startswith("server: 2 slot"), out
+    assert "carico.py: attenzione: il server sta già lavorando (1 slot su 2 occupati prima della prova" in err, err
+    server.close()
