@@ -213,7 +213,8 @@ def test_un_solo_ritardo_perdonato_per_il_ritmo_e_per_il_tetto():
 @pytest.mark.reale
 def test_reale_ctrl_c_dopo_la_prima_risposta(llama, carica, tmp_path):
     """-np 1, three requests: Ctrl+C half a second after the server counted the first answer's tokens. The
-    summary says the span of its figures and the later time the run was stopped; the files agree."""
+    summary says the span of its figures and the later time the run was stopped; the files agree. A run
+    started at once finds the server still at work on the requests the first one closed, and says so."""
     import time
     import urllib.request
 
@@ -241,3 +242,7 @@ def test_reale_ctrl_c_dopo_la_prima_risposta(llama, carica, tmp_path):
     assert m.group(2) == f"{riepilogo['interrotta_a']:.2f}" and riepilogo["tempo_totale"] is not None, out
     assert riepilogo["interrotta_a"] >= riepilogo["tempo_totale"] + 0.2, out
     CIFRE.append(("Ctrl+C 0.5 s after the first answer (-np 1)", tempo.split("  |")[0]))
+    # llama serve goes on generating the requests carico closed (without --stream it notices only when it
+    # writes the answer): a run started at once is told the server is already at work.
+    rc, out, err = carica(server.url, "--richieste", "1", "--token", "2")
+    assert rc == 0 and "il server sta già lavorando (1 slot su 1 occupati prima della prova" in err, err
