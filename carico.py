@@ -2184,7 +2184,7 @@ class Flusso:
         # tuple a read: a thousand streams' reads kept as tuples would wake the garbage collector, whose
         # passes over them stop every thread for tens of ms)
         self.letture: list = []
-        self.scarto, self.finita = 0.0, False  # see scarto_orologi; whether the framing found the end
+        self.scarto, self.fine_trovata = 0.0, False  # see scarto_orologi; whether the framing found the end
         self.esito: Optional[Tuple[dict, List[float], float]] = None  # leggi_flusso's, for an answer 200
         self.eccezione: Optional[BaseException] = None  # what ended it before its end: a timeout, a reset...
         self.finito = threading.Event()
@@ -2204,8 +2204,9 @@ class Flusso:
         """The reads kept so far framed, each with when its bytes arrived; True once the answer has ended."""
         letture, self.letture = self.letture, []
         for t, stampo, dati in zip(letture[::3], letture[1::3], letture[2::3]):
-            self.finita = self.finita or self.arrivati(quando_arrivati(t, stampo, self.inviata, self.scarto), dati)
-        return self.finita
+            if not self.fine_trovata:  # (bytes after the end are not the answer's)
+                self.fine_trovata = self.arrivati(quando_arrivati(t, stampo, self.inviata, self.scarto), dati)
+        return self.fine_trovata
 
     def arrivati(self, t: float, dati: bytes) -> bool:
         """One read's bytes (b"": the server closed), arrived at `t`; True when the answer has ended."""
