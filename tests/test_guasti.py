@@ -170,62 +170,43 @@ def test_grande_carico_memoria_limitata_e_campionamento_regolare():
     assert tempi == sorted(tempi) and tempi[-1] > tempi[0], tempi
 
 
-def test_campionatore_a_orario_fisso():
-    """The sampler keeps a fixed schedule, on a clock of the test's own: a reading that takes 0.2 s of a
-    0.25 s period is followed by a wait of 0.05 s, not 0.25 (a slow reading does not stretch the period),
-    and one that takes longer than the period by no wait at all (it catches up)."""
-    orologio = [0.0]
-    durate = iter([0.2, 0.0, 0.2, 0.0, 0.4, 0.0, 0.0, 0.0])  # seconds each reading takes
+def campiona_su_un_orologio_finto(durate):
+    """The sampler at 0.25 s on a clock of the test's own, each reading taking the next of `durate` (s):
+    (the waits between readings, the readings' times)."""
+    orologio, letture, attese = [0.0], iter(durate), []
 
     class ClientLento:
         timeout_info = 10.0
 
         def chiama(self, metodo, percorso, timeout=None):
-            orologio[0] += next(durate)
+            orologio[0] += next(letture)
             return carico.Risposta(200, b'[{"id": 0, "n_ctx": 512, "is_processing": true}]')
 
-    attese = []
-
-    class Fermo:  # the sampler's stop event, on the same clock
+    class Fermo:  # the sampler's stop event, on the same clock: stops after the last reading
         def wait(self, secondi):
             attese.append(round(secondi, 6))
             orologio[0] += secondi
-            return len(attese) == 8
+            return len(attese) == len(durate)
 
     campionatore = carico.Campionatore(ClientLento(), 0.25, carico.InfoServer(1, 512, True), timer=lambda: orologio[0])
     campionatore._stop = Fermo()
     campionatore._ciclo()
-    assert attese == [0.05, 0.25, 0.05, 0.25, 0.0, 0.1, 0.25, 0.25], attese
-    assert [c.t for c in campionatore.campioni] == pytest.approx([0.2, 0.25, 0.7, 0.75, 1.4, 1.4, 1.5, 1.75])
     assert all(c.occupati == 1 for c in campionatore.campioni)
+    return attese, [c.t for c in campionatore.campioni]
 
 
-def test_campionatore_dopo_una_lettura_lunga_non_recupera_a_raffica():
-    """A reading that takes four periods (a server stalled) is followed by one reading at once, then the
-    schedule: the three readings it missed are not made back to back, hitting a server that just recovered."""
-    orologio = [0.0]
-    durate = iter([0.0, 1.0, 0.0, 0.0, 0.0])
-
-    class ClientFermo:
-        timeout_info = 10.0
-
-        def chiama(self, metodo, percorso, timeout=None):
-            orologio[0] += next(durate)
-            return carico.Risposta(200, b'[{"id": 0, "n_ctx": 512, "is_processing": true}]')
-
-    attese = []
-
-    class Fermo:
-        def wait(self, secondi):
-            attese.append(round(secondi, 6))
-            orologio[0] += secondi
-            return len(attese) == 4
-
-    campionatore = carico.Campionatore(ClientFermo(), 0.25, carico.InfoServer(1, 512, True), timer=lambda: orologio[0])
-    campionatore._stop = Fermo()
-    campionatore._ciclo()
-    assert [c.t for c in campionatore.campioni] == pytest.approx([0.0, 1.25, 1.25, 1.5]), campionatore.campioni
-    assert attese == [0.25, 0.0, 0.25, 0.25], attese
+@pytest.mark.parametrize("durate, attese, tempi", [
+    # a reading that takes 0.2 s of a period: a wait of 0.05 s, not 0.25 (a slow reading does not stretch the
+    # period); one that takes longer than the period: no wait at all (it catches up, once)
+    ([0.2, 0.0, 0.2, 0.0, 0.4, 0.0, 0.0, 0.0], [0.05, 0.25, 0.05, 0.25, 0.0, 0.1, 0.25, 0.25],
+     [0.2, 0.25, 0.7, 0.75, 1.4, 1.4, 1.5, 1.75]),
+    # a reading that takes four periods (a server stalled): one reading at once, then the schedule; the three
+    # it missed are not made back to back against a server that just recovered
+    ([0.0, 1.0, 0.0, 0.0, 0.0], [0.25, 0.0, 0.25, 0.25, 0.25], [0.0, 1.25, 1.25, 1.5, 1.75]),
+], ids=["periodo-fisso", "dopo-una-lettura-lunga"])
+def test_campionatore_a_orario_fisso(durate, attese, tempi):
+    visti = campiona_su_un_orologio_finto(durate)
+    assert visti[0] == attese and visti[1] == pytest.approx(tempi), visti
 
 
 def test_un_errore_di_carico_non_e_colpa_del_server(fake, carica, monkeypatch):
