@@ -150,6 +150,7 @@ class Prova(NamedTuple):
     piano: Piano = Piano()
     configurazione: Optional[Configurazione] = None  # --avvia: the -np the server was started with
     macchina: Optional[Macchina] = None  # how busy the machine was just before
+    occupati_prima: Optional[int] = None  # the server's slots already busy then (guarda_il_server)
 
     @property
     def riepilogo(self) -> Riepilogo:
@@ -632,10 +633,10 @@ class Sessione:
               configurazione: Optional[Configurazione] = None) -> Prova:
         """One run: look at the machine, write the `server:` line, fire the load, print the report."""
         macchina = guarda_la_macchina()
-        guarda_il_server(client, info)
+        occupati_prima = guarda_il_server(client, info)
         print(riga_server(info) + (riga_kv_unificata(info) if info.kv_unificata else ""), flush=True)  # step 5
         esecuzione = esegui_carico(client, piano, info, primo_prompt, osservatore=self.osservatore(client, info))
-        prova = Prova(info, esecuzione, piano, configurazione, macchina)
+        prova = Prova(info, esecuzione, piano, configurazione, macchina, occupati_prima)
         self.prove.append(prova)  # before printing: a closed stdout must not lose it
         stampa_prova(prova)
         self.dopo_la_prova(prova)
@@ -1870,6 +1871,11 @@ def quante(n: int, una: str, molte: str) -> str:
 def note(prova: Prova) -> List[str]:
     e, s = prova.esecuzione, prova.riepilogo
     testi = []
+    if prova.occupati_prima:  # what the server's timings prove counts this run's requests alone
+        testi.append(f"il server aveva già {quante(prova.occupati_prima, 'slot occupato', 'slot occupati')} prima "
+                     "della prova: il picco, la coda e l'attesa in coda dai tempi del server contano solo le richieste "
+                     "di questa prova; quanto ognuna ha aspettato davvero uno slot è la sua attesa dello slot "
+                     "(attesa_slot_s in --csv e --json)")
     letti = [c for c in e.campioni if c.occupati is not None]
     breve = s.tempo_totale is not None and s.tempo_totale < 2 * prova.piano.intervallo
     if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (breve or len(letti) < 2):
@@ -3962,7 +3968,8 @@ def riga_little(prova: Prova) -> Optional[str]:
         if differenza > 0:
             return riga + (f"{differenza:.2f} in media erano inviate ma non ancora nel server ({quanto}): in viaggio, "
                            "lette e tokenizzate, o in attesa di una connessione")
-        return riga + f"il server ne contava di più ({quanto}): c'erano richieste di un altro client?"
+        return riga + (f"il server ne contava di più ({quanto}): richieste non di questa prova, di un altro client o "
+                       "rimaste da una prova interrotta")
     if abs(differenza) + mezzo < 1:
         return riga + f"coincidono, entro il rumore delle letture ({quanto}: meno di una richiesta)"
     return riga + (f"la differenza ({quanto}) non si separa dal rumore delle letture, e non si conclude: una prova più "
@@ -4481,6 +4488,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": kv_condivisa(p),
                        "props": p.info.props},
             "macchina": p.macchina._asdict() if p.macchina else None,
+            "slot_occupati_prima": p.occupati_prima,
             "riepilogo": {**p.riepilogo._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda},
             "richieste": righe_dati(p),
             "campioni": [c._asdict() for c in p.esecuzione.campioni],
@@ -4564,7 +4572,10 @@ def spiegazione(prova: Prova) -> List[str]:
             frasi.append(f"{quante(len(aspettato), 'richiesta', 'richieste')} su {len(ok)} "
                          f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
                          f"sfortunata è la req {r.indice}: {in_coda[r.indice]:.2f} s in coda (con tutti gli slot "
-                         f"occupati) su {r.latenza:.2f} s di latenza ({in_coda[r.indice] / r.latenza:.0%}).")
+                         f"occupati) su {r.latenza:.2f} s di latenza ({in_coda[r.indice] / r.latenza:.0%})." + (
+                             f" Ma il server aveva già altre richieste prima della prova, e queste ne contano solo le "
+                             f"sue: dall'invio allo slot la req {r.indice} ha aspettato {attese[r.indice]:.2f} s."
+                             if prova.occupati_prima else ""))
         elif not tetto and not non_inviate and not tagliata:
             massima = max(attese.values())
             perche = ("il viaggio della richiesta" if massima < VIAGGIO_MAX else "con uno slot libero: il server, "

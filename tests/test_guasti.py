@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -310,13 +311,14 @@ def test_il_cronometro_parte_alla_prima_richiesta(fake):
 
 def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
     """A slot busy before the run (a request another client left generating): said on stderr, with how many;
-    the run goes on, its lines unchanged. On an idle server: nothing said."""
-    server = fake(n_slot=2, s_per_token=0.002)
+    the run goes on, its lines unchanged, and --spiega's queue says whose requests it counts. On an idle server:
+    nothing said."""
+    server = fake(n_slot=1, s_per_token=0.002, metrics=True)
     rc, out, err = carica(server.url, "--richieste", "1", "--token", "2", *VELOCE)
-    assert rc == 0 and "sta già lavorando" not in err, err
+    assert rc == 0 and "sta già lavorando" not in err and "aveva già" not in err, err
     def un_altro_client():
         richiesta = urllib.request.Request(server.url + "/v1/chat/completions", json.dumps(
-            {"messages": [{"role": "user", "content": "x"}], "max_tokens": 1500}).encode(),
+            {"messages": [{"role": "user", "content": "x"}], "max_tokens": 200}).encode(),
             {"Content-Type": "application/json"})
         try:
             urllib.request.urlopen(richiesta, timeout=30).read()
@@ -327,7 +329,14 @@ def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
     limite = time.monotonic() + 10
     while server.occupati() == 0 and time.monotonic() < limite:
         time.sleep(0.01)
-    rc, out, err = carica(server.url, "--richieste", "1", "--token", "2", *VELOCE)
-    assert rc == 0 and out.startswith("server: 2 slot"), out
-    assert "carico.py: attenzione: il server sta già lavorando (1 slot su 2 occupati prima della prova" in err, err
+    rc, out, err = carica(server.url, "--richieste", "3", "--token", "10", "--spiega", *VELOCE)
+    assert rc == 0 and out.startswith("server: 1 slot"), out
+    assert "carico.py: attenzione: il server sta già lavorando (1 slot su 1 occupati prima della prova" in err, err
+    # what the server's timings prove counts this run's requests alone: said, and the wait that was real
+    assert "il server aveva già 1 slot occupato prima della prova: il picco, la coda e l'attesa in coda" in err, err
+    frase = re.search(r"la più sfortunata è la req (\d): [\d.]+ s in coda .*? Ma il server aveva già altre richieste "
+                      r"prima della prova, e queste ne contano solo le sue: dall'invio allo slot la req \1 ha aspettato "
+                      r"[\d.]+ s\.", out)
+    assert frase, out
+    assert "il server ne contava di più" in out and "rimaste da una prova interrotta" in out, out  # Little's law
     server.close()
