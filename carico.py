@@ -2872,7 +2872,7 @@ def note_ritmo(prova: Prova) -> List[str]:
                if non_inviate else "")
         return [f"{quante(trattenute, 'richiesta', 'richieste')} su {len(e.risultati)} "
                 f"{'ha' if trattenute == 1 else 'hanno'} trovato già {piano.parallele} in volo (il tetto di --parallele) "
-                f"e {'è partita' if trattenute == 1 else 'sono partite'} dopo l'orario previsto{mai}{alza}"]
+                f"{'ed è partita' if trattenute == 1 else 'e sono partite'} dopo l'orario previsto{mai}{alza}"]
     ritardi = ritardi_invio(e)
     tardi = (f"; {quante(oltre(e).in_ritardo, 'richiesta del programma non è partita', 'richieste del programma non sono partite')}"
              " prima della fine di --durata" if oltre(e).in_ritardo else "")
@@ -4590,7 +4590,7 @@ def spiegazione(prova: Prova) -> List[str]:
     if tetto:  # a wait too: before the send, in the client
         peggiore = max(tetto, key=tetto.get)
         frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "
-                     f"aspettato nel client un posto fra le {piano.parallele} in volo (il tetto di --parallele), prima "
+                     f"aspettato nel client un posto (il tetto di --parallele: {piano.parallele} in volo), prima "
                      f"ancora di partire: la req {peggiore} è partita {tetto[peggiore]:.2f} s dopo l'orario previsto"
                      + (f", e {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima "
                         "della fine di --durata" if non_inviate else "") + ". "
@@ -4604,7 +4604,8 @@ def spiegazione(prova: Prova) -> List[str]:
     pesate = [(r.token, r.predicted_ms / 1000) for r in ok if r.tps is not None and r.token and r.predicted_ms]
     if velocita and pesate and s.throughput is not None:
         media_slot = sum(t for t, _ in pesate) / sum(secondi for _, secondi in pesate)  # tokens over the slots' time
-        frasi.append(f"Nel proprio slot ogni richiesta generava {min(velocita):.1f}-{max(velocita):.1f} t/s; "
+        gamma = f"{min(velocita):.1f}" + (f"-{max(velocita):.1f}" if f"{min(velocita):.1f}" != f"{max(velocita):.1f}" else "")
+        frasi.append(f"Nel proprio slot ogni richiesta generava {gamma} t/s; "
                      f"tutte insieme hanno fatto {s.throughput:.1f} token/s di throughput aggregato, "
                      f"{s.throughput / media_slot:.1f} volte la velocità media di uno slot ({media_slot:.1f} t/s: i token "
                      "generati sul tempo che gli slot ci hanno messo).")

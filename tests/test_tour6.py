@@ -246,3 +246,11 @@ def test_reale_ctrl_c_dopo_la_prima_risposta(llama, carica, tmp_path):
     # writes the answer): a run started at once is told the server is already at work.
     rc, out, err = carica(server.url, "--richieste", "1", "--token", "2")
     assert rc == 0 and "il server sta già lavorando (1 slot su 1 occupati prima della prova" in err, err
+
+
+def test_spiega_una_velocita_sola_non_e_un_intervallo(fake, carica):
+    """One request: --spiega says its speed in the slot once, not as a range from a value to itself."""
+    server = fake(n_slot=1, s_per_token=0.002)
+    rc, out, err = carica(server.url, "--richieste", "1", "--token", "8", "--spiega", *VELOCE)
+    assert rc == 0, out + err
+    assert re.search(r"Nel proprio slot ogni richiesta generava [\d.]+ t/s; ", out), out
