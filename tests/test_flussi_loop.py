@@ -78,13 +78,13 @@ def test_ogni_lettura_e_del_lettore_dei_flussi(fake, carica, monkeypatch, tmp_pa
     """Six streams at once: every read of their sockets is made by one thread, the reader, none by the
     workers; and every chunk is there."""
     letture = []
-    originale = carico.leggi_con_tempo
+    originale = carico.LettoreFlussi._leggi
 
-    def contata(flusso):
+    def contata(lettore, *argomenti):
         letture.append(threading.current_thread().name)
-        return originale(flusso)
+        return originale(lettore, *argomenti)
 
-    monkeypatch.setattr(carico, "leggi_con_tempo", contata)
+    monkeypatch.setattr(carico.LettoreFlussi, "_leggi", contata)
     server = fake(n_slot=6, s_per_token=0.005)
     rc, out, err = carica(server.url, "--stream", "--richieste", "6", "--parallele", "6", "--token", "8",
                           "--json", str(tmp_path / "r.json"), *VELOCE)
@@ -160,6 +160,20 @@ def test_nessuna_cornice_mentre_il_flusso_scorre(fake, carica, monkeypatch, tmp_
     (richiesta,) = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
     assert len(richiesta["chunk_s"]) == 10 and richiesta["chunk_s"][-1] - richiesta["chunk_s"][0] >= 0.25, richiesta
     assert len(inquadrate) <= 3 and sum(inquadrate) >= 4, inquadrate  # reads framed together, not one by one
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's receive time is Linux's")
+def test_le_letture_dei_pezzi_per_la_via_breve(fake, carica, monkeypatch, tmp_path):
+    """A chunked body on a socket the kernel stamps: once the headers are read, each chunk's read goes the short
+    way (kept, nothing else), not through leggi_con_tempo and Flusso.letto; and every chunk is there."""
+    generali = []
+    originale = carico.leggi_con_tempo
+    monkeypatch.setattr(carico, "leggi_con_tempo", lambda flusso: generali.append(1) or originale(flusso))
+    server = fake(override={"/v1/chat/completions": a_tempo([0.02] * 8)})
+    rc, out, err = carica(server.url, "--stream", "--richieste", "1", "--json", str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    (richiesta,) = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    assert len(richiesta["chunk_s"]) == 8 and len(generali) <= 2, (richiesta, generali)  # the headers' read(s)
 
 
 @pytest.mark.parametrize("testo", [b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\r\n\r\n',
