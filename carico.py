@@ -1873,9 +1873,9 @@ def note(prova: Prova) -> List[str]:
     testi = []
     if prova.occupati_prima:  # what the server's timings prove counts this run's requests alone
         testi.append(f"il server aveva già {quante(prova.occupati_prima, 'slot occupato', 'slot occupati')} prima "
-                     "della prova: il picco, la coda e l'attesa in coda dai tempi del server contano solo le richieste "
-                     "di questa prova; quanto ognuna ha aspettato davvero uno slot è la sua attesa dello slot "
-                     "(attesa_slot_s in --csv e --json)")
+                     "della prova: quello che i tempi del server provano (slot occupati insieme, coda, attesa in coda) "
+                     "conta solo le richieste di questa prova, le letture di /slots e /metrics anche le altre; quanto "
+                     "ognuna ha aspettato davvero uno slot è la sua attesa dello slot (attesa_slot_s in --csv e --json)")
     letti = [c for c in e.campioni if c.occupati is not None]
     breve = s.tempo_totale is not None and s.tempo_totale < 2 * prova.piano.intervallo
     if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (breve or len(letti) < 2):
@@ -2311,9 +2311,10 @@ class Flusso:
 
 
 def forse_la_fine(dati: bytes) -> bool:
-    """Whether a read of a chunked body may have ended it: it ends as the last chunk does (or is too short to
-    tell), or brings [DONE]. Framing tells for sure (Flusso.inquadra)."""
-    return len(dati) < 5 or dati.endswith(b"\r\n\r\n") or b"[DONE]" in dati
+    """Whether a read of a chunked body may have ended it: it ends as the last chunk does, brings [DONE], or is
+    too short to tell (under 16 bytes: the tail of a [DONE] cut between two reads, a `\n\n` in a chunk of its
+    own after it, on a connection the server keeps open). Framing tells for sure (Flusso.inquadra)."""
+    return len(dati) < 16 or dati.endswith(b"\r\n\r\n") or b"[DONE]" in dati
 
 
 class LettoreFlussi:
@@ -2422,13 +2423,15 @@ class LettoreFlussi:
                     else:
                         self._leggi(selettore, attivi, da_chiudere, chiave.data)
                 if da_chiudere and not pronti:  # a moment with nothing to read
-                    self._chiudi(selettore, attivi, da_chiudere.popleft())
+                    flusso = da_chiudere.popleft()
+                    if self._chiudi(selettore, attivi, flusso):
+                        heapq.heappush(scadenze, (flusso.scadenza, flusso.numero))
         finally:  # an error of its own (a bug): no worker is left waiting
             with self._lock:
                 nuovi, self._nuovi = self._nuovi, []
                 if self._thread is threading.current_thread():
                     self._thread = None
-            for flusso in list(attivi.values()) + nuovi:
+            for flusso in list(attivi.values()) + list(da_chiudere) + nuovi:
                 self._fine(selettore, attivi, flusso, RuntimeError("il lettore dei flussi si è fermato"))
             selettore.close()
             for s in sveglia:
@@ -2459,8 +2462,7 @@ class LettoreFlussi:
             stampo = ausiliari[0][2] if ausiliari and ausiliari[0][1] == SO_TIMESTAMPNS else b""
             flusso.letture += (time.perf_counter(), stampo, dati)
             if forse_la_fine(dati):
-                selettore.unregister(flusso.sock)
-                da_chiudere.append(flusso)
+                self._da_inquadrare(selettore, attivi, da_chiudere, flusso)
             return
         try:
             while True:
@@ -2472,31 +2474,40 @@ class LettoreFlussi:
                 if prima is None and flusso.status is not None:
                     self._client.sentinella.risposta()
                 if forse_finito:
-                    selettore.unregister(flusso.sock)
-                    da_chiudere.append(flusso)
+                    self._da_inquadrare(selettore, attivi, da_chiudere, flusso)
                     return
                 if not (flusso.tls and flusso.sock.pending()):  # TLS: bytes it decrypted and we have not read
                     return
         except Exception as exc:  # the stream's error, for its worker to raise
             self._fine(selettore, attivi, flusso, exc)
 
-    def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> None:
+    @staticmethod
+    def _da_inquadrare(selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
+        """A stream that may have ended: no longer read, nor under its deadline (all its bytes may be here), until
+        it is framed."""
+        selettore.unregister(flusso.sock)
+        attivi.pop(flusso.numero, None)
+        da_chiudere.append(flusso)
+
+    def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> bool:
         """A stream that may have ended, framed: if it has, parsed (an answer 200) and its worker woken; if
-        not, read on. Ended already (its deadline, Ctrl+C): nothing to do."""
+        not, True: it is read on, under its deadline again. Ended already (Ctrl+C): nothing to do."""
         import selectors
 
         if flusso.finito.is_set():
-            return
+            return False
         try:
             if not flusso.inquadra():
                 selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
-                return
+                attivi[flusso.numero] = flusso
+                return True
             if flusso.status == 200:
                 flusso.esito = leggi_flusso(iter(flusso.blocchi))
         except Exception as exc:  # a bad framing, a broken stream, a socket closed meanwhile
             self._fine(selettore, attivi, flusso, exc)
-            return
+            return False
         self._fine(selettore, attivi, flusso)
+        return False
 
     @staticmethod
     def _fine(selettore, attivi: Dict[int, Flusso], flusso: Flusso, eccezione: Optional[BaseException] = None) -> None:
@@ -3990,8 +4001,8 @@ def riga_little(prova: Prova) -> Optional[str]:
         if differenza > 0:
             return riga + (f"{differenza:.2f} in media erano inviate ma non ancora nel server ({quanto}): in viaggio, "
                            "lette e tokenizzate, o in attesa di una connessione")
-        return riga + (f"il server ne contava di più ({quanto}): richieste non di questa prova, di un altro client o "
-                       "rimaste da una prova interrotta")
+        return riga + (f"il server ne contava di più ({quanto}): richieste che il client non aveva in volo (di un "
+                       "altro client, rimaste da una prova interrotta, o lasciate da questa per --timeout)")
     if abs(differenza) + mezzo < 1:
         return riga + f"coincidono, entro il rumore delle letture ({quanto}: meno di una richiesta)"
     return riga + (f"la differenza ({quanto}) non si separa dal rumore delle letture, e non si conclude: una prova più "
@@ -4595,9 +4606,14 @@ def spiegazione(prova: Prova) -> List[str]:
                          f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
                          f"sfortunata è la req {r.indice}: {in_coda[r.indice]:.2f} s in coda (con tutti gli slot "
                          f"occupati) su {r.latenza:.2f} s di latenza ({in_coda[r.indice] / r.latenza:.0%})." + (
-                             f" Ma il server aveva già altre richieste prima della prova, e queste ne contano solo le "
-                             f"sue: dall'invio allo slot la req {r.indice} ha aspettato {attese[r.indice]:.2f} s."
-                             if prova.occupati_prima else ""))
+                             f" Ma il server aveva già altre richieste prima della prova, e questi conti vedono solo "
+                             f"quelle della prova: dall'invio allo slot la req {r.indice} ha aspettato "
+                             f"{attese[r.indice]:.2f} s." if prova.occupati_prima else ""))
+        elif prova.occupati_prima:  # none waited behind this run's own: behind the others, maybe
+            lenta = max(attese, key=attese.get)
+            frasi.append(f"Nessuna richiesta ha aspettato dietro le altre della prova, ma il server aveva già altre "
+                         f"richieste prima della prova: dall'invio allo slot la req {lenta} ha aspettato "
+                         f"{attese[lenta]:.2f} s.")
         elif not tetto and not non_inviate and not tagliata:
             massima = max(attese.values())
             perche = ("il viaggio della richiesta" if massima < VIAGGIO_MAX else "con uno slot libero: il server, "

@@ -144,6 +144,36 @@ def test_done_su_una_connessione_che_resta_aperta(fake, carica):
     assert time.monotonic() - inizio < 10
 
 
+def done_diviso(h, _corpo):
+    """[DONE] cut between two writes 50 ms apart, and the connection kept open after it (no last chunk)."""
+    h.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        h.wfile.write(TESTA + chunk(TESTO) + chunk(TESTO))
+        h.wfile.flush()
+        fine = b"".join(chunk(e.replace(b"%d", b"2")) for e in FINE)
+        taglio = fine.index(b"[DONE]") + 3
+        h.wfile.write(fine[:taglio])
+        h.wfile.flush()
+        time.sleep(0.05)
+        h.wfile.write(fine[taglio:])
+        h.wfile.flush()
+        h.connection.recv(1)  # until the client closes
+    except OSError:
+        pass
+    finally:
+        h.close_connection = True
+
+
+def test_done_tagliato_fra_due_letture_su_una_connessione_aperta(fake, carica):
+    """The end of a stream whose [DONE] comes in two reads, on a connection the server keeps open: seen at the
+    second read, not when --timeout runs out (the tail of [DONE] is a read too short to tell)."""
+    server = fake(override={"/v1/chat/completions": done_diviso})
+    inizio = time.monotonic()
+    rc, out, err = carica(server.url, "--stream", "--richieste", "1", "--timeout", "5", *VELOCE)
+    assert rc == 0 and re.search(r"^  req 0: +[\d.]+ s +2 token", out, re.M), out + err
+    assert time.monotonic() - inizio < 4
+
+
 def test_nessuna_cornice_mentre_il_flusso_scorre(fake, carica, monkeypatch, tmp_path):
     """While a stream flows the reader only keeps its reads: the framing, the stamps and the JSON wait until
     a read may have ended it. Ten chunks 30 ms apart: framed at the headers and at the end, not a read at a time."""
@@ -159,7 +189,7 @@ def test_nessuna_cornice_mentre_il_flusso_scorre(fake, carica, monkeypatch, tmp_
     assert rc == 0, out + err
     (richiesta,) = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
     assert len(richiesta["chunk_s"]) == 10 and richiesta["chunk_s"][-1] - richiesta["chunk_s"][0] >= 0.25, richiesta
-    assert len(inquadrate) <= 3 and sum(inquadrate) >= 4, inquadrate  # reads framed together, not one by one
+    assert len(inquadrate) <= 3 and sum(inquadrate) >= 3 * 4, inquadrate  # reads framed together (3 entries a read)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's receive time is Linux's")

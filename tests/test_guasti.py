@@ -325,18 +325,27 @@ def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
         except OSError:  # the fake closed at the end of the test
             pass
 
-    threading.Thread(target=un_altro_client, daemon=True).start()
-    limite = time.monotonic() + 10
-    while server.occupati() == 0 and time.monotonic() < limite:
-        time.sleep(0.01)
+    def attendi_un_altro_client():
+        threading.Thread(target=un_altro_client, daemon=True).start()
+        limite = time.monotonic() + 10
+        while server.occupati() == 0 and time.monotonic() < limite:
+            time.sleep(0.01)
+
+    attendi_un_altro_client()
     rc, out, err = carica(server.url, "--richieste", "3", "--token", "10", "--spiega", *VELOCE)
     assert rc == 0 and out.startswith("server: 1 slot"), out
     assert "carico.py: attenzione: il server sta già lavorando (1 slot su 1 occupati prima della prova" in err, err
     # what the server's timings prove counts this run's requests alone: said, and the wait that was real
-    assert "il server aveva già 1 slot occupato prima della prova: il picco, la coda e l'attesa in coda" in err, err
+    assert ("il server aveva già 1 slot occupato prima della prova: quello che i tempi del server provano (slot "
+            "occupati insieme, coda, attesa in coda) conta solo le richieste di questa prova") in err, err
     frase = re.search(r"la più sfortunata è la req (\d): [\d.]+ s in coda .*? Ma il server aveva già altre richieste "
-                      r"prima della prova, e queste ne contano solo le sue: dall'invio allo slot la req \1 ha aspettato "
-                      r"[\d.]+ s\.", out)
+                      r"prima della prova, e questi conti vedono solo quelle della prova: dall'invio allo slot la req \1 "
+                      r"ha aspettato [\d.]+ s\.", out)
     assert frase, out
     assert "il server ne contava di più" in out and "rimaste da una prova interrotta" in out, out  # Little's law
+    attendi_un_altro_client()
+    rc, out, err = carica(server.url, "--richieste", "1", "--token", "10", "--spiega", *VELOCE)  # alone behind it
+    assert rc == 0 and "Nessuna richiesta ha aspettato uno slot" not in out, out
+    assert re.search(r"Nessuna richiesta ha aspettato dietro le altre della prova, ma il server aveva già altre richieste "
+                     r"prima della prova: dall'invio allo slot la req 0 ha aspettato [\d.]+ s\.", out), out
     server.close()
