@@ -318,7 +318,7 @@ def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
     assert rc == 0 and "sta già lavorando" not in err and "aveva già" not in err, err
     def un_altro_client():
         richiesta = urllib.request.Request(server.url + "/v1/chat/completions", json.dumps(
-            {"messages": [{"role": "user", "content": "x"}], "max_tokens": 200}).encode(),
+            {"messages": [{"role": "user", "content": "x"}], "max_tokens": 400}).encode(),
             {"Content-Type": "application/json"})
         try:
             urllib.request.urlopen(richiesta, timeout=30).read()
@@ -332,7 +332,7 @@ def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
             time.sleep(0.01)
 
     attendi_un_altro_client()
-    rc, out, err = carica(server.url, "--richieste", "3", "--token", "10", "--spiega", *VELOCE)
+    rc, out, err = carica(server.url, "--richieste", "3", "--token", "20", "--spiega", *VELOCE)
     assert rc == 0 and out.startswith("server: 1 slot"), out
     assert "carico.py: attenzione: il server sta già lavorando (1 slot su 1 occupati prima della prova" in err, err
     # what the server's timings prove counts this run's requests alone: said, and the wait that was real
