@@ -2485,7 +2485,8 @@ class LettoreFlussi:
     def _da_inquadrare(selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
         """A stream that may have ended: no longer read, nor under its deadline (all its bytes may be here), until
         it is framed."""
-        selettore.unregister(flusso.sock)
+        with contextlib.suppress(KeyError, ValueError, OSError):  # (as in _fine)
+            selettore.unregister(flusso.sock)
         attivi.pop(flusso.numero, None)
         da_chiudere.append(flusso)
 
