@@ -632,8 +632,8 @@ class Sessione:
     def prova(self, client: Client, info: InfoServer, piano: Piano, primo_prompt: int = 0,
               configurazione: Optional[Configurazione] = None) -> Prova:
         """One run: look at the machine, write the `server:` line, fire the load, print the report."""
-        macchina = guarda_la_macchina()
         occupati_prima = guarda_il_server(client, info)
+        macchina = guarda_la_macchina(bool(occupati_prima))
         print(riga_server(info) + (riga_kv_unificata(info) if info.kv_unificata else ""), flush=True)  # step 5
         esecuzione = esegui_carico(client, piano, info, primo_prompt, osservatore=self.osservatore(client, info))
         prova = Prova(info, esecuzione, piano, configurazione, macchina, occupati_prima)
@@ -951,13 +951,16 @@ class Macchina(NamedTuple):
     cpu_occupata: Optional[float]  # share of all cores busy over a short look, 0..1
 
 
-def guarda_la_macchina() -> Macchina:
-    """Look at the machine before a run, and say on stderr when it is already busy."""
+def guarda_la_macchina(server_al_lavoro: bool = False) -> Macchina:
+    """Look at the machine before a run, and say on stderr when it is already busy (`server_al_lavoro`: the
+    server's slots were, so part of that CPU may be its own)."""
     macchina = osserva_macchina()
     motivo = macchina_occupata(macchina)
     if motivo:
-        print(f"carico.py: attenzione: la macchina è già occupata ({motivo}): le cifre saranno falsate, "
-              "perché il server si divide i core con gli altri processi. Chiudi i processi pesanti e ripeti",
+        perche = ("anche dal server stesso, che sta ancora lavorando (vedi sopra): aspetta che finisca, chiudi i "
+                  "processi pesanti e ripeti") if server_al_lavoro else (
+                  "perché il server si divide i core con gli altri processi. Chiudi i processi pesanti e ripeti")
+        print(f"carico.py: attenzione: la macchina è già occupata ({motivo}): le cifre saranno falsate, {perche}",
               file=sys.stderr, flush=True)
     return macchina
 
@@ -971,9 +974,13 @@ def guarda_il_server(client: Client, info: InfoServer) -> Optional[int]:
     risposta = chiedi(client, "/slots")
     occupati = conta_occupati(leggi_json(risposta.corpo)) if risposta.status == 200 else None
     if occupati:
+        metriche = chiedi(client, "/metrics") if info.metrics_disponibile else None
+        in_coda = richieste_in_coda(metriche.corpo) if metriche and metriche.status == 200 else None
+        coda = f" e {quante(in_coda, 'richiesta', 'richieste')} in coda" if in_coda else ""
         print(f"carico.py: attenzione: il server sta già lavorando ({occupati} slot su {fmt(info.n_slot, 'd')} "
-              "occupati prima della prova: richieste di una prova interrotta, o di un altro client): le cifre saranno "
-              "falsate. Aspetta che gli slot si liberino (o riavvia il server) e ripeti", file=sys.stderr, flush=True)
+              f"occupati{coda} prima della prova: richieste di una prova interrotta, o di un altro client): le cifre "
+              "saranno falsate. Aspetta che gli slot si liberino (o riavvia il server) e ripeti", file=sys.stderr,
+              flush=True)
     return occupati
 
 
@@ -4002,6 +4009,7 @@ def riga_little(prova: Prova) -> Optional[str]:
         if differenza > 0:
             return riga + (f"{differenza:.2f} in media erano inviate ma non ancora nel server ({quanto}): in viaggio, "
                            "lette e tokenizzate, o in attesa di una connessione")
+        quanto = f"{-differenza:.2f} in più ±{mezzo:.2f} al 95% su {len(coppie)} letture"
         return riga + (f"il server ne contava di più ({quanto}): richieste che il client non aveva in volo (di un "
                        "altro client, rimaste da una prova interrotta, o lasciate da questa per --timeout)")
     if abs(differenza) + mezzo < 1:
@@ -4587,6 +4595,8 @@ def spiegazione(prova: Prova) -> List[str]:
         if oltre(piano).ritmo:
             partite = (f"Sono partite {e.n_richieste} richieste, {fmt(invii_al_secondo(prova), '.2f')} al secondo,"
                        if e.n_richieste > 1 else "È partita una sola richiesta")
+        elif e.n_richieste == 1:
+            partite = "È partita una sola richiesta"
         elif insieme == 1:
             partite = "Le richieste sono partite una alla volta (--parallele 1),"
         else:
@@ -4601,20 +4611,18 @@ def spiegazione(prova: Prova) -> List[str]:
     tetto = attese_del_tetto(prova)
     if attese:
         aspettato, in_coda = in_coda_davvero(prova), attese_a_slot_pieni(ok, info.n_slot)
-        if aspettato:
+        if prova.occupati_prima:  # its timings see this run's requests alone: the wait from the send is the true one
+            lenta = max(attese, key=attese.get)
+            latenza = next(r.latenza for r in ok if r.indice == lenta)
+            frasi.append(f"Il server aveva già altre richieste prima della prova, che i suoi tempi non mostrano: "
+                         f"dall'invio allo slot la più lenta, la req {lenta}, ha aspettato {attese[lenta]:.2f} s su "
+                         f"{latenza:.2f} s di latenza ({attese[lenta] / latenza:.0%}).")
+        elif aspettato:
             r = max(aspettato, key=lambda q: in_coda[q.indice])
             frasi.append(f"{quante(len(aspettato), 'richiesta', 'richieste')} su {len(ok)} "
                          f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
                          f"sfortunata è la req {r.indice}: {in_coda[r.indice]:.2f} s in coda (con tutti gli slot "
-                         f"occupati) su {r.latenza:.2f} s di latenza ({in_coda[r.indice] / r.latenza:.0%})." + (
-                             f" Ma il server aveva già altre richieste prima della prova, e questi conti vedono solo "
-                             f"quelle della prova: dall'invio allo slot la req {r.indice} ha aspettato "
-                             f"{attese[r.indice]:.2f} s." if prova.occupati_prima else ""))
-        elif prova.occupati_prima:  # none waited behind this run's own: behind the others, maybe
-            lenta = max(attese, key=attese.get)
-            frasi.append(f"Nessuna richiesta ha aspettato dietro le altre della prova, ma il server aveva già altre "
-                         f"richieste prima della prova: dall'invio allo slot la req {lenta} ha aspettato "
-                         f"{attese[lenta]:.2f} s.")
+                         f"occupati) su {r.latenza:.2f} s di latenza ({in_coda[r.indice] / r.latenza:.0%}).")
         elif not tetto and not non_inviate and not tagliata:
             massima = max(attese.values())
             perche = ("il viaggio della richiesta" if massima < VIAGGIO_MAX else "con uno slot libero: il server, "

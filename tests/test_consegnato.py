@@ -123,9 +123,14 @@ def test_griglia_np_e_token_risponde_alla_domanda_del_lab(capsys):
     out, err = capsys.readouterr()
     assert rc == 0, out + err
     (a, b), esito = griglia_np_token(out, (1, 4), (8, 32))
-    verso = "è cresciuto" if b > 1.1 * a else "è calato" if b < a / 1.1 else "è rimasto lo stesso, entro il 10%"
-    assert esito.startswith(f"con risposte più lunghe (token=8 -> token=32) il vantaggio del batching {verso}: "
-                            f"×{a:.2f} -> ×{b:.2f}"), esito
+    versi = {"è cresciuto" if b > 1.1 * a else "è calato" if b < a / 1.1 else "è rimasto lo stesso, entro il 10%"}
+    stesso = "è rimasto lo stesso, entro il 10%"
+    if abs(b / a - 1.1) < 0.01:  # the printed ratios are rounded: at the 10% edge carico decides on the exact ones
+        versi |= {"è cresciuto", stesso}
+    if abs(a / b - 1.1) < 0.01:
+        versi |= {"è calato", stesso}
+    assert any(esito.startswith(f"con risposte più lunghe (token=8 -> token=32) il vantaggio del batching {verso}: "
+                                f"×{a:.2f} -> ×{b:.2f}") for verso in versi), esito
 
 
 def test_avvia_kv_unified_detto_e_rapporto_np(capsys):
