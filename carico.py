@@ -46,7 +46,7 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, 
 # Some modules are imported where they are used (http.client, concurrent.futures, statistics...):
 # `--help` and a bad flag answer at once, and a lab run never loads what only an extra needs.
 
-__version__ = "1.7.0"
+__version__ = "1.7.1"
 
 # The eight prompts of the lab, one per request. Each opens with different words, so two requests
 # share no prefix beyond the chat template's.
@@ -2212,6 +2212,18 @@ class Flusso:
         self.letture += (t, stampo, dati)
         if self.status is not None and self._a_pezzi:
             return forse_la_fine(dati)
+        if self.status is None and self.stampi and not self._buffer:
+            # A first read with the usual headers (a thousand streams start together): they are taken off
+            # here, the body framed later with the reads after it; anything else goes the general way
+            fine = dati.find(b"\r\n\r\n")
+            if fine > 0 and dati.startswith(b"HTTP/1.1 200 ") and (
+                    b"\r\ntransfer-encoding: chunked\r\n" in dati[:fine + 2].lower()):
+                self.status, self._a_pezzi, self.solo_letture = 200, True, True
+                corpo = dati[fine + 4:]
+                del self.letture[-3:]
+                if corpo:
+                    self.letture += (t, stampo, corpo)
+                return bool(corpo) and forse_la_fine(corpo)
         return self.inquadra()
 
     def inquadra(self) -> bool:
@@ -2395,22 +2407,15 @@ class LettoreFlussi:
                     if not (nuovi or attivi or da_chiudere) and time.monotonic() - riposa_da >= self.RIPOSO:
                         self._thread = None
                         return
-                for flusso in nuovi:
-                    flusso.numero = next(numeri)
-                    flusso.scarto = scarto
-                    try:
-                        if flusso.richiesta:  # sent here, at the start (see Partenza)
-                            self._invia(flusso)
-                        flusso.sock.setblocking(False)
-                        selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
-                    except NonInviata as exc:
-                        self._fine(selettore, attivi, flusso, exc)
-                        continue
-                    except (OSError, ValueError) as exc:  # closed already (Ctrl+C)
-                        self._fine(selettore, attivi, flusso, exc if isinstance(exc, OSError) else OSError(str(exc)))
-                        continue
-                    attivi[flusso.numero] = flusso
-                    heapq.heappush(scadenze, (flusso.scadenza, flusso.numero))
+                for flusso in nuovi:  # the start's requests first, sent one right after the other (see Partenza)
+                    flusso.numero, flusso.scarto = next(numeri), scarto
+                    if flusso.richiesta:
+                        self._un_passo(selettore, attivi, flusso, self._invia, flusso)
+                for flusso in nuovi:  # then every new stream is read from here on
+                    if not flusso.finito.is_set() and self._un_passo(selettore, attivi, flusso, self._da_leggere,
+                                                                   selettore, flusso):
+                        attivi[flusso.numero] = flusso
+                        heapq.heappush(scadenze, (flusso.scadenza, flusso.numero))
                 adesso = time.monotonic()
                 while scadenze and (scadenze[0][1] not in attivi or scadenze[0][0] <= adesso):
                     flusso = attivi.get(heapq.heappop(scadenze)[1])
@@ -2444,16 +2449,41 @@ class LettoreFlussi:
             for s in sveglia:
                 s.close()
 
+    def _un_passo(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso, passo, *argomenti) -> bool:
+        """`passo(*argomenti)`, a step of `flusso`'s; False, with the stream ended by its error, if it raised."""
+        try:
+            passo(*argomenti)
+            return True
+        except NonInviata as exc:
+            self._fine(selettore, attivi, flusso, exc)
+        except (OSError, ValueError) as exc:  # closed already (Ctrl+C)
+            self._fine(selettore, attivi, flusso, exc if isinstance(exc, OSError) else OSError(str(exc)))
+        return False
+
     def _invia(self, flusso: Flusso) -> None:
-        """A request made ready before the start: its time, then its bytes, all at once (a request larger
-        than the socket's buffer waits for the server to take it, within the deadline)."""
+        """A request made ready before the start, on a socket already non-blocking: its time, then its bytes
+        in one system call (a request larger than the socket's buffer waits for the server to take the rest,
+        within the deadline)."""
         if self._client.annullato.is_set():  # Ctrl+C before the start: nothing is sent
             raise NonInviata(NON_INVIATA)
         flusso.scadenza = time.monotonic() + flusso.timeout  # --timeout counts from the send
-        flusso.sock.settimeout(flusso.timeout)
         flusso.inviata = time.perf_counter()
-        flusso.sock.sendall(flusso.richiesta)
+        try:
+            inviati = flusso.sock.send(flusso.richiesta)
+        except BlockingIOError:
+            inviati = 0
+        if inviati < len(flusso.richiesta):
+            flusso.sock.settimeout(max(0.001, flusso.scadenza - time.monotonic()))
+            flusso.sock.sendall(flusso.richiesta[inviati:])
         flusso.richiesta = b""
+
+    @staticmethod
+    def _da_leggere(selettore, flusso: Flusso) -> None:
+        import selectors
+
+        if flusso.sock.gettimeout() != 0.0:  # (a stream of the start's is non-blocking already)
+            flusso.sock.setblocking(False)
+        selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
 
     def _leggi(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
         """What the socket has now: one read (TLS: until nothing is left decrypted), given to the stream; a
@@ -2640,7 +2670,8 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
                 sock.settimeout(max(0.001, scadenza - time.monotonic()))
                 flusso.inviata = time.perf_counter()
                 sock.sendall(richiesta)
-            else:
+            else:  # sent at the start in one system call: the socket made non-blocking now, before the clock
+                sock.setblocking(False)
                 flusso.richiesta, flusso.timeout = richiesta, timeout
             client.flussi.segui(flusso, partenza)
             flusso.finito.wait()  # the reader always sets it: at the end, an error, the deadline

@@ -2,8 +2,9 @@
  *
  * One thread, epoll, every streamed answer written on an absolute CLOCK_MONOTONIC schedule (the clock
  * of Python's time.perf_counter on Linux); while streams are open it never sleeps (it polls: a sleeping
- * thread on a virtual machine wakes up to 2 ms late, and the fake has its own core): headers and the role chunk when the request has arrived,
- * token k at arrival + FIRST_MS + k * GAP_MS, then finish_reason, usage and [DONE] with the last token.
+ * thread on a virtual machine wakes up to 2 ms late, and the fake has its own core): the headers and the role chunk
+ * in one write when the request has arrived, token k at arrival + FIRST_MS + k * GAP_MS, then finish_reason,
+ * usage, [DONE] and the last chunk in one write right after the last token.
  * Its own lateness (each write's time minus its due time) and every write's time are logged, so that the
  * bench compares carico's figures with what really left the server.
  *
@@ -91,10 +92,58 @@ static void scrivi(int fd, const char *s, size_t n) {
     }
 }
 
+/* one SSE event as one HTTP chunk, into buf: its length */
+static int evento_in(char *buf, size_t spazio, const char *dati) {
+    return snprintf(buf, spazio, "%zx\r\ndata: %s\n\n\r\n", strlen(dati) + 8, dati);
+}
+
 static void evento(int fd, const char *dati) {
     char buf[1024];
-    int n = snprintf(buf, sizeof buf, "%zx\r\ndata: %s\n\n\r\n", strlen(dati) + 8, dati);
-    scrivi(fd, buf, (size_t)n);
+    scrivi(fd, buf, (size_t)evento_in(buf, sizeof buf, dati));
+}
+
+/* A stream that has ended is closed, and logged, when nothing is due: closing costs the loop more
+   than a write, and a thousand streams end within a few milliseconds of each other. */
+static int da_chiudere[MAXC], nchiudere;
+static FILE *log;
+
+static void chiudi(int fd) {
+    Conn *c = &conns[fd];
+    close(fd);
+    c->stato = 0;
+    fprintf(log, "%s\t%lld", c->tag, c->arrivo);
+    for (int k = 0; k < tokens; k++) fprintf(log, "\t%lld,%lld", c->prima[k], c->scritti[k]);
+    fprintf(log, "\n");
+}
+
+/* Every write that is due: called between any two other things the loop does (a request read, a
+   connection accepted), so that a burst of arrivals never holds a due token back. */
+static int finiti;
+
+static void dovuti(void) {
+    long long adesso = ora();
+    while (nheap > 0 && chiave(0) <= adesso) {
+        int fd = heap[0];
+        Conn *c = &conns[fd];
+        c->prima[c->k] = ora();
+        evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":null,\"delta\":{\"content\":\"parola \"}}]}");
+        c->scritti[c->k++] = adesso = ora();
+        if (c->k == tokens) {
+            /* the end in one write: finish_reason, usage, [DONE] and the last chunk */
+            char usage[256], fine[1024];
+            snprintf(usage, sizeof usage, "{\"choices\":[],\"usage\":{\"completion_tokens\":%d,\"prompt_tokens\":20,"
+                     "\"total_tokens\":%d}}", tokens, tokens + 20);
+            int n = evento_in(fine, sizeof fine, "{\"choices\":[{\"index\":0,\"finish_reason\":\"length\",\"delta\":{}}]}");
+            n += evento_in(fine + n, sizeof fine - n, usage);
+            n += evento_in(fine + n, sizeof fine - n, "[DONE]");
+            n += snprintf(fine + n, sizeof fine - n, "0\r\n\r\n");
+            scrivi(fd, fine, (size_t)n);
+            da_chiudere[nchiudere++] = fd;
+            finiti++;
+            heap[0] = heap[--nheap];
+        }
+        giu(0);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -102,7 +151,7 @@ int main(int argc, char **argv) {
     int porta = atoi(argv[1]), attesi = atoi(argv[2]);
     tokens = atoi(argv[3]);
     if (tokens > MAXTOK) tokens = MAXTOK;
-    FILE *log = fopen(argv[4], "w");
+    log = fopen(argv[4], "w");
     int ascolto = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), uno = 1;
     setsockopt(ascolto, SOL_SOCKET, SO_REUSEADDR, &uno, sizeof uno);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(porta), .sin_addr.s_addr = htonl(0x7f000001)};
@@ -115,15 +164,16 @@ int main(int argc, char **argv) {
     epoll_ctl(ep, EPOLL_CTL_ADD, ascolto, &ev);
     printf("pronto\n");
     fflush(stdout);
-    int finiti = 0;
     struct epoll_event eventi[256];
     while (finiti < attesi) {
         int n = epoll_wait(ep, eventi, 256, nheap > 0 ? 0 : 1000);
         for (int i = 0; i < n; i++) {
+            dovuti();
             int fd = eventi[i].data.fd;
             if (fd == -1) {
                 int c;
                 while ((c = accept4(ascolto, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
+                    dovuti();
                     if (c >= MAXC) { close(c); continue; }
                     if (c > maxfd) maxfd = c;
                     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &uno, sizeof uno);
@@ -176,8 +226,10 @@ int main(int argc, char **argv) {
                 if (p) { strncpy(c->tag, p + 12, 40); c->tag[40] = 0; char *q = strchr(c->tag, '"'); if (q) *q = 0; }
                 const char *testa = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
                                     "Connection: close\r\n\r\n";
-                scrivi(fd, testa, strlen(testa));
-                evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":null,\"delta\":{\"role\":\"assistant\",\"content\":null}}]}");
+                char primo[1024];
+                int n = snprintf(primo, sizeof primo, "%s", testa);
+                n += evento_in(primo + n, sizeof primo - n, "{\"choices\":[{\"index\":0,\"finish_reason\":null,\"delta\":{\"role\":\"assistant\",\"content\":null}}]}");
+                scrivi(fd, primo, (size_t)n); /* one write: the headers and the role chunk */
                 c->stato = 2;
                 c->k = 0;
                 heap[nheap++] = fd;
@@ -185,33 +237,10 @@ int main(int argc, char **argv) {
                 epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL); /* nothing more to read from it */
             }
         }
-        /* every write that is due */
-        long long adesso = ora();
-        while (nheap > 0 && chiave(0) <= adesso) {
-            int fd = heap[0];
-            Conn *c = &conns[fd];
-            c->prima[c->k] = ora();
-            evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":null,\"delta\":{\"content\":\"parola \"}}]}");
-            c->scritti[c->k++] = adesso = ora();
-            if (c->k == tokens) {
-                char fine[512];
-                evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":\"length\",\"delta\":{}}]}");
-                snprintf(fine, sizeof fine, "{\"choices\":[],\"usage\":{\"completion_tokens\":%d,\"prompt_tokens\":20,"
-                         "\"total_tokens\":%d}}", tokens, tokens + 20);
-                evento(fd, fine);
-                evento(fd, "[DONE]");
-                scrivi(fd, "0\r\n\r\n", 5);
-                close(fd);
-                c->stato = 0;
-                fprintf(log, "%s\t%lld", c->tag, c->arrivo);
-                for (int k = 0; k < tokens; k++) fprintf(log, "\t%lld,%lld", c->prima[k], c->scritti[k]);
-                fprintf(log, "\n");
-                finiti++;
-                heap[0] = heap[--nheap];
-            }
-            giu(0);
-        }
+        if (nchiudere > 0 && (nheap == 0 || chiave(0) > ora())) chiudi(da_chiudere[--nchiudere]);
+        dovuti();
     }
+    while (nchiudere > 0) chiudi(da_chiudere[--nchiudere]);
     fclose(log);
     return 0;
 }

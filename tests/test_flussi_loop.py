@@ -362,6 +362,37 @@ def test_la_cornice_a_pezzi_tagliata_ovunque():
             assert davanti, taglio
 
 
+BREVE = {"solita": TESTA, "maiuscole": TESTA.replace(b"Transfer-Encoding: chunked", b"TRANSFER-ENCODING: Chunked")}
+GENERALE = {"gzip, chunked": TESTA.replace(b"chunked", b"gzip, chunked"), "503": TESTA.replace(b"200 OK", b"503 Busy"),
+            "HTTP/1.0": TESTA.replace(b"HTTP/1.1", b"HTTP/1.0"), "100 Continue": b"HTTP/1.1 100 Continue\r\n\r\n" + TESTA}
+
+
+@pytest.mark.parametrize("testa", [*BREVE.values(), *GENERALE.values()], ids=[*BREVE, *GENERALE])
+def test_la_prima_lettura_per_la_via_breve(testa):
+    """A first read that brings the usual headers whole, on a socket the kernel stamps, takes them off at once
+    and leaves the body to be framed with the later reads (a thousand streams start together); any other
+    takes the general way. Cut into two reads at every byte: the same status, body and times as the general
+    way gives."""
+    from test_flussi import FLUSSO
+
+    risposta = testa + b"".join(chunk(FLUSSO[i:i + 7]) for i in range(0, len(FLUSSO), 7)) + chunk(b"")
+    for taglio in range(1, len(risposta)):
+        breve, generale = carico.Flusso(socket.socket(), 0.0), carico.Flusso(socket.socket(), 0.0)
+        breve.stampi = True
+        try:
+            breve.letto(1.0, b"", risposta[:taglio])
+            per_la_breve = testa in BREVE.values() and taglio >= len(testa)  # (else framed at once: nothing kept)
+            assert (breve.status, bool(breve.letture), breve.blocchi) == (
+                200, taglio > len(testa), []) if per_la_breve else not breve.letture, taglio
+            breve.letto(2.0, b"", risposta[taglio:])
+            breve.inquadra()
+            generale.arrivati(1.0, risposta[:taglio]) or generale.arrivati(2.0, risposta[taglio:])
+        finally:
+            breve.sock.close()
+            generale.sock.close()
+        assert (breve.status, breve.fine_trovata, breve.blocchi) == (generale.status, True, generale.blocchi), taglio
+
+
 def test_una_lettura_un_pezzo_intero():
     """One whole chunk a read, as llama.cpp writes them: a size with an extension, CRLF inside the data, the
     last chunk on its own, each read's payload with its time; a size that is not hex is an error."""
@@ -463,6 +494,32 @@ def test_i_primi_flussi_partono_dal_lettore(fake, carica, monkeypatch, tmp_path)
     assert [(r["errore"], len(r["chunk_s"])) for r in richieste] == [(None, 4)] * 10
     primi = sorted(r["inizio_s"] for r in richieste)[:4]
     assert 0 <= primi[0] and all(0 < r["primo_token_s"] <= r["latenza_s"] for r in richieste), richieste
+
+
+def test_una_richiesta_che_non_entra_in_una_sola_scrittura(fake, carica, monkeypatch, tmp_path):
+    """At the start each request goes in one system call; one the socket takes only in part (larger than its
+    buffer), or not at all yet, is sent whole all the same, within its deadline: the server reads every
+    body whole, and every stream is timed."""
+    originale, volte = socket.socket.send, []
+
+    def in_parte(self, dati, *argomenti):
+        if threading.current_thread().name != "flussi":
+            return originale(self, dati, *argomenti)
+        volte.append(len(dati))
+        if len(volte) == 1:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return originale(self, dati[:len(dati) // 3], *argomenti)
+
+    monkeypatch.setattr(socket.socket, "send", in_parte)
+    corpi = []
+    server = fake(n_slot=3, s_per_token=0.002, override={"/v1/chat/completions": lambda h, c: (
+        corpi.append(json.loads(c)), h.stream(corpi[-1]))[1]})
+    rc, out, err = carica(server.url, "--stream", "--richieste", "3", "--parallele", "3", "--token", "4",
+                          "--json", str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    assert len(volte) == 3 and len(corpi) == 3 and all(c["stream"] for c in corpi), (volte, out)
+    richieste = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    assert [(r["errore"], len(r["chunk_s"])) for r in richieste] == [(None, 4)] * 3
 
 
 def test_connessioni_rifiutate_prima_della_partenza(fake, carica, monkeypatch):
