@@ -2892,6 +2892,8 @@ def righe_ritmo(prova: Prova) -> List[str]:
             if piano_oltre.durata and mancate:  # the schedule's rate over the duration, the unsent included
                 programmato = (len(e.risultati) + mancate) / piano_oltre.durata
             programma = f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}"
+            if piano_oltre.arrivi == "poisson" and programmato and abs(programmato / piano_oltre.ritmo - 1) >= 0.05:
+                programma += f" (intervalli estratti a caso: su {quante(len(previsti), 'richiesta', 'richieste')} si scosta dal chiesto)"
         else:
             programma = (f"traccia di {piano_oltre.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
                          f"{fmt(max(previsti, default=None), '.2f s')} nel file ({fmt(ritmo_di(previsti), '.2f req/s')})")
@@ -4685,7 +4687,7 @@ def spiegazione(prova: Prova) -> List[str]:
         gamma = f"{min(velocita):.1f}" + (f"-{max(velocita):.1f}" if f"{min(velocita):.1f}" != f"{max(velocita):.1f}" else "")
         frasi.append(f"Nel proprio slot ogni richiesta generava {gamma} t/s; "
                      f"tutte insieme hanno fatto {s.throughput:.1f} token/s di throughput aggregato, "
-                     f"{s.throughput / media_slot:.1f} volte la velocità media di uno slot ({media_slot:.1f} t/s: i token "
+                     f"{volte(s.throughput / media_slot)} volte la velocità media di uno slot ({media_slot:.1f} t/s: i token "
                      "generati sul tempo che gli slot ci hanno messo).")
     if info.n_ctx_slot is not None:
         frase = (f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified)"
@@ -4771,6 +4773,12 @@ def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
             f"ma le risposte sono arrivate una dopo l'altra, circa {media(distacchi):.2f} s l'una dall'altra (latenze "
             f"{latenze} s: ognuna la precedente più il tempo di servirne una). Se ne deduce che il server le ha servite una alla "
             "volta, e le altre aspettavano in coda: è una deduzione dalle latenze, non una misura del server.")
+
+
+def volte(rapporto: float) -> str:
+    """A ratio as 'N volte' says it: one decimal from about 1 up, two below (never '0.0 volte': a slow --ritmo
+    leaves the slots idle most of the time)."""
+    return f"{rapporto:.1f}" if rapporto >= 0.95 else f"{rapporto:.2f}" if rapporto >= 0.01 else "meno di 0.01"
 
 
 def maiuscola(frase: str) -> str:

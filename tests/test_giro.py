@@ -58,6 +58,17 @@ def test_la_velocita_media_di_uno_slot_pesata_sul_tempo():
     assert f"{prova.riepilogo.throughput / media_pesata:.1f} volte" in frase
 
 
+@pytest.mark.parametrize("fine, detto", [(1.0, "2.0 volte"), (4.0, "0.50 volte"), (40.0, "0.05 volte"),
+                                         (500.0, "meno di 0.01 volte")])
+def test_la_velocita_di_uno_slot_lenta_non_e_zero_volte(fine, detto):
+    """A slow --ritmo leaves the slots idle most of the time: the throughput, a small share of one slot's
+    speed, was said as "0.0 volte la velocità media di uno slot"."""
+    prova = una_prova([Risultato(0, 0.0, 1.0, 32, 32.0, 5.0, 1000.0), Risultato(1, fine - 1.0, fine, 32, 32.0, 5.0, 1000.0)],
+                      n_slot=2, n_ctx=2048)
+    (frase,) = [f for f in carico.spiegazione(prova) if f.startswith("Nel proprio slot")]
+    assert f"token/s di throughput aggregato, {detto} la velocità media di uno slot (32.0 t/s" in frase, frase
+
+
 def test_passo_4_spiegato():
     """The tour: --spiega on the sheet's step 4 said only "non ci sono cifre da leggere". It now says what
     the request asked, what the slot had, and what makes it fit."""
@@ -195,3 +206,20 @@ def test_un_file_che_manca_detto_in_italiano(capsys, tmp_path):
             carico.main(argomenti)
         assert uscita.value.code == 2
         assert capsys.readouterr().err.splitlines()[-1].endswith(f"non riesco a leggere '{argomenti[1]}': {attesa}")
+
+
+@pytest.mark.parametrize("seme, arrivi, spiegato", [(2, "poisson", True), (10, "poisson", False), (None, "costanti", False)])
+def test_il_ritmo_del_programma_estratto_a_caso(fake, carica, seme, arrivi, spiegato):
+    """`--ritmo 2` printed "nel programma 2.16" with no word on why the schedule is not the rate asked: its
+    Poisson intervals are drawn at random, and 8 requests stray from it (seed 2: 33.43 for 50). Said where
+    the schedule strays by 5% or more (FIRE), not where it keeps the rate (seed 10: 50.18) nor with constant
+    arrivals (SILENT)."""
+    server = fake(n_slot=4, s_per_token=0.001)
+    caso = ("--seme", str(seme)) if arrivi == "poisson" else ()
+    rc, out, err = carica(server.url, "--ritmo", "50", "--arrivi", arrivi, *caso, "--richieste", "8",
+                          "--parallele", "8", "--token", "1")
+    assert rc == 0, out + err
+    (riga,) = [r for r in out.splitlines() if r.startswith("ritmo chiesto 50 req/s")]
+    programma = float(re.search(r"nel programma (\d+\.\d\d)", riga).group(1))
+    assert (abs(programma / 50 - 1) >= 0.05) == spiegato, riga
+    assert ("(intervalli estratti a caso: su 8 richieste si scosta dal chiesto), inviate davvero" in riga) == spiegato, riga
