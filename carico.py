@@ -322,7 +322,8 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
         if domande and not oltre(piano).da_lanciare:
             pronti = avvia_i_lavoratori(esecutore, min(piano.parallele, len(domande)))  # before the clock
             if oltre(piano).stream:  # and the first streams made ready, sent at the start: see "Oltre il lab"
-                partenza = Partenza(client, esecutore, domande, pronti, piano.timeout, futuri)
+                partenza = Partenza(client)
+                partenza.prepara(esecutore, domande, pronti, piano.timeout, futuri)
         t0 = time.perf_counter()
         if partenza:
             partenza.parti(t0)
@@ -2214,7 +2215,8 @@ class Flusso:
             return forse_la_fine(dati)
         if self.status is None and self.stampi and not self._buffer:
             # A first read with the usual headers (a thousand streams start together): they are taken off
-            # here, the body framed later with the reads after it; anything else goes the general way
+            # here, the body framed later with the reads after it, as the short way does (solo_letture: only
+            # where the kernel stamps each read, the time a read keeps); anything else goes the general way
             fine = dati.find(b"\r\n\r\n")
             if fine > 0 and dati.startswith(b"HTTP/1.1 200 ") and (
                     b"\r\ntransfer-encoding: chunked\r\n" in dati[:fine + 2].lower()):
@@ -2400,6 +2402,12 @@ class LettoreFlussi:
         attivi: Dict[int, Flusso] = {}  # number -> the stream, while it is read
         da_chiudere: collections.deque = collections.deque()  # read out, maybe ended: framed when nothing is to read
         numeri, riposa_da = itertools.count(), time.monotonic()
+
+        def da_leggere(flusso: Flusso) -> None:
+            if flusso.sock.gettimeout() != 0.0:  # (a stream of the start's is non-blocking already)
+                flusso.sock.setblocking(False)
+            selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
+
         try:
             while True:
                 with self._lock:
@@ -2410,10 +2418,9 @@ class LettoreFlussi:
                 for flusso in nuovi:  # the start's requests first, sent one right after the other (see Partenza)
                     flusso.numero, flusso.scarto = next(numeri), scarto
                     if flusso.richiesta:
-                        self._un_passo(selettore, attivi, flusso, self._invia, flusso)
+                        self._un_passo(selettore, attivi, flusso, self._invia)
                 for flusso in nuovi:  # then every new stream is read from here on
-                    if not flusso.finito.is_set() and self._un_passo(selettore, attivi, flusso, self._da_leggere,
-                                                                   selettore, flusso):
+                    if not flusso.finito.is_set() and self._un_passo(selettore, attivi, flusso, da_leggere):
                         attivi[flusso.numero] = flusso
                         heapq.heappush(scadenze, (flusso.scadenza, flusso.numero))
                 adesso = time.monotonic()
@@ -2449,14 +2456,14 @@ class LettoreFlussi:
             for s in sveglia:
                 s.close()
 
-    def _un_passo(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso, passo, *argomenti) -> bool:
-        """`passo(*argomenti)`, a step of `flusso`'s; False, with the stream ended by its error, if it raised."""
+    def _un_passo(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso, passo) -> bool:
+        """`passo(flusso)`, a step before the stream is read; False, with the stream ended by its error, if it raised."""
         try:
-            passo(*argomenti)
+            passo(flusso)
             return True
         except NonInviata as exc:
             self._fine(selettore, attivi, flusso, exc)
-        except (OSError, ValueError) as exc:  # closed already (Ctrl+C)
+        except (OSError, ValueError) as exc:  # a send that failed, a socket closed meanwhile (Ctrl+C)
             self._fine(selettore, attivi, flusso, exc if isinstance(exc, OSError) else OSError(str(exc)))
         return False
 
@@ -2470,20 +2477,15 @@ class LettoreFlussi:
         flusso.inviata = time.perf_counter()
         try:
             inviati = flusso.sock.send(flusso.richiesta)
-        except BlockingIOError:
+        except OSError as exc:  # the buffer full: the whole request again (TLS asks for the same bytes)
+            ssl = sys.modules.get("ssl")  # imported by https (see con_tls)
+            if not (isinstance(exc, BlockingIOError) or (ssl and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError)))):
+                raise
             inviati = 0
         if inviati < len(flusso.richiesta):
             flusso.sock.settimeout(max(0.001, flusso.scadenza - time.monotonic()))
             flusso.sock.sendall(flusso.richiesta[inviati:])
         flusso.richiesta = b""
-
-    @staticmethod
-    def _da_leggere(selettore, flusso: Flusso) -> None:
-        import selectors
-
-        if flusso.sock.gettimeout() != 0.0:  # (a stream of the start's is non-blocking already)
-            flusso.sock.setblocking(False)
-        selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
 
     def _leggi(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
         """What the socket has now: one read (TLS: until nothing is left decrypted), given to the stream; a
@@ -2610,14 +2612,15 @@ class Partenza:
     threads would each wait to wake and take the interpreter's lock: 0.1-0.3 s from the first send to the
     last (measured at 1,000 streams, on a busy machine)."""
 
-    def __init__(self, client: Client, esecutore, domande: List[dict], quanti_pronti: int, timeout: float,
-                 futuri: list):
-        """Every request encoded, the first `quanti_pronti` connected and handed to `esecutore`'s workers
-        (their futures added to `futuri`), then waited for until they are at the start (a few seconds at
-        most: one that is late is sent when it comes)."""
+    def __init__(self, client: Client):
         self.client, self.t0, self.partita, self.in_attesa = client, 0.0, False, []  # (the reader's lock guards the last two)
         self.pronte = threading.Semaphore(0)  # one per stream handed to the reader before the start
-        apri_in_anticipo(client, domande, quanti_pronti, timeout)
+
+    def prepara(self, esecutore, domande: List[dict], quanti_pronti: int, timeout: float, futuri: list) -> None:
+        """Every request encoded, the first `quanti_pronti` connected and handed to `esecutore`'s workers
+        (their futures added to `futuri`), then waited for until they are at the start (a few seconds at
+        most: one that is late is sent when it comes). A Ctrl+C meanwhile: see ferma."""
+        apri_in_anticipo(self.client, domande, quanti_pronti, timeout)
         futuri += [esecutore.submit(self.invia, i, domanda, timeout) for i, domanda in enumerate(domande[:quanti_pronti])]
         scadenza = time.monotonic() + TIMEOUT_INFO
         for _ in range(quanti_pronti):
@@ -2888,12 +2891,13 @@ def righe_ritmo(prova: Prova) -> List[str]:
         if piano_oltre.ritmo:
             arrivi = f"arrivi di Poisson, seme {piano_oltre.seme}" if piano_oltre.arrivi == "poisson" else "arrivi costanti"
             programmato = ritmo_di(previsti)
-            mancate = oltre(e).non_inviate + oltre(e).in_ritardo
+            mancate, nel_programma = oltre(e).non_inviate + oltre(e).in_ritardo, len(previsti)
             if piano_oltre.durata and mancate:  # the schedule's rate over the duration, the unsent included
-                programmato = (len(e.risultati) + mancate) / piano_oltre.durata
+                nel_programma = len(e.risultati) + mancate
+                programmato = nel_programma / piano_oltre.durata
             programma = f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}"
             if piano_oltre.arrivi == "poisson" and programmato and abs(programmato / piano_oltre.ritmo - 1) >= 0.05:
-                programma += f" (intervalli estratti a caso: su {quante(len(previsti), 'richiesta', 'richieste')} si scosta dal chiesto)"
+                programma += f" (intervalli estratti a caso: su {quante(nel_programma, 'richiesta', 'richieste')} si scosta dal chiesto)"
         else:
             programma = (f"traccia di {piano_oltre.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
                          f"{fmt(max(previsti, default=None), '.2f s')} nel file ({fmt(ritmo_di(previsti), '.2f req/s')})")
@@ -4776,9 +4780,9 @@ def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
 
 
 def volte(rapporto: float) -> str:
-    """A ratio as 'N volte' says it: one decimal from about 1 up, two below (never '0.0 volte': a slow --ritmo
-    leaves the slots idle most of the time)."""
-    return f"{rapporto:.1f}" if rapporto >= 0.95 else f"{rapporto:.2f}" if rapporto >= 0.01 else "meno di 0.01"
+    """A ratio as 'N volte' says it: one decimal, two under 0.1 (never '0.0 volte': a slow --ritmo leaves the
+    slots idle most of the time)."""
+    return f"{rapporto:.1f}" if rapporto >= 0.1 else f"{rapporto:.2f}" if rapporto >= 0.01 else "meno di 0.01"
 
 
 def maiuscola(frase: str) -> str:

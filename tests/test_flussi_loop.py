@@ -496,10 +496,14 @@ def test_i_primi_flussi_partono_dal_lettore(fake, carica, monkeypatch, tmp_path)
     assert 0 <= primi[0] and all(0 < r["primo_token_s"] <= r["latenza_s"] for r in richieste), richieste
 
 
-def test_una_richiesta_che_non_entra_in_una_sola_scrittura(fake, carica, monkeypatch, tmp_path):
+@pytest.mark.parametrize("pieno", [BlockingIOError(11, "Resource temporarily unavailable"),
+                                   ssl.SSLWantWriteError(3, "The operation did not complete (write)")],
+                         ids=["BlockingIOError", "SSLWantWriteError"])
+def test_una_richiesta_che_non_entra_in_una_sola_scrittura(fake, carica, monkeypatch, tmp_path, pieno):
     """At the start each request goes in one system call; one the socket takes only in part (larger than its
-    buffer), or not at all yet, is sent whole all the same, within its deadline: the server reads every
-    body whole, and every stream is timed."""
+    buffer), or not at all yet (a TLS socket says so with SSLWantWriteError, and once failed so as an error
+    of TLS), is sent whole all the same, within its deadline: the server reads every body whole, and every
+    stream is timed."""
     originale, volte = socket.socket.send, []
 
     def in_parte(self, dati, *argomenti):
@@ -507,7 +511,7 @@ def test_una_richiesta_che_non_entra_in_una_sola_scrittura(fake, carica, monkeyp
             return originale(self, dati, *argomenti)
         volte.append(len(dati))
         if len(volte) == 1:
-            raise BlockingIOError(11, "Resource temporarily unavailable")
+            raise pieno
         return originale(self, dati[:len(dati) // 3], *argomenti)
 
     monkeypatch.setattr(socket.socket, "send", in_parte)
@@ -536,6 +540,28 @@ def test_dopo_un_ctrl_c_la_partenza_non_invia_nulla(fake):
     assert isinstance(flusso.eccezione, carico.NonInviata) and str(flusso.eccezione) == carico.NON_INVIATA
     assert flusso.inviata == 0.0 and flusso.richiesta and server.richieste_ricevute == []
     client.lascia(sock)
+
+
+def test_ctrl_c_mentre_i_flussi_si_preparano(fake):
+    """Ctrl+C while the first streams are made ready before the clock (two of four handed to the reader, the
+    main thread waiting for the others): carico hung for good, its workers waiting for a start that never
+    came. Now it ends as any run stopped before the clock: nothing sent, exit 130, within seconds."""
+    from aiuti import CARICO
+
+    server = fake(n_slot=4, s_per_token=0.002)
+    codice = (f"import importlib.util, os, signal, sys\n"
+              f"spec = importlib.util.spec_from_file_location('carico', {CARICO!r})\n"
+              "carico = importlib.util.module_from_spec(spec); sys.modules['carico'] = carico; spec.loader.exec_module(carico)\n"
+              "originale = carico.LettoreFlussi.segui\n"
+              "def segui(self, flusso, partenza=None):\n"
+              "    originale(self, flusso, partenza)\n"
+              "    if partenza is not None and len(partenza.in_attesa) == 2:\n"
+              "        os.kill(os.getpid(), signal.SIGINT)\n"
+              "carico.LettoreFlussi.segui = segui\n"
+              f"sys.exit(carico.main(['--url', {server.url!r}, '--stream', '--richieste', '4', '--parallele', '4']))\n")
+    proc = subprocess.run([sys.executable, "-c", codice], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert [p for p, _ in server.richieste_ricevute if p == "/v1/chat/completions"] == [], proc.stdout
 
 
 def test_connessioni_rifiutate_prima_della_partenza(fake, carica, monkeypatch):

@@ -58,7 +58,7 @@ def test_la_velocita_media_di_uno_slot_pesata_sul_tempo():
     assert f"{prova.riepilogo.throughput / media_pesata:.1f} volte" in frase
 
 
-@pytest.mark.parametrize("fine, detto", [(1.0, "2.0 volte"), (4.0, "0.50 volte"), (40.0, "0.05 volte"),
+@pytest.mark.parametrize("fine, detto", [(1.0, "2.0 volte"), (4.0, "0.5 volte"), (40.0, "0.05 volte"),
                                          (500.0, "meno di 0.01 volte")])
 def test_la_velocita_di_uno_slot_lenta_non_e_zero_volte(fine, detto):
     """A slow --ritmo leaves the slots idle most of the time: the throughput, a small share of one slot's
@@ -223,3 +223,16 @@ def test_il_ritmo_del_programma_estratto_a_caso(fake, carica, seme, arrivi, spie
     programma = float(re.search(r"nel programma (\d+\.\d\d)", riga).group(1))
     assert (abs(programma / 50 - 1) >= 0.05) == spiegato, riga
     assert ("(intervalli estratti a caso: su 8 richieste si scosta dal chiesto), inviate davvero" in riga) == spiegato, riga
+
+
+def test_il_programma_estratto_a_caso_conta_anche_le_non_inviate(fake, carica):
+    """Under --durata with the cap full, "nel programma 11.50 (... su 10 richieste ...)" counted the requests
+    sent while the rate beside it (23 in 2 s) counts the unsent ones too: both count the whole schedule."""
+    server = fake(n_slot=1, s_per_token=0.02)
+    rc, out, err = carica(server.url, "--ritmo", "20", "--arrivi", "poisson", "--seme", "1", "--durata", "1",
+                          "--parallele", "1", "--token", "100", "--intervallo", "0.1")
+    assert rc == 0, out + err
+    m = re.search(r"nel programma (\d+\.\d\d) \(intervalli estratti a caso: su (\d+) richieste si scosta", out)
+    d = re.search(r"in 1 s \(--durata\): inviate (\d+) richiest[ae], \d+ con risposta; (\d+) del programma non inviate", out)
+    assert m and d, out
+    assert int(m.group(2)) == int(d.group(1)) + int(d.group(2)) and float(m.group(1)) == int(m.group(2)), out
