@@ -944,6 +944,7 @@ def segnali(gestore=None):
 # The lab asks for a quiet machine: the server shares the cores with whatever else runs.
 
 SGUARDO_MACCHINA = 0.25  # how long the check watches the CPU before a run
+LIBERA = 0.25  # under this share of all cores busy in that look, the CPU is said to be free; from 0.5, busy
 
 
 class Macchina(NamedTuple):
@@ -961,7 +962,7 @@ def guarda_la_macchina(server_al_lavoro: bool = False) -> Macchina:
         perche = ("anche dal server stesso, che sta ancora lavorando (vedi sopra): aspetta che finisca, chiudi i "
                   "processi pesanti e ripeti") if server_al_lavoro else (
                   "perché il server si divide i core con gli altri processi. Chiudi i processi pesanti e ripeti")
-        print(f"carico.py: attenzione: la macchina è già occupata ({motivo}): le cifre saranno falsate, {perche}",
+        print(f"carico.py: attenzione: la macchina è già occupata ({motivo}): le cifre possono esserne falsate, {perche}",
               file=sys.stderr, flush=True)
     return macchina
 
@@ -1896,11 +1897,9 @@ def note(prova: Prova) -> List[str]:
                      "slot occupati, l'attesa dello slot e quella in coda restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
                      "le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
                      "dello slot e quella in coda, gli slot occupati provati dai tempi sono n/d")
-    vuote = [r for r in e.riuscite if r.token == 0]
-    if len(vuote) * 2 > len(e.riuscite):  # most answers empty: nothing was generated, the figures measure nothing
-        testi.append(frase_vuote(prova, len(vuote)))
-    elif fermate_prima(prova):
-        testi.append(frase_fermate(prova))
+    corte = frase_corte(prova)
+    if corte:
+        testi.append(corte)
     stimate = [r for r in e.riuscite if oltre(r).token_stimati]  # --stream from a server without usage
     if stimate:
         testi.append(f"il server non ha detto nel flusso quanti token ha generato (né usage né timings) per "
@@ -1927,6 +1926,15 @@ def fermate_prima(prova: Prova) -> List[Risultato]:
     """The successful requests the model ended before --token (finish_reason `stop`: EOS or a stop word)."""
     return [r for r in prova.esecuzione.riuscite
             if r.finish_reason == "stop" and r.token is not None and r.token < prova.piano.max_token]
+
+
+def frase_corte(prova: Prova) -> Optional[str]:
+    """What stderr, --spiega and --dettagli say of answers shorter than --token: most of them empty (nothing
+    was generated, the figures measure nothing), or some stopped early; None when none did."""
+    vuote = [r for r in prova.esecuzione.riuscite if r.token == 0]
+    if len(vuote) * 2 > len(prova.esecuzione.riuscite):
+        return frase_vuote(prova, len(vuote))
+    return frase_fermate(prova) if fermate_prima(prova) else None
 
 
 def frase_fermate(prova: Prova) -> str:
@@ -3139,7 +3147,7 @@ def righe_dettagli(prova: Prova, percentili: Optional[Sequence[int]] = None) -> 
         righe.append(f"  token per chunk (per richiesta): min {per_chunk['min']:.1f}, media {per_chunk['media']:.1f}, "
                      f"max {per_chunk['max']:.1f}: un intervallo ITL copre più di un token")
     if d["fermate_prima_di_token"]:
-        righe.append(f"  {frase_fermate(prova)}")
+        righe.append(f"  {frase_corte(prova)}")
     return righe
 
 
@@ -3711,7 +3719,8 @@ def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
 def perche_satura(prima: Punto, dopo: Punto) -> str:
     """Why the point `dopo` took no more than `prima`, from the figures, each said when it holds: the
     slots were all busy and the wait for one grew (by more than a tenth of the latency), and the
-    speed of a request in its own slot fell (by more than 10%: the slots share the cores)."""
+    speed of a request in its own slot fell (by more than 10%): the slots share the cores where more were
+    busy together and the machine was quiet in both runs."""
     attese, velocita = (prima.attesa_media, dopo.attesa_media), (prima.velocita_slot, dopo.velocita_slot)
     coda = (", e la coda è rimasta vuota" if dopo.picco_coda == 0 and prima.picco_coda in (0, None) else
             f", e la coda è arrivata a {fmt(dopo.picco_coda, 'd')} (prima {fmt(prima.picco_coda, 'd')})")
@@ -3724,9 +3733,19 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
         frasi.append(f"l'attesa media in coda è passata da {attese[0]:.2f} a {attese[1]:.2f} s" + (
             ": una richiesta in più non trova uno slot libero e aspetta" if cresciuta else ", poco"))
     if None not in velocita and velocita[1] < 0.9 * velocita[0]:
-        frasi.append(f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s: gli "
-                     "slot si dividono gli stessi core" + (", e la macchina non genera più token al secondo"
-                                                           if dopo.throughput <= 1.1 * prima.throughput else ""))
+        scesa = f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s"
+        occupata = [motivo for p in prima.prove + dopo.prove for motivo in [p.macchina and macchina_occupata(p.macchina)]
+                    if motivo]
+        if occupata:  # the machine's own work may have slowed the slots: not said to be the slots'
+            frasi.append(f"{scesa}, ma la macchina era già occupata in una delle due prove ({occupata[0]}): la discesa "
+                         "può venire da lì")
+        elif None in (prima.picco, dopo.picco):  # how many slots were at work together is not known
+            frasi.append(scesa)
+        elif dopo.picco > prima.picco:
+            frasi.append(f"{scesa}: gli slot si dividono gli stessi core" + (
+                ", e la macchina non genera più token al secondo" if dopo.throughput <= 1.1 * prima.throughput else ""))
+        else:
+            frasi.append(f"{scesa}, con gli stessi slot al lavoro insieme: non è la divisione dei core fra gli slot")
     return "; ".join(frasi) + "."
 
 
@@ -4685,14 +4704,14 @@ def spiegazione(prova: Prova) -> List[str]:
         if deduzione:
             frasi.append(deduzione)
     velocita = [r.tps for r in ok if r.tps is not None]
-    pesate = [(r.token, r.predicted_ms / 1000) for r in ok if r.tps is not None and r.token and r.predicted_ms]
-    if velocita and pesate and s.throughput is not None:
-        media_slot = sum(t for t, _ in pesate) / sum(secondi for _, secondi in pesate)  # tokens over the slots' time
+    pesate = [(r.tps, r.predicted_ms / 1000) for r in ok if r.tps is not None and r.predicted_ms]
+    if velocita and pesate and s.throughput is not None:  # each slot's speed weighted by its time: within their range
+        media_slot = sum(v * secondi for v, secondi in pesate) / sum(secondi for _, secondi in pesate)
         gamma = f"{min(velocita):.1f}" + (f"-{max(velocita):.1f}" if f"{min(velocita):.1f}" != f"{max(velocita):.1f}" else "")
         frasi.append(f"Nel proprio slot ogni richiesta generava {gamma} t/s; "
                      f"tutte insieme hanno fatto {s.throughput:.1f} token/s di throughput aggregato, "
-                     f"{volte(s.throughput / media_slot)} volte la velocità media di uno slot ({media_slot:.1f} t/s: i token "
-                     "generati sul tempo che gli slot ci hanno messo).")
+                     f"{volte(s.throughput / media_slot)} volte la velocità media di uno slot ({media_slot:.1f} t/s: quella "
+                     "di ogni richiesta, pesata sul tempo che il suo slot ci ha messo).")
     if info.n_ctx_slot is not None:
         frase = (f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified)"
                  if kv_condivisa(prova) else f"Ogni slot aveva {info.n_ctx_slot} token di contesto")
@@ -4701,8 +4720,9 @@ def spiegazione(prova: Prova) -> List[str]:
             frase += (f"; il prompt più lungo ne ha usati {max(prompt)} più {max(r.token or 0 for r in ok)} generati: "
                       "una richiesta più lunga del contesto dello slot viene rifiutata (HTTP 400)")
         frasi.append(frase + ".")
-    if fermate_prima(prova):
-        frasi.append(maiuscola(frase_fermate(prova)) + ".")
+    corte = frase_corte(prova)
+    if corte:
+        frasi.append(maiuscola(corte) + ".")
     # never "al massimo 0 richieste": said once, and not twice when the timings said it
     if s.picco_coda == 0 and info.metrics_disponibile and not attese:
         frasi.append("Nessuna richiesta ha aspettato uno slot: le letture di requests_deferred in /metrics hanno "
@@ -4728,9 +4748,13 @@ def spiegazione(prova: Prova) -> List[str]:
     m = prova.macchina
     if m is not None:
         motivo = macchina_occupata(m)
+        sguardo = f"in uno sguardo di {SGUARDO_MACCHINA:g} s"  # a short look: the verdict of one moment
         if motivo:
-            frasi.append(f"La macchina era già occupata prima della prova ({motivo}): le cifre sono falsate, "
-                         "ripeti la misura a macchina tranquilla.")
+            frasi.append(f"La macchina era già occupata prima della prova ({motivo}, {sguardo}): le cifre possono "
+                         "esserne falsate, ripeti la misura a macchina tranquilla.")
+        elif m.cpu_occupata is not None and m.cpu_occupata >= LIBERA:
+            frasi.append(f"Appena prima della prova la CPU era occupata al {m.cpu_occupata:.0%} ({sguardo}, {m.core} "
+                         "core): né libera né occupata; se le cifre ti sembrano strane, ripeti a macchina tranquilla.")
         elif m.carico_medio is not None and m.carico_medio >= 0.75 * m.core:
             frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(m)}), ma il "
                          "carico medio dell'ultimo minuto dice che fino a poco prima la macchina era occupata: se le "
@@ -4750,10 +4774,19 @@ def frase_contesto_stretto(prova: Prova) -> List[str]:
     if not letti:
         return []
     chiesti, contesto = max(int(m.group(1)) for m in letti), int(letti[0].group(2))
-    return [f"La richiesta chiedeva {chiesti} token di contesto (il prompt con il template della chat) e lo slot ne "
-            f"aveva {contesto}: il server la rifiuta prima di generare (HTTP 400). Senza --kv-unified ogni slot ha -c "
-            f"diviso -np token: con meno slot (-np 1) o con --kv-unified, dove ogni slot vede tutto -c, la stessa "
-            f"richiesta ci sta, se -c basta."]
+    frase = (f"La richiesta chiedeva {chiesti} token di contesto (il prompt con il template della chat) e lo slot ne "
+             f"aveva {contesto}: il server la rifiuta prima di generare (HTTP 400). Senza --kv-unified ogni slot ha -c "
+             f"diviso -np token: con meno slot (-np 1) o con --kv-unified, dove ogni slot vede tutto -c, la stessa "
+             f"richiesta ci sta, se -c basta.")
+    insieme, slot = min(prova.piano.parallele, prova.piano.richieste or 1), prova.info.n_slot or 1
+    if insieme > 1 and slot > 1 and insieme * chiesti > contesto * slot:  # -c is the slots' contexts together
+        quante_insieme = max(1, contesto * slot // chiesti)
+        frase += (f" Ma con --kv-unified le {insieme} richieste in volo insieme si dividono tutto -c (qui {contesto * slot} "
+                  f"token): ne chiedono {insieme} × {chiesti}, e llama.cpp le rifiuta tutte (HTTP 500, context size "
+                  "exceeded); " + ("ne sta una alla volta (--parallele 1)" if quante_insieme == 1 else
+                                   f"ne stanno {quante_insieme} insieme (--parallele {quante_insieme})")
+                  + ", se resta posto per le risposte.")
+    return [frase]
 
 
 VIAGGIO_MAX = 0.1  # seconds from the send to a free slot that are the trip (HTTP, parsing); longer, the server was busy
@@ -4772,9 +4805,11 @@ def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
     if piu_veloce <= 0 or min(b.fine - a.fine for a, b in coppie) < 0.5 * piu_veloce:
         return None
     distacchi = [b.fine - a.fine for a, b in zip(ordinate, ordinate[1:])]
+    distacco = (f"circa {media(distacchi):.2f} s" if max(distacchi) <= 1.5 * min(distacchi) else  # alike: their mean
+                f"da {min(distacchi):.2f} a {max(distacchi):.2f} s")
     latenze = ", ".join(f"{r.latenza:.2f}" for r in ordinate[:6]) + (", ..." if len(ordinate) > 6 else "")
     return (f"Dal lato del client (il server non dà né /slots né i suoi tempi): le richieste erano in volo insieme, "
-            f"ma le risposte sono arrivate una dopo l'altra, circa {media(distacchi):.2f} s l'una dall'altra (latenze "
+            f"ma le risposte sono arrivate una dopo l'altra, {distacco} l'una dall'altra (latenze "
             f"{latenze} s: ognuna la precedente più il tempo di servirne una). Se ne deduce che il server le ha servite una alla "
             "volta, e le altre aspettavano in coda: è una deduzione dalle latenze, non una misura del server.")
 

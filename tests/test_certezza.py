@@ -360,6 +360,27 @@ def senza_nulla(latenze, inizi=None):
     return Prova(InfoServer(None, None, False), Esecuzione(risultati, [], len(risultati)), Piano(len(risultati), 4, 32))
 
 
+def test_i_distacchi_diversi_non_sono_circa_la_loro_media():
+    """The tour on llama-cpp-python: "arrivate una dopo l'altra, circa 0.85 s l'una dall'altra (latenze 0.45,
+    2.37, 2.70, 3.01 s ...)", gaps of 1.92, 0.33 and 0.31 s. Their range where they differ; "circa" their
+    mean where they are alike (within 1.5 times)."""
+    (diversi,) = [f for f in carico.spiegazione(senza_nulla([0.45, 2.37, 2.70, 3.01])) if f.startswith("Dal lato")]
+    assert "una dopo l'altra, da 0.31 a 1.92 s l'una dall'altra (latenze 0.45, 2.37, 2.70, 3.01 s" in diversi, diversi
+    (simili,) = [f for f in carico.spiegazione(senza_nulla([0.93, 1.84, 2.86, 3.74])) if f.startswith("Dal lato")]
+    assert "una dopo l'altra, circa 0.94 s l'una dall'altra" in simili, simili
+
+
+def test_risposte_vuote_spiegate_dal_template_non_da_esatti():
+    """The tour on llama-cpp-python with its default chat format: 3 answers of 4 with 0 tokens, and --spiega
+    said "(finish_reason stop, 0-0 token) ... --esatti (ignore_eos) li farebbe generare tutti su llama.cpp",
+    where stderr (rightly) blamed the chat template. --spiega says what stderr says."""
+    risultati = [Risultato(i, 0.0, 0.4 + i, 0 if i else 32, finish_reason="stop") for i in range(4)]
+    prova = Prova(InfoServer(None, None, False, llama_cpp=False), Esecuzione(risultati, [], 4), Piano(4, 4, 32))
+    testo = " ".join(carico.spiegazione(prova))
+    assert "3 risposte su 4 hanno 0 token: il modello si ferma subito" in testo and "--chat_format" in testo, testo
+    assert "--esatti (ignore_eos) li farebbe" not in testo, testo
+
+
 def test_coda_dedotta_dalle_latenze():
     """FIRE: four requests sent together, answers 0.93, 1.84, 2.86, 3.74 s (llama-cpp-python, one at a
     time): said as an inference from the client's side. SILENT: answers that came back together."""
