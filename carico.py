@@ -469,8 +469,8 @@ def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServ
     if s.token_stimati and s.token is not None:  # --stream without usage: said as an estimate, see "Oltre il lab"
         righe[-1] = (f"throughput aggregato ~{fmt(s.throughput, '.2f token/s')}  (~{s.token} token generati: stima, "
                      "un token per chunk con testo)")
-    if s.interrotta_a is not None:  # Ctrl+C: the figures' span is not how long the run lasted, nor all it generated
-        righe[2] = righe[2][:-1] + ", solo dalle richieste completate: un limite inferiore)"
+    if s.interrotta_a is not None and s.token is not None:  # Ctrl+C: the figures' span is not how long the run lasted,
+        righe[2] = righe[2][:-1] + ", solo dalle richieste completate: un limite inferiore)"  # nor all it generated
     if info.metrics_disponibile:  # the lab's question: "what does llamacpp:requests_deferred say?"
         fonte = "requests_deferred" if (s.coda_letta or 0) >= (s.coda_dai_tempi or 0) else "dai tempi del server"
         righe.append(f"picco richieste in coda ({fonte})={fmt(s.picco_coda, 'd')}")
@@ -558,10 +558,13 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
     parser = ParserItaliano(prog="carico.py", description=__doc__, epilog=EPILOGO, add_help=False,
                             usage="%(prog)s [--url URL] [--richieste N] [--parallele N] [--token N] [altre opzioni]",
                             formatter_class=formato_aiuto)
+    parser.nomi = []
     il_lab = ("il lab", None, [
         (("--url",), dict(type=url_server, default="http://127.0.0.1:8080",
                           help="radice del server llama.cpp (default: %(default)s)")),
-        (("--richieste",), dict(type=intero_positivo, metavar="N", help="quante richieste inviare in tutto (default: 4)")),
+        (("--richieste",), dict(type=positivo(int, "un numero intero", 100000, " (ogni richiesta è preparata prima "
+                                              "della prova: tutte insieme occuperebbero la memoria)"), metavar="N",
+                                help="quante richieste inviare in tutto (default: 4)")),
         (("--parallele",), dict(type=lista_di(intero_positivo), metavar="N",
                                 help="quante richieste tenere in volo insieme (default: 4)")),
         (("--token",), dict(type=lista_di(token_o_fascia), default=[32], metavar="N",
@@ -570,7 +573,7 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
     for titolo, descrizione, opzioni in (il_lab, *OPZIONI_OLTRE):  # then --ripeti, --stream...: see "Oltre il lab"
         gruppo = parser.add_argument_group(titolo, descrizione)
         for nomi, parametri in opzioni:
-            gruppo.add_argument(*nomi, **parametri)
+            parser.nomi += gruppo.add_argument(*nomi, **parametri).option_strings
     a = parser.parse_args(argv)
     chiave = chiave_dall_ambiente(parser)  # the LLAMA_API_KEY variable: see "Oltre il lab"
     piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
@@ -1023,8 +1026,8 @@ def macchina_occupata(m: Macchina) -> Optional[str]:
 
 # The lab's flags, checked ######################################################################
 
-def positivo(converti, cosa: str):
-    """An argparse type: a number (int or float) greater than 0 and finite."""
+def positivo(converti, cosa: str, massimo: float = float("inf"), perche: str = ""):
+    """An argparse type: a number (int or float) greater than 0, and at most `massimo` (`perche`: why)."""
     def controlla(testo: str):
         try:
             valore = converti(testo)
@@ -1032,12 +1035,14 @@ def positivo(converti, cosa: str):
             raise argparse.ArgumentTypeError(f"'{testo}' non è {cosa}") from None
         if not 0 < valore < float("inf"):
             raise argparse.ArgumentTypeError(f"deve essere maggiore di 0, non {testo}")
+        if valore > massimo:
+            raise argparse.ArgumentTypeError(f"al massimo {massimo:.0f}, non {testo}{perche}")
         return valore
     return controlla
 
 
 intero_positivo = positivo(int, "un numero intero")
-secondi_positivi = positivo(float, "un numero di secondi")
+secondi_positivi = positivo(float, "un numero di secondi", 1e6, " (oltre 11 giorni)")
 
 
 def url_server(testo: str) -> str:
@@ -2031,7 +2036,9 @@ def com_e_il_server(client: Client, risposta_slots: Risposta) -> str:
     no = ["/slots", "/props", "/metrics"] + (["/v1/models"] if not modelli else []) + (
         ["/tokenize"] if not any(p.endswith("tokenize") for p in si) else [])
     return (f"il server su {client.base} non è llama.cpp ({'/slots: ' + descrivi_errore_http(risposta_slots)}): "
-            + (f"risponde a {', '.join(si)}; " if si else "") + f"non a {', '.join(no)}. Quindi questa prova non "
+            + (f"risponde a {', '.join(si)}; non a {', '.join(no)}" if si else f"non risponde a nessuna delle strade "
+               f"di un server di modelli che carico.py conosce ({', '.join(no)}): se non è il server che volevi, "
+               "controlla --url e la porta") + ". Quindi questa prova non "
             "può dire quanti slot ha, con quanto contesto, né leggere gli slot occupati o la coda: sono n/d; gli slot "
             "occupati e l'attesa dello slot vengono solo dai timings delle risposte, se il server li dà")
 
@@ -5804,6 +5811,8 @@ class ParserItaliano(argparse.ArgumentParser):
     messages translated whole, so that a phrase is never half in one language. An option of
     `llama serve` given to carico.py by mistake is named as such."""
 
+    nomi: Sequence[str] = ()  # the flags' names, for the nearest to a mistyped one (analizza_argomenti gives them)
+
     ERRORI = (("expected one argument", "richiede un valore"),
               ("ignored explicit argument (.*)", r"non accetta valori (\1)"),
               ("expected at most one argument", "accetta al più un valore"),
@@ -5831,6 +5840,12 @@ class ParserItaliano(argparse.ArgumentParser):
                       "il server (o in --avvia \"llama serve ...\"; -np in --np)")
         elif ignote and not any(p.startswith("-") for p in ignote.group(1).split()):  # a value without its flag
             resto += " (ogni valore va subito dopo la sua opzione, per esempio --richieste 4; l'elenco: --help)"
+        elif ignote:  # a flag mistyped: the nearest of carico's, if one is near
+            import difflib
+
+            forse = [vicina for p in ignote.group(1).split() if p.startswith("-")
+                     for vicina in difflib.get_close_matches(p.split("=")[0], self.nomi, n=1, cutoff=0.8)]
+            resto += f" (forse {', '.join(dict.fromkeys(forse))}? l'elenco: --help)" if forse else ""
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: errore: {prefisso}{resto}\n")
 

@@ -197,3 +197,27 @@ def test_llama_cpp_python_reale(llama_cpp_python):
 
     rc, out, err = carico_cli(url, "--modello", "nonesiste-7b", "--richieste", "1")
     assert rc == 2 and "/v1/models elenca" in err, err
+
+
+def test_un_server_web_qualunque_dice_di_controllare_url(carica, tmp_path):
+    """The tour: --url on the port of `python3 -m http.server` (404 to every GET, 501 to POST): the note said
+    "non è llama.cpp (...): non a /slots, ..." with its verb missing, and nothing told the student to check
+    the URL. It says that the server answers none of a model server's paths, and what to check."""
+    import functools
+    import http.server
+    import threading
+
+    class Zitto(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *argomenti):  # quiet, as the tests' servers are
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Zitto, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        rc, out, err = carica(f"http://127.0.0.1:{server.server_address[1]}", "--richieste", "1", "--intervallo", "0.05")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert rc == 1 and "Traceback" not in err
+    assert ("non risponde a nessuna delle strade di un server di modelli che carico.py conosce (/slots, /props, "
+            "/metrics, /v1/models, /tokenize): se non è il server che volevi, controlla --url e la porta.") in err, err

@@ -385,6 +385,10 @@ def test_aiuto_il_lab_per_primo(capsys):
     (["--token"], "opzione --token: richiede un valore"),
     (["--ri", "3"], "opzione ambigua: --ri potrebbe essere --richieste, --ripeti, --ritmo, --riscaldamento"),
     (["--boh"], "opzioni non riconosciute: --boh"),
+    # the tour: a flag mistyped got no hint; the nearest of carico's, when one is near
+    (["-richieste", "4"], "opzioni non riconosciute: -richieste 4 (forse --richieste? l'elenco: --help)"),
+    (["--richiesta", "4"], "opzioni non riconosciute: --richiesta 4 (forse --richieste? l'elenco: --help)"),
+    (["--tokens=8"], "opzioni non riconosciute: --tokens=8 (forse --token? l'elenco: --help)"),
 ])
 def test_errori_di_argparse_in_italiano(capsys, argomenti, messaggio):
     with pytest.raises(SystemExit) as uscita:

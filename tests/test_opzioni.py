@@ -125,3 +125,17 @@ def test_la_stessa_etichetta_di_np_in_tabella_csv_e_json(configurazione, n_slot,
 def test_extra_di_opzioni_senza_extra():
     assert carico.oltre(carico.Opzioni()) == carico.OpzioniOltre()
     assert carico.oltre(carico.Opzioni(oltre=carico.OpzioniOltre(ripeti=2))).ripeti == 2
+
+
+@pytest.mark.parametrize("argomenti,messaggio", [
+    (["--richieste", "1000000000"], "opzione --richieste: al massimo 100000, non 1000000000 (ogni richiesta è preparata "
+                                    "prima della prova: tutte insieme occuperebbero la memoria)"),
+    (["--timeout", "1e10"], "opzione --timeout: al massimo 1000000, non 1e10 (oltre 11 giorni)"),
+    (["--durata", "1e300"], "opzione --durata: al massimo 1000000, non 1e300 (oltre 11 giorni)"),
+])
+def test_un_numero_enorme_detto_prima_della_prova(capsys, argomenti, messaggio):
+    """The tour: `--richieste 1000000000` filled 1.8 GB in 16 s making the requests, sending none and saying
+    nothing; `--timeout 1e10` failed every request with "errore interno: OverflowError: timestamp out of
+    range". Both said at the parse, with the bound."""
+    assert rifiuto(capsys, argomenti) == f"carico.py: errore: {messaggio}"
+    carico.analizza_argomenti(["--richieste", "100000", "--timeout", "1e6"])  # the bounds themselves are fine

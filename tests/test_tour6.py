@@ -255,3 +255,12 @@ def test_spiega_una_velocita_sola_non_e_un_intervallo(fake, carica):
     rc, out, err = carica(server.url, "--richieste", "1", "--token", "8", "--spiega", *VELOCE)
     assert rc == 0, out + err
     assert re.search(r"Nel proprio slot ogni richiesta generava [\d.]+ t/s; ", out), out
+
+
+def test_interrotta_senza_risposte_nessun_limite_inferiore():
+    """The tour: "throughput aggregato n/d  (n/d token generati, solo dalle richieste completate: un limite
+    inferiore)": n/d bounds nothing. The bound is said only where there is a figure."""
+    vuoto = carico.Riepilogo(0, 0, 3, None, None, None, None, None, None, None, None, None, interrotta_a=1.5)
+    (riga,) = [r for r in carico.righe_riepilogo(vuoto, 3, "3", carico.InfoServer(2, 1024, True))
+               if r.startswith("throughput aggregato")]
+    assert riga == "throughput aggregato n/d  (n/d token generati)", riga
