@@ -3831,7 +3831,8 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
                 for p in misurati[1:]]
         vantaggi.append((titolo, misurati[-1].throughput / base.throughput, misurati[-1], base))
         righe.append(f"throughput{f' a {titolo}' if titolo else ''}: " + ", ".join(voci)
-                     + ("" if altre else " (nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)") + indicativo(*misurati))
+                     + ("" if altre or valore_punto(base, "np") != "1" or "4" not in [valore_punto(p, "np") for p in misurati]
+                        else " (nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)") + indicativo(*misurati))  # like for like
     if altre == ["token"] and len(vantaggi) > 1:
         (da, r_da, *pd), (a, r_a, *pa) = vantaggi[0], vantaggi[-1]
         # The noise of a ratio of ratios: the four means' relative 95% intervals, added in quadrature.
@@ -3842,6 +3843,8 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
         entro = "entro il 10%" if rumore is None or rumore <= 0.1 else f"entro il rumore (±{rumore:.0%} al 95%)"
         verso = ("è cresciuto" if r_a > (1 + soglia) * r_da else "è calato" if r_a < r_da / (1 + soglia)
                  else f"è rimasto lo stesso, {entro}")
+        if rumore is None:  # one run a point: the noise is not measured, and two identical sweeps can disagree
+            verso = "forse " + verso
         righe.append(f"con risposte più lunghe ({da} -> {a}) il vantaggio del batching {verso}: ×{r_da:.2f} -> ×{r_a:.2f}"
                      + (f" (oltre il rumore: ±{rumore:.0%} al 95%)" if rumore is not None and "rimasto" not in verso
                         else "") + indicativo(*pd, *pa))
@@ -4893,7 +4896,11 @@ class ServerAvviato:
                 self.proc = subprocess.Popen(self.argomenti, stdin=subprocess.DEVNULL, stdout=self.log,
                                              stderr=subprocess.STDOUT, **gruppo)
             except OSError as exc:
-                raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {perche_os(exc)}") from None
+                import errno
+
+                nel_path = (" (non è nel PATH: installa il server, o scrivi il suo percorso intero in --avvia)"
+                            if exc.errno == errno.ENOENT and os.sep not in self.argomenti[0] else "")
+                raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {perche_os(exc)}{nel_path}") from None
             aspetta_pronto(client, self.attesa, self.stderr, avviato=self)
         except BaseException:
             self.__exit__()

@@ -129,7 +129,7 @@ def test_griglia_np_e_token_risponde_alla_domanda_del_lab(capsys):
         versi |= {"è cresciuto", stesso}
     if abs(a / b - 1.1) < 0.01:
         versi |= {"è calato", stesso}
-    assert any(esito.startswith(f"con risposte più lunghe (token=8 -> token=32) il vantaggio del batching {verso}: "
+    assert any(esito.startswith(f"con risposte più lunghe (token=8 -> token=32) il vantaggio del batching forse {verso}: "
                                 f"×{a:.2f} -> ×{b:.2f}") for verso in versi), esito
 
 

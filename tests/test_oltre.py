@@ -332,9 +332,15 @@ def test_avvia_server_che_non_parte(capsys):
 
 
 def test_avvia_comando_inesistente(capsys):
+    """A path that does not exist: said; a bare name not on the PATH (the tour: no hint): what to do."""
     rc = carico.main(["--url", f"http://127.0.0.1:{porta_libera()}", "--avvia", "/non/esiste/llama serve"])
     assert rc == 1
-    assert "non riesco ad avviare '/non/esiste/llama'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "non riesco ad avviare '/non/esiste/llama': non esiste" in err and "PATH" not in err
+    rc = carico.main(["--url", f"http://127.0.0.1:{porta_libera()}", "--avvia", "llama-che-non-ce serve"])
+    assert rc == 1
+    assert ("non riesco ad avviare 'llama-che-non-ce': non esiste (non è nel PATH: installa il server, o scrivi il suo "
+            "percorso intero in --avvia)") in capsys.readouterr().err
 
 
 def test_avvia_attesa_scaduta(capsys):
