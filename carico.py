@@ -683,12 +683,20 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[Serv
     while True:
         if avviato is not None:
             avviato.controlla("il server si è fermato durante l'avvio")
+        # a server that takes the connection and says nothing: not a silent wait of --timeout_info seconds
+        zitto = threading.Timer(2.0, print, (f"il server {client.base} non risponde ancora: attendo fino a "
+                                             f"{client.timeout_info:g} s...",), dict(file=stderr, flush=True))
+        zitto.daemon = True
+        if avvisato is None and avviato is None:
+            zitto.start()
         try:
             risposta = client.chiama("GET", "/health")
         except ErroreRete as exc:
             if avviato is None:
                 raise ErroreUtente(perche_non_risponde(client, exc)) from None
             risposta = None  # just started: not listening yet
+        finally:
+            zitto.cancel()
         if risposta is not None and risposta.status == 401:
             raise ErroreUtente(messaggio_chiave(client))
         passati = time.monotonic() - inizio

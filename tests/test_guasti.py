@@ -356,3 +356,21 @@ def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
     assert re.search(r"È partita una sola richiesta e il server aveva 1 slot", out), out
     assert re.search(r"dall'invio allo slot la più lenta, la req 0, ha aspettato [\d.]+ s", out), out
     server.close()
+
+
+def test_un_server_che_prende_la_connessione_e_tace():
+    """The tour: a port that accepts connections and never answers gave 10 s of silence, then the error. After
+    2 s it says it is waiting, and for how long; then the same clear error (here after 3 s)."""
+    import io
+
+    ascolto = socket.socket()
+    ascolto.bind(("127.0.0.1", 0))
+    ascolto.listen(4)  # never accepted: the kernel takes the connection, nobody answers
+    stderr = io.StringIO()
+    try:
+        client = carico.Client(f"http://127.0.0.1:{ascolto.getsockname()[1]}", timeout_info=3.0)
+        with pytest.raises(carico.ErroreUtente, match="nessuna risposta entro 3 s"):
+            carico.aspetta_pronto(client, 60, stderr)
+    finally:
+        ascolto.close()
+    assert stderr.getvalue() == f"il server {client.base} non risponde ancora: attendo fino a 3 s...\n"
