@@ -588,7 +588,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for flusso in (sys.stdout, sys.stderr):
         if hasattr(flusso, "reconfigure"):  # a terminal that cannot encode Unicode gets '?', not an error
             flusso.reconfigure(errors="replace")
-    piani, opzioni = analizza_argomenti(argv)
+    try:
+        piani, opzioni = analizza_argomenti(argv)
+    except KeyboardInterrupt:  # Ctrl+C while the flags (and their files) are read: nothing was measured
+        print("carico.py: interrotto", file=sys.stderr)
+        return 130
     with segnali(al_segnale):
         return (Sessione if opzioni.oltre is None else SessioneOltre)(piani, opzioni).esegui()
 
@@ -755,11 +759,11 @@ def avvia_i_lavoratori(esecutore, quanti: int) -> int:
     """Start `quanti` of the pool's workers and wait until each is running: the clock then starts on
     threads that exist, not on one started per submit inside the measured time."""
     pronti = threading.Barrier(quanti + 1)
-    for _ in range(quanti):
-        esecutore.submit(pronti.wait)
     try:
+        for _ in range(quanti):
+            esecutore.submit(pronti.wait)
         pronti.wait()
-    except BaseException:  # Ctrl+C: the workers must not wait for a clock that never starts
+    except BaseException:  # Ctrl+C, while starting them or waiting: none may wait for a clock that never starts
         pronti.abort()
         raise
     return quanti
@@ -1942,10 +1946,10 @@ def fermate_prima(prova: Prova) -> List[Risultato]:
 
 
 def frase_corte(prova: Prova) -> Optional[str]:
-    """What stderr, --spiega and --dettagli say of answers shorter than --token: most of them empty (nothing
-    was generated, the figures measure nothing), or some stopped early; None when none did."""
+    """What stderr, --spiega and --dettagli say of answers shorter than --token: half of them or more empty
+    (nothing was generated, the figures measure little), or some stopped early; None when none did."""
     vuote = [r for r in prova.esecuzione.riuscite if r.token == 0]
-    if len(vuote) * 2 > len(prova.esecuzione.riuscite):
+    if vuote and len(vuote) * 2 >= len(prova.esecuzione.riuscite):  # half or more: the template, whatever --esatti
         return frase_vuote(prova, len(vuote))
     return frase_fermate(prova) if fermate_prima(prova) else None
 
@@ -3443,8 +3447,8 @@ class Punto(NamedTuple):
 
     @property
     def velocita_slot(self) -> Optional[float]:
-        """The mean speed of a request in its own slot (t/s)."""
-        return media([r.tps for r in self.riuscite if r.tps is not None])
+        """The mean speed of a request in its own slot (t/s), as --spiega says it (velocita_media_slot)."""
+        return velocita_media_slot(self.riuscite)
 
     @property
     def velocita_prompt(self) -> Optional[float]:
@@ -3735,7 +3739,8 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
     """Why the point `dopo` took no more than `prima`, from the figures, each said when it holds: the
     slots were all busy and the wait for one grew (by more than a tenth of the latency), and the
     speed of a request in its own slot fell (by more than 10%): the slots share the cores where more were
-    busy together and the machine was quiet in both runs."""
+    busy together, the machine was quiet before both runs, and the fall is no more than sharing explains
+    (k slots at most divide one's speed by k: batching makes it less, never more)."""
     attese, velocita = (prima.attesa_media, dopo.attesa_media), (prima.velocita_slot, dopo.velocita_slot)
     coda = (", e la coda è rimasta vuota" if dopo.picco_coda == 0 and prima.picco_coda in (0, None) else
             f", e la coda è arrivata a {fmt(dopo.picco_coda, 'd')} (prima {fmt(prima.picco_coda, 'd')})")
@@ -3756,6 +3761,10 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
                          "può venire da lì")
         elif None in (prima.picco, dopo.picco):  # how many slots were at work together is not known
             frasi.append(scesa)
+        elif dopo.picco > prima.picco and velocita[1] < 0.75 * velocita[0] * prima.picco / dopo.picco:
+            frasi.append(f"{scesa}: più di quanto spieghi la divisione dei core fra {dopo.picco} slot (circa "
+                         f"{velocita[0] * prima.picco / dopo.picco:.1f} t/s l'uno): forse altro lavorava sulla macchina "
+                         "durante la prova")  # the look before each run cannot see a load that started after it
         elif dopo.picco > prima.picco:
             frasi.append(f"{scesa}: gli slot si dividono gli stessi core" + (
                 ", e la macchina non genera più token al secondo" if dopo.throughput <= 1.1 * prima.throughput else ""))
@@ -3840,6 +3849,7 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
         vantaggi.append((titolo, misurati[-1].throughput / base.throughput, misurati[-1], base))
         righe.append(f"throughput{f' a {titolo}' if titolo else ''}: " + ", ".join(voci)
                      + ("" if altre or valore_punto(base, "np") != "1" or "4" not in [valore_punto(p, "np") for p in misurati]
+                        or base.prove[0].piano.max_token != Piano().max_token  # the lab's: --token 32
                         else " (nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)") + indicativo(*misurati))  # like for like
     if altre == ["token"] and len(vantaggi) > 1:
         (da, r_da, *pd), (a, r_a, *pa) = vantaggi[0], vantaggi[-1]
@@ -4721,10 +4731,8 @@ def spiegazione(prova: Prova) -> List[str]:
         deduzione = una_alla_volta(ok)
         if deduzione:
             frasi.append(deduzione)
-    velocita = [r.tps for r in ok if r.tps is not None]
-    pesate = [(r.tps, r.predicted_ms / 1000) for r in ok if r.tps is not None and r.predicted_ms]
-    if velocita and pesate and s.throughput is not None:  # each slot's speed weighted by its time: within their range
-        media_slot = sum(v * secondi for v, secondi in pesate) / sum(secondi for _, secondi in pesate)
+    velocita, media_slot = [r.tps for r in ok if r.tps is not None], velocita_media_slot(ok)
+    if velocita and media_slot and s.throughput is not None:
         gamma = f"{min(velocita):.1f}" + (f"-{max(velocita):.1f}" if f"{min(velocita):.1f}" != f"{max(velocita):.1f}" else "")
         frasi.append(f"Nel proprio slot ogni richiesta generava {gamma} t/s; "
                      f"tutte insieme hanno fatto {s.throughput:.1f} token/s di throughput aggregato, "
@@ -4774,9 +4782,8 @@ def spiegazione(prova: Prova) -> List[str]:
             frasi.append(f"Appena prima della prova la CPU era occupata al {m.cpu_occupata:.0%} ({sguardo}, {m.core} "
                          "core): né libera né occupata; se le cifre ti sembrano strane, ripeti a macchina tranquilla.")
         elif m.carico_medio is not None and m.carico_medio >= 0.75 * m.core:
-            frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(m)}), ma il "
-                         "carico medio dell'ultimo minuto dice che fino a poco prima la macchina era occupata: se le "
-                         "cifre ti sembrano strane, ripeti quando anche il carico medio è sceso.")
+            frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(m)}); il carico medio, "
+                         "più alto, conta l'ultimo minuto: anche il lavoro del server nelle prove appena fatte.")
         else:
             frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(m)}).")
     return frasi
@@ -4830,6 +4837,13 @@ def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
             f"ma le risposte sono arrivate una dopo l'altra, {distacco} l'una dall'altra (latenze "
             f"{latenze} s: ognuna la precedente più il tempo di servirne una). Se ne deduce che il server le ha servite una alla "
             "volta, e le altre aspettavano in coda: è una deduzione dalle latenze, non una misura del server.")
+
+
+def velocita_media_slot(riuscite: List[Risultato]) -> Optional[float]:
+    """The mean speed of a request in its own slot (t/s): each request's, weighted by the time its slot spent
+    generating it (a short answer does not pull it up), so within the speeds it sums up."""
+    pesate = [(r.tps, r.predicted_ms / 1000) for r in riuscite if r.tps is not None and r.predicted_ms]
+    return sum(v * secondi for v, secondi in pesate) / sum(secondi for _, secondi in pesate) if pesate else None
 
 
 def volte(rapporto: float) -> str:

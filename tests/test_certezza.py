@@ -151,6 +151,10 @@ def test_il_riferimento_del_lab_solo_accanto_a_np_4_su_np_1():
     assert "(nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)" in simile, simile
     (diverso,) = carico.rapporti_np([punto(4, 10, kv=True), punto(-1, 10)], ["np"])
     assert "nel lab" not in diverso, diverso
+    # the next tour: at --token 16 beside the lab's ratio, measured at --token 32
+    corti = [p._replace(prove=[p.prove[0]._replace(piano=Piano(4, 4, 16))]) for p in (punto(1, 10), punto(4, 20))]
+    (altro_token,) = carico.rapporti_np(corti, ["np"])
+    assert "nel lab" not in altro_token, altro_token
 
 
 # Overload ####################################################################################
@@ -403,6 +407,15 @@ def test_risposte_vuote_spiegate_dal_template_non_da_esatti():
     testo = " ".join(carico.spiegazione(prova))
     assert "3 risposte su 4 hanno 0 token: il modello si ferma subito" in testo and "--chat_format" in testo, testo
     assert "--esatti (ignore_eos) li farebbe" not in testo, testo
+    # the next tour, with --esatti: answers of 0, 32, 0 and 1 tokens said only "il server non rispetta ignore_eos":
+    # half of them empty is the template too
+    meta = [Risultato(i, 0.0, 0.4 + i, t, finish_reason="stop") for i, t in enumerate([0, 32, 0, 1])]
+    esatti = Piano(4, 4, 32, oltre=carico.PianoOltre(esatti=True))
+    testo = " ".join(carico.spiegazione(Prova(InfoServer(None, None, False, llama_cpp=False), Esecuzione(meta, [], 4), esatti)))
+    assert "2 risposte su 4 hanno 0 token" in testo and "--chat_format" in testo, testo
+    uno = [Risultato(i, 0.0, 0.4 + i, t, finish_reason="stop") for i, t in enumerate([0, 32, 20, 1])]
+    testo = " ".join(carico.spiegazione(Prova(InfoServer(None, None, False, llama_cpp=False), Esecuzione(uno, [], 4), esatti)))
+    assert "hanno 0 token" not in testo and "il server non rispetta ignore_eos (--esatti)" in testo, testo
 
 
 def test_coda_dedotta_dalle_latenze():

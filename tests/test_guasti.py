@@ -374,3 +374,38 @@ def test_un_server_che_prende_la_connessione_e_tace():
     finally:
         ascolto.close()
     assert stderr.getvalue() == f"il server {client.base} non risponde ancora: attendo fino a 3 s...\n"
+
+
+def test_ctrl_c_mentre_si_avviano_i_lavoratori():
+    """The tour: Ctrl+C while the pool's 200 workers were being started (before the clock) hung carico for
+    good: the workers already started waited on the start's barrier, and the run's end on them. A Ctrl+C
+    anywhere there breaks the barrier: every worker started returns at once."""
+    import concurrent.futures
+
+    vero = concurrent.futures.ThreadPoolExecutor(4)
+
+    class Esecutore:  # the pool, with the Ctrl+C arriving at its third submit
+        futuri: list = []
+
+        def submit(self, funzione):
+            if len(self.futuri) == 2:
+                raise KeyboardInterrupt
+            self.futuri.append(vero.submit(funzione))
+            return self.futuri[-1]
+
+    with pytest.raises(KeyboardInterrupt):
+        carico.avvia_i_lavoratori(Esecutore(), 4)
+    finiti, fermi = concurrent.futures.wait(Esecutore.futuri, timeout=5)
+    vero.shutdown(wait=not fermi)
+    assert not fermi and all(isinstance(f.exception(), threading.BrokenBarrierError) for f in finiti)
+
+
+def test_ctrl_c_mentre_si_leggono_le_opzioni(monkeypatch, capsys):
+    """The tour: Ctrl+C in the first half second (the flags and their files being read) printed a traceback
+    ending in KeyboardInterrupt. Now as any Ctrl+C: one line, exit 130."""
+    def interrotta(argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(carico, "analizza_argomenti", interrotta)
+    assert carico.main(["--richieste", "4"]) == 130
+    assert capsys.readouterr().err == "carico.py: interrotto\n"
