@@ -3723,7 +3723,8 @@ def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
         return frase if verdetto.dubbio is None else (
             f"forse {frase}; ma non è accertato: {verdetto.dubbio}")
     crescita = dopo.carico(asse) / prima.carico(asse)
-    numeri = (f"da {asse}={valore_punto(prima, asse)} il carico è cresciuto ×{crescita:.1f} e il throughput solo da "
+    verso = "solo" if dopo.throughput >= prima.throughput else "è sceso"  # "solo" of a fall reads as a small rise
+    numeri = (f"da {asse}={valore_punto(prima, asse)} il carico è cresciuto ×{crescita:.1f} e il throughput {verso} da "
               f"{prima.throughput:.1f} a {dopo.throughput:.1f} token/s ({dopo.throughput / prima.throughput - 1:+.1%}), "
               f"mentre la latenza media è salita da {prima.latenza:.2f} a {dopo.latenza:.2f} s "
               f"({dopo.latenza / prima.latenza - 1:+.0%}")
@@ -4783,7 +4784,7 @@ def spiegazione(prova: Prova) -> List[str]:
                          "core): né libera né occupata; se le cifre ti sembrano strane, ripeti a macchina tranquilla.")
         elif m.carico_medio is not None and m.carico_medio >= 0.75 * m.core:
             frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(m)}); il carico medio, "
-                         "più alto, conta l'ultimo minuto: anche il lavoro del server nelle prove appena fatte.")
+                         "più alto, conta anche il minuto prima: non dice che cosa gira adesso.")
         else:
             frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(m)}).")
     return frasi

@@ -34,6 +34,17 @@ def punti(asse, *valori):
 
 # Saturation ###################################################################################
 
+def test_un_throughput_sceso_non_e_salito_solo():
+    """The tour: "il carico è cresciuto ×2.0 e il throughput solo da 27.9 a 10.6 token/s (-61.8%)": "solo" of a
+    fall reads as a small rise. A fall is said as one; a small rise keeps "solo"."""
+    sceso = carico.frase_saturazione("parallele", carico.verdetto_saturazione(
+        punti("parallele", (1, [(27.9, 1.0)]), (2, [(10.6, 3.0)])), "parallele"))
+    assert "il carico è cresciuto ×2.0 e il throughput è sceso da 27.9 a 10.6 token/s (-62.0%)" in sceso, sceso
+    salito = carico.frase_saturazione("parallele", carico.verdetto_saturazione(
+        punti("parallele", (1, [(30.0, 1.0)]), (2, [(31.0, 2.0)])), "parallele"))
+    assert "e il throughput solo da 30.0 a 31.0 token/s" in salito, salito
+
+
 def test_saturazione_categorica_solo_con_le_ripetute_oltre_il_rumore():
     """FIRE: three repeats a point, the latency's rise far beyond their spread, the throughput flat within
     its interval: categorical, marked in the curve (◆) and ringed in the SVG."""
