@@ -2506,7 +2506,8 @@ class LettoreFlussi:
             inviati = flusso.sock.send(flusso.richiesta)
         except OSError as exc:  # the buffer full: the whole request again (TLS asks for the same bytes)
             ssl = sys.modules.get("ssl")  # imported by https (see con_tls)
-            if not (isinstance(exc, BlockingIOError) or (ssl and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError)))):
+            pieno = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError) if ssl else BlockingIOError
+            if not isinstance(exc, pieno):
                 raise
             inviati = 0
         if inviati < len(flusso.richiesta):
@@ -2924,7 +2925,8 @@ def righe_ritmo(prova: Prova) -> List[str]:
                 programmato = nel_programma / piano_oltre.durata
             programma = f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}"
             if piano_oltre.arrivi == "poisson" and programmato and abs(programmato / piano_oltre.ritmo - 1) >= 0.05:
-                programma += f" (intervalli estratti a caso: su {quante(nel_programma, 'richiesta', 'richieste')} si scosta dal chiesto)"
+                programma += (f" (intervalli estratti a caso: su {quante(nel_programma, 'richiesta', 'richieste')} si "
+                              "scosta dal chiesto)")
         else:
             programma = (f"traccia di {piano_oltre.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
                          f"{fmt(max(previsti, default=None), '.2f s')} nel file ({fmt(ritmo_di(previsti), '.2f req/s')})")
