@@ -2505,9 +2505,7 @@ class LettoreFlussi:
         try:
             inviati = flusso.sock.send(flusso.richiesta)
         except OSError as exc:  # the buffer full: the whole request again (TLS asks for the same bytes)
-            ssl = sys.modules.get("ssl")  # imported by https (see con_tls)
-            pieno = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError) if ssl else BlockingIOError
-            if not isinstance(exc, pieno):
+            if not da_riprovare(exc):
                 raise
             inviati = 0
         if inviati < len(flusso.richiesta):
@@ -2596,11 +2594,16 @@ def leggi_con_tempo(flusso: Flusso) -> Optional[Tuple[float, bytes, bytes]]:
         else:
             dati, stampo = flusso.sock.recv(LETTURA), b""
     except OSError as exc:
-        ssl = sys.modules.get("ssl")  # imported by https (see con_tls)
-        if isinstance(exc, BlockingIOError) or (ssl and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError))):
+        if da_riprovare(exc):
             return None
         raise
     return time.perf_counter(), stampo, dati
+
+
+def da_riprovare(exc: OSError) -> bool:
+    """Whether a non-blocking socket's call failed only because it would have waited (TLS: for either way)."""
+    ssl = sys.modules.get("ssl")  # imported by https (see con_tls)
+    return isinstance(exc, BlockingIOError) or bool(ssl) and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError))
 
 
 def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) -> float:
