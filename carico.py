@@ -4787,7 +4787,7 @@ def spiegazione(prova: Prova) -> List[str]:
         elif m.cpu_occupata is not None and m.cpu_occupata >= LIBERA:
             frasi.append(f"Appena prima della prova la CPU era occupata al {m.cpu_occupata:.0%} ({sguardo}, {m.core} "
                          "core): né libera né occupata; se le cifre ti sembrano strane, ripeti a macchina tranquilla.")
-        elif m.carico_medio is not None and m.carico_medio >= 0.75 * m.core:
+        elif m.carico_medio is not None and round(m.carico_medio, 1) >= 0.75 * m.core:  # as printed: 1.49 is "1.5"
             frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(m)}); il carico medio, "
                          "più alto, conta anche il minuto prima: non dice che cosa gira adesso.")
         else:

@@ -31,6 +31,9 @@ def test_tranquilla_solo_se_anche_il_carico_medio_lo_e():
     assert "carico medio 5.0" in frase and frase.endswith("il carico medio, più alto, conta anche il minuto prima: non "
                                                           "dice che cosa gira adesso."), frase
     assert "ripeti" not in frase
+    # the tour after: "tranquilla (2 core, carico medio 1.5, ...)" from a load of 1.49, printed rounded
+    (frase,) = [f for f in carico.spiegazione(una_prova(servite(), Macchina(2, 1.49, 0.0))) if f.startswith("La ")]
+    assert frase.startswith("La CPU era libera appena prima della prova (2 core, carico medio 1.5,"), frase
     quieta = carico.spiegazione(una_prova(servite(), Macchina(2, 0.3, 0.02)))
     assert "La macchina era tranquilla prima della prova (2 core, carico medio 0.3, CPU occupata al 2% prima della " \
            "prova)." in quieta
