@@ -687,11 +687,11 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[Serv
     while True:
         if avviato is not None:
             avviato.controlla("il server si è fermato durante l'avvio")
-        # a server that takes the connection and says nothing: not a silent wait of --timeout_info seconds
-        zitto = threading.Timer(2.0, print, (f"il server {client.base} non risponde ancora: attendo fino a "
-                                             f"{client.timeout_info:g} s...",), dict(file=stderr, flush=True))
-        zitto.daemon = True
+        zitto = None  # the first ask: a server that takes the connection and says nothing is said to the user
         if avvisato is None and avviato is None:
+            zitto = threading.Timer(2.0, print, (f"il server {client.base} non risponde ancora: attendo fino a "
+                                                 f"{client.timeout_info:g} s...",), dict(file=stderr, flush=True))
+            zitto.daemon = True
             zitto.start()
         try:
             risposta = client.chiama("GET", "/health")
@@ -700,7 +700,8 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[Serv
                 raise ErroreUtente(perche_non_risponde(client, exc)) from None
             risposta = None  # just started: not listening yet
         finally:
-            zitto.cancel()
+            if zitto:
+                zitto.cancel()
         if risposta is not None and risposta.status == 401:
             raise ErroreUtente(messaggio_chiave(client))
         passati = time.monotonic() - inizio
@@ -3760,8 +3761,8 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
             ": una richiesta in più non trova uno slot libero e aspetta" if cresciuta else ", poco"))
     if None not in velocita and velocita[1] < 0.9 * velocita[0]:
         scesa = f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s"
-        occupata = [motivo for p in prima.prove + dopo.prove for motivo in [p.macchina and macchina_occupata(p.macchina)]
-                    if motivo]
+        occupata = [macchina_occupata(p.macchina) for p in prima.prove + dopo.prove if p.macchina]
+        occupata = [motivo for motivo in occupata if motivo]  # why the machine was busy, before either run
         if occupata:  # the machine's own work may have slowed the slots: not said to be the slots'
             frasi.append(f"{scesa}, ma la macchina era già occupata in una delle due prove ({occupata[0]}): la discesa "
                          "può venire da lì")
