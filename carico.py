@@ -2178,11 +2178,12 @@ TRONCATA = "il server ha interrotto la risposta"
 # less than the gap between two chunks: two chunks in one read both get the later one's stamp). Through
 # TLS there is no kernel stamp: the time of the read. A read is all the reader does while the bytes
 # flow: a thousand streams bring 50,000 reads a second, and each read costs 16-20 us of the one core
-# the reader has (measured); undoing the chunked framing (RFC 9112, 7.1), the stamps and the JSON cost
-# some 13 us more a read, and done as the bytes come they made the reader fall behind by more than a
-# chunk's gap, so that two chunks shared a stamp. So they wait for a moment when no socket has anything
-# to read: then the reader frames a stream that may have ended (see forse_la_fine), and if it has,
-# parses it and wakes its worker, once.
+# the reader has (measured; over half of it the kernel's, the ACK that a read sends back included);
+# undoing the chunked framing (RFC 9112, 7.1), the stamps and the JSON cost some 13 us more a read, and
+# done as the bytes come they made the reader fall behind by more than a chunk's gap, so that two chunks
+# shared a stamp. So they wait for a moment when no socket has anything to read: then the reader
+# frames a stream that may have ended (see forse_la_fine), and if it has, parses it and wakes its
+# worker, once.
 SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
 LETTURA = 65536  # bytes a read asks for: a burst of events in one read
 SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # room for one stamp (Windows: none)
