@@ -41,12 +41,12 @@ import sys
 import threading
 import time
 import urllib.parse
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, Generator, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 # Some modules are imported where they are used (http.client, concurrent.futures, statistics...):
 # `--help` and a bad flag answer at once, and a lab run never loads what only an extra needs.
 
-__version__ = "1.7.1"
+__version__ = "1.7.2"
 
 # The eight prompts of the lab, one per request. Each opens with different words, so two requests
 # share no prefix beyond the chat template's.
@@ -2183,7 +2183,7 @@ TRONCATA = "il server ha interrotto la risposta"
 # done as the bytes come they made the reader fall behind by more than a chunk's gap, so that two chunks
 # shared a stamp. So they wait for a moment when no socket has anything to read: then the reader
 # frames a stream that may have ended (see forse_la_fine), and if it has, parses it and wakes its
-# worker, once.
+# worker, once; a millisecond of that work at a time (FETTA), with a look at the sockets in between.
 SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
 LETTURA = 65536  # bytes a read asks for: a burst of events in one read
 SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # room for one stamp (Windows: none)
@@ -2257,11 +2257,16 @@ class Flusso:
                 return bool(corpo) and forse_la_fine(corpo)
         return self.inquadra()
 
-    def inquadra(self) -> bool:
-        """The reads kept so far framed, each with when its bytes arrived; True once the answer has ended."""
+    def inquadra(self, scade: float = float("inf")) -> bool:
+        """The reads kept so far framed, each with when its bytes arrived (until time.perf_counter() passes
+        `scade`: at least one read; the others stay kept); True once the answer has ended."""
         letture, self.letture = self.letture, []
-        for t, stampo, dati in zip(letture[::3], letture[1::3], letture[2::3]):
+        for i in range(0, len(letture), 3):
+            if i and time.perf_counter() >= scade:
+                self.letture = letture[i:]
+                break
             if not self.fine_trovata:  # (bytes after the end are not the answer's)
+                t, stampo, dati = letture[i:i + 3]
                 self.fine_trovata = self.arrivati(quando_arrivati(t, stampo, self.inviata, self.scarto), dati)
         return self.fine_trovata
 
@@ -2430,6 +2435,7 @@ class LettoreFlussi:
         scadenze: List[Tuple[float, int]] = []  # (deadline, stream's number), nearest first
         attivi: Dict[int, Flusso] = {}  # number -> the stream, while it is read
         da_chiudere: collections.deque = collections.deque()  # read out, maybe ended: framed when nothing is to read
+        lavoro: Optional[Tuple[Flusso, Generator]] = None  # the stream being framed and parsed, and its _chiudi
         numeri, riposa_da = itertools.count(), time.monotonic()
 
         def da_leggere(flusso: Flusso) -> None:
@@ -2441,7 +2447,7 @@ class LettoreFlussi:
             while True:
                 with self._lock:
                     nuovi, self._nuovi, self._svegliato = self._nuovi, [], False
-                    if not (nuovi or attivi or da_chiudere) and time.monotonic() - riposa_da >= self.RIPOSO:
+                    if not (nuovi or attivi or da_chiudere or lavoro) and time.monotonic() - riposa_da >= self.RIPOSO:
                         self._thread = None
                         return
                 for flusso in nuovi:  # the start's requests first, sent one right after the other (see Partenza)
@@ -2463,23 +2469,29 @@ class LettoreFlussi:
                 if attivi:
                     riposa_da = adesso  # the idle second counts from the last stream's end
                 attesa = scadenze[0][0] - adesso if scadenze else max(0.0, riposa_da + self.RIPOSO - adesso)
-                pronti = selettore.select(0.0 if da_chiudere else attesa)
+                pronti = selettore.select(0.0 if da_chiudere or lavoro else attesa)
                 for chiave, _ in pronti:
                     if chiave.data is None:
                         with contextlib.suppress(OSError):  # BlockingIOError: already read
                             sveglia[0].recv(4096)
                     else:
                         self._leggi(selettore, attivi, da_chiudere, chiave.data)
-                if da_chiudere and not pronti:  # a moment with nothing to read
-                    flusso = da_chiudere.popleft()
-                    if self._chiudi(selettore, attivi, flusso):
-                        heapq.heappush(scadenze, (flusso.scadenza, flusso.numero))
+                if (da_chiudere or lavoro) and not pronti:  # a moment with nothing to read: a slice of an end's work
+                    if lavoro is None:
+                        flusso = da_chiudere.popleft()
+                        lavoro = flusso, self._chiudi(selettore, attivi, flusso)
+                    try:
+                        next(lavoro[1])
+                    except StopIteration as fatto:
+                        if fatto.value:  # not ended after all: read on, under its deadline again
+                            heapq.heappush(scadenze, (lavoro[0].scadenza, lavoro[0].numero))
+                        lavoro = None
         finally:  # an error of its own (a bug): no worker is left waiting
             with self._lock:
                 nuovi, self._nuovi = self._nuovi, []
                 if self._thread is threading.current_thread():
                     self._thread = None
-            for flusso in list(attivi.values()) + list(da_chiudere) + nuovi:
+            for flusso in list(attivi.values()) + list(da_chiudere) + nuovi + ([lavoro[0]] if lavoro else []):
                 self._fine(selettore, attivi, flusso, RuntimeError("il lettore dei flussi si è fermato"))
             selettore.close()
             for s in sveglia:
@@ -2557,20 +2569,25 @@ class LettoreFlussi:
         attivi.pop(flusso.numero, None)
         da_chiudere.append(flusso)
 
-    def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> bool:
+    def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> Generator[None, None, bool]:
         """A stream that may have ended, framed: if it has, parsed (an answer 200) and its worker woken; if
-        not, True: it is read on, under its deadline again. Ended already (Ctrl+C): nothing to do."""
+        not, it returns True: it is read on, under its deadline again. Ended already (Ctrl+C): nothing to do.
+        A slice at a time (it yields in between): a long answer framed and parsed in one go would hold the
+        reader for tens of ms (4,000 tokens: some 70 ms here), and the other streams' chunks would come two
+        to a read, with the later one's stamp."""
         import selectors
 
         if flusso.finito.is_set():
             return False
         try:
-            if not flusso.inquadra():
-                selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
-                attivi[flusso.numero] = flusso
-                return True
+            while not flusso.inquadra(time.perf_counter() + FETTA):
+                if not flusso.letture:
+                    selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
+                    attivi[flusso.numero] = flusso
+                    return True
+                yield
             if flusso.status == 200:
-                flusso.esito = leggi_flusso(iter(flusso.blocchi))
+                flusso.esito = yield from leggi_flusso(iter(flusso.blocchi))
         except Exception as exc:  # a bad framing, a broken stream, a socket closed meanwhile
             self._fine(selettore, attivi, flusso, exc)
             return False
@@ -2728,12 +2745,21 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
     return Risultato(indice, inizio, fine - t0, **cifre_completamento(dati, [t - flusso.inviata for t in chunk]))
 
 
-def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Tuple[dict, List[float], float]:
+FETTA = 0.001  # seconds of a stream's end work (framing, parsing) between two looks at the sockets
+PEZZO = 128  # events parsed in one json.loads
+
+
+def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None, Tuple[dict, List[float], float]]:
     """Gather the `data:` lines as they come, each with the time of the read that completed it, up to
     `[DONE]`; then fold the chunks into one completion (the last chunks carry finish_reason, usage and
-    timings). Returns it, when each chunk with text arrived, and when the end did."""
+    timings). Returns it, when each chunk with text arrived, and when the end did: a generator that
+    yields after each FETTA of work (the reader reads in between)."""
     righe, resto, t = [], b"", 0.0  # (time, the line's data); an incomplete line waits for the next read
+    scade = time.perf_counter() + FETTA
     for t, blocco in blocchi:
+        if time.perf_counter() >= scade:
+            yield
+            scade = time.perf_counter() + FETTA
         *intere, resto = (resto + blocco).split(b"\n")
         fatto = False
         for riga in intere:
@@ -2749,24 +2775,29 @@ def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Tuple[dict, List[flo
     completamento = {"choices": [{}]}
     tempi, testo = [], []  # when each chunk with text arrived; the text (a conversation sends it back)
     chunk = 0  # the JSON events read
-    for (quando, _), evento in zip(righe, eventi_json([dato for _, dato in righe[:fino]])):
-        chunk += 1
-        if evento is NON_JSON:
-            raise ErroreNelFlusso("evento non JSON nel flusso")
-        if not isinstance(evento, dict):
-            continue
-        if isinstance(evento.get("error"), dict):
-            raise ErroreNelFlusso(testo_errore(evento["error"].get("code", 200), evento["error"]))
-        for scelta in evento.get("choices") or []:
-            delta = scelta.get("delta") or {}
-            if delta.get("content") or delta.get("reasoning_content"):
-                tempi.append(quando)
-                testo.append(delta.get("content") or "")
-            if scelta.get("finish_reason"):
-                completamento["choices"] = [{"finish_reason": scelta["finish_reason"]}]
-        for chiave in ("usage", "timings"):
-            if isinstance(evento.get(chiave), dict):
-                completamento[chiave] = evento[chiave]
+    dati = [dato for _, dato in righe[:fino]]
+    for inizio in range(0, len(dati), PEZZO):
+        if time.perf_counter() >= scade:
+            yield
+            scade = time.perf_counter() + FETTA
+        for (quando, _), evento in zip(righe[inizio:inizio + PEZZO], eventi_json(dati[inizio:inizio + PEZZO])):
+            chunk += 1
+            if evento is NON_JSON:
+                raise ErroreNelFlusso("evento non JSON nel flusso")
+            if not isinstance(evento, dict):
+                continue
+            if isinstance(evento.get("error"), dict):
+                raise ErroreNelFlusso(testo_errore(evento["error"].get("code", 200), evento["error"]))
+            for scelta in evento.get("choices") or []:
+                delta = scelta.get("delta") or {}
+                if delta.get("content") or delta.get("reasoning_content"):
+                    tempi.append(quando)
+                    testo.append(delta.get("content") or "")
+                if scelta.get("finish_reason"):
+                    completamento["choices"] = [{"finish_reason": scelta["finish_reason"]}]
+            for chiave in ("usage", "timings"):
+                if isinstance(evento.get(chiave), dict):
+                    completamento[chiave] = evento[chiave]
     if "finish_reason" not in completamento["choices"][0]:
         raise ErroreNelFlusso(f"{TRONCATA} dopo {chunk} chunk (nessun finish_reason)")
     if fino == len(righe):
@@ -2779,8 +2810,8 @@ NON_JSON = object()  # an event that is not JSON (None is JSON: null)
 
 
 def eventi_json(dati: List[bytes]) -> list:
-    """Each event's JSON: all of a stream's in one json.loads, a list of them (one call per event costs
-    as much again as the parsing); one at a time only when that fails, NON_JSON for an event that is not."""
+    """Each event's JSON: PEZZO of them in one json.loads, a list of them (one call per event costs as much
+    again as the parsing); one at a time only when that fails, NON_JSON for an event that is not."""
     with contextlib.suppress(ValueError):  # UnicodeDecodeError included
         eventi = json.loads((b"[" + b",".join(dati) + b"]").decode("utf-8"))
         if len(eventi) == len(dati):  # else an event was not one JSON value ("1,2"): one at a time

@@ -21,6 +21,8 @@ server and model (scripts/install-real.sh) and, for the scale row, nginx and wrk
 
      9b. (`--pavimento N`, on its own) the floor under any reader at 1,000 streams: a reader in C and a bare
      Python one (bench/pavimento.c, bench/pavimento.py) in turns with carico, against the same fake
+     9c. (`--misti N`, on its own) long answers that end while others stream: 64 streams of 1,000-2,000 tokens
+     10 ms apart; the chunks carico timed more than 5 ms off
 
 `--solo-flussi` runs row 9 alone (no real server needed).
 """
@@ -345,18 +347,19 @@ def percentile_di(valori, p):
     return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")
 
 
-def una_prova_di_flussi(eseguibile, c, cartella):
-    """One run at C streams: carico's figures from its --json, and the fake's true times from its log."""
+def una_prova_di_flussi(eseguibile, c, cartella, token=TOKEN_FLUSSI, passo_ms=PASSO_MS, misti=False):
+    """One run at C streams: carico's figures from its --json, and the fake's true times from its log
+    (`misti`: each stream with between token/2 and `token` tokens, see flussi.c)."""
     porta = porta_libera()
     registro, risultati = os.path.join(cartella, f"fake-{c}.log"), os.path.join(cartella, f"carico-{c}.json")
-    fake = subprocess.Popen(["taskset", "-c", "0", eseguibile, str(porta), str(c), str(TOKEN_FLUSSI), registro],
-                            stdout=subprocess.PIPE)
+    fake = subprocess.Popen(["taskset", "-c", "0", eseguibile, str(porta), str(c), str(token), registro, str(passo_ms),
+                             str(int(misti))], stdout=subprocess.PIPE)
     try:
         fake.stdout.readline()  # "pronto"
         cpu_nel_tempo = []  # (perf_counter, CPU s of carico's process): its share of a core while the fake writes
         out, parete, cpu, rss = esegui_carico_cli_su(
             ["taskset", "-c", "1"], "--url", f"http://127.0.0.1:{porta}", "--stream", "--richieste", str(c),
-            "--parallele", str(c), "--token", str(TOKEN_FLUSSI), "--dettagli", "--json", risultati,
+            "--parallele", str(c), "--token", str(token), "--dettagli", "--json", risultati,
             "--intervallo", "60", campioni=cpu_nel_tempo)
         fake.wait(timeout=60)
     finally:
@@ -384,7 +387,7 @@ def una_prova_di_flussi(eseguibile, c, cartella):
         errori_ttft.append(errori_chunk[-len(scritti)])
         errori_itl += [fuori(b - a, y0 - x1, y1 - x0) * 1000 for a, b, (x0, x1), (y0, y1)
                        in zip(r["chunk_s"], r["chunk_s"][1:], scritti, scritti[1:])]
-        ritardi += [da * 1000 - (PRIMO_MS + PASSO_MS * k) for k, (da, _) in enumerate(scritti)]
+        ritardi += [da * 1000 - (PRIMO_MS + passo_ms * k) for k, (da, _) in enumerate(scritti)]
     # CPU while the streams flowed: from the first request's arrival to the last write, on the fake's
     # clock (CLOCK_MONOTONIC, perf_counter's): carico's share of its one core, 1.00 when it saturates it
     da = min(a for a, _ in veri.values()) / 1e9
@@ -394,7 +397,8 @@ def una_prova_di_flussi(eseguibile, c, cartella):
     figure = prova["dettagli"]["figure_s"]
     chunk = sum(len(r["chunk_s"] or ()) for r in richieste if r["errore"] is None)
     inizi = [r["inizio_s"] for r in richieste]
-    return {"falliti": sum(r["errore"] is not None for r in richieste), "chunk_s": chunk / prova["riepilogo"]["tempo_totale"],
+    return {"falliti": sum(r["errore"] is not None for r in richieste), "chunk": chunk,
+            "chunk_s": chunk / prova["riepilogo"]["tempo_totale"],
             "ttft50": figure["primo token"]["p50"] * 1000, "ttft99": figure["primo token"]["p99"] * 1000,
             "itl50": figure["ITL"]["p50"] * 1000, "itl99": figure["ITL"]["p99"] * 1000, "itlmax": figure["ITL"]["max"] * 1000,
             "cpu": cpu, "core": (dopo - prima) / (a - da), "us_chunk": cpu / chunk * 1e6, "rss": rss, "inviate_in": (max(inizi) - min(inizi)) * 1000,
@@ -518,6 +522,24 @@ def pavimento(giri, c=1000):
         shutil.rmtree(cartella, ignore_errors=True)
 
 
+def misti(giri, c=64, token=2000, passo_ms=10):
+    """9c. (--misti N) Long answers that end while others stream: C streams of token/2 to `token` tokens, one
+    every `passo_ms`, so that they end one after the other. The chunks carico timed more than 5 ms off what the
+    fake wrote: a stream's end work that held the reader would put the others' chunks two to a read."""
+    cartella = tempfile.mkdtemp(prefix="carico-misti-")
+    fake = os.path.join(cartella, "flussi")
+    subprocess.run(["cc", "-O2", "-o", fake, os.path.join(QUI, "flussi.c")], check=True)
+    print(f"carico: {CARICO}\n| at | chunks | off > 5 ms | ITL error p99 ms | fake late p99 ms |\n|---|---|---|---|---|")
+    try:
+        for _ in range(giri):
+            a = time.strftime('%H:%M:%S', time.gmtime())
+            p = una_prova_di_flussi(fake, c, cartella, token, passo_ms, misti=True)
+            print(f"| {a} UTC | {p['chunk']:,.0f} | {p['fuori_5ms']:.0f} ({p['fuori_5ms'] / p['chunk']:.2%}) | {p['err_itl99']:.2f} | "
+                  f"{p['ritardo_fake99']:.2f} |", flush=True)
+    finally:
+        shutil.rmtree(cartella, ignore_errors=True)
+
+
 def aspetta_la_quiete(limite=20.0):
     """Up to `limite` seconds for the CPU to settle (the install step just ran pip), as the lab asks."""
     fine = time.monotonic() + limite
@@ -544,9 +566,13 @@ def main():
     parser.add_argument("--prove-picco", type=int, default=10, help="lab runs per -np for the peak check")
     parser.add_argument("--solo-flussi", action="store_true", help="only row 9, the streams at scale")
     parser.add_argument("--pavimento", type=int, metavar="N", help="only row 9b: N turns of the floors and carico at 1,000 streams")
+    parser.add_argument("--misti", type=int, metavar="N", help="only row 9c: N runs of long answers ending one after the other")
     a = parser.parse_args()
     if a.pavimento:
         pavimento(a.pavimento)
+        return 0
+    if a.misti:
+        misti(a.misti)
         return 0
     if a.solo_flussi:
         print(f"carico.py {carico.__version__}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")

@@ -8,9 +8,11 @@
  * Its own lateness (each write's time minus its due time) and every write's time are logged, so that the
  * bench compares carico's figures with what really left the server.
  *
- *   flussi PORT N_STREAMS TOKENS LOGFILE    exits after N_STREAMS streams have ended, writing LOGFILE:
- *   one line per stream: the prompt's first bytes, the request's arrival (ns), for each token the clock
- *   just before and just after its write (ns): the bytes left somewhere in between.
+ *   flussi PORT N_STREAMS TOKENS LOGFILE [GAP_MS [MIXED]]    exits after N_STREAMS streams have ended,
+ *   writing LOGFILE: one line per stream: the prompt's first bytes, the request's arrival (ns), for each
+ *   token the clock just before and just after its write (ns): the bytes left somewhere in between.
+ *   GAP_MS: the gap between two tokens (20); MIXED 1: the streams end at different times, each with
+ *   between TOKENS/2 and TOKENS tokens (for the bench's long answers that end while others stream).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,22 +27,21 @@
 #include <unistd.h>
 
 #define FIRST_MS 50
-#define GAP_MS 20
 #define MAXC 4096
-#define MAXTOK 512
+#define MAXTOK 4096
 
 typedef struct {
     int fd, stato; /* 0 free, 1 reading the request, 2 streaming */
     char req[16384];
     int n;
     long long arrivo, prima[MAXTOK], scritti[MAXTOK];
-    int k;
+    int k, ntok; /* tokens written so far, and this stream's */
     char tag[48];
 } Conn;
 
 static Conn conns[MAXC];
 static int maxfd;
-static int tokens;
+static int tokens, gap_ms = 20, misti;
 
 static long long ora(void) {
     struct timespec t;
@@ -57,7 +58,7 @@ static long long scarto(void) {
     return r.tv_sec * 1000000000LL + r.tv_nsec - (a.tv_sec * 1000000000LL + a.tv_nsec + b.tv_sec * 1000000000LL + b.tv_nsec) / 2;
 }
 
-static long long dovuto(Conn *c) { return c->arrivo + (FIRST_MS + (long long)GAP_MS * c->k) * 1000000LL; }
+static long long dovuto(Conn *c) { return c->arrivo + (FIRST_MS + (long long)gap_ms * c->k) * 1000000LL; }
 
 /* The streams by their next write's due time: a binary heap of fds (a scan of every stream at every
    wake-up would not keep 50,000 writes a second on time). */
@@ -112,7 +113,7 @@ static void chiudi(int fd) {
     close(fd);
     c->stato = 0;
     fprintf(log, "%s\t%lld", c->tag, c->arrivo);
-    for (int k = 0; k < tokens; k++) fprintf(log, "\t%lld,%lld", c->prima[k], c->scritti[k]);
+    for (int k = 0; k < c->ntok; k++) fprintf(log, "\t%lld,%lld", c->prima[k], c->scritti[k]);
     fprintf(log, "\n");
 }
 
@@ -128,11 +129,11 @@ static void dovuti(void) {
         c->prima[c->k] = ora();
         evento(fd, "{\"choices\":[{\"index\":0,\"finish_reason\":null,\"delta\":{\"content\":\"parola \"}}]}");
         c->scritti[c->k++] = adesso = ora();
-        if (c->k == tokens) {
+        if (c->k == c->ntok) {
             /* the end in one write: finish_reason, usage, [DONE] and the last chunk */
             char usage[256], fine[1024];
             snprintf(usage, sizeof usage, "{\"choices\":[],\"usage\":{\"completion_tokens\":%d,\"prompt_tokens\":20,"
-                     "\"total_tokens\":%d}}", tokens, tokens + 20);
+                     "\"total_tokens\":%d}}", c->ntok, c->ntok + 20);
             int n = evento_in(fine, sizeof fine, "{\"choices\":[{\"index\":0,\"finish_reason\":\"length\",\"delta\":{}}]}");
             n += evento_in(fine + n, sizeof fine - n, usage);
             n += evento_in(fine + n, sizeof fine - n, "[DONE]");
@@ -151,6 +152,8 @@ int main(int argc, char **argv) {
     int porta = atoi(argv[1]), attesi = atoi(argv[2]);
     tokens = atoi(argv[3]);
     if (tokens > MAXTOK) tokens = MAXTOK;
+    if (argc > 5) gap_ms = atoi(argv[5]);
+    if (argc > 6) misti = atoi(argv[6]);
     log = fopen(argv[4], "w");
     int ascolto = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), uno = 1;
     setsockopt(ascolto, SOL_SOCKET, SO_REUSEADDR, &uno, sizeof uno);
@@ -232,6 +235,7 @@ int main(int argc, char **argv) {
                 scrivi(fd, primo, (size_t)n); /* one write: the headers and the role chunk */
                 c->stato = 2;
                 c->k = 0;
+                c->ntok = misti ? tokens / 2 + (fd * 37) % (tokens / 2 + 1) : tokens;
                 heap[nheap++] = fd;
                 su(nheap - 1);
                 epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL); /* nothing more to read from it */

@@ -18,6 +18,16 @@ RIGA_REQ = re.compile(r"^  req +(\d+): +([\d.]+) s +(\d+) token  \(([\d.]+) t/s 
 VELOCE = ("--intervallo", "0.05")  # the fake answers in tenths of a second: sample it often
 
 
+def letto_tutto(blocchi):
+    """carico.leggi_flusso run to its end (the reader runs it a slice at a time): what it returns."""
+    lavoro = carico.leggi_flusso(iter(blocchi))
+    while True:
+        try:
+            next(lavoro)
+        except StopIteration as fatto:
+            return fatto.value
+
+
 def latenze(out):
     """The latencies of the `req` lines of an output, in order."""
     return [float(m.group(2)) for m in map(RIGA_REQ.match, out.splitlines()) if m]

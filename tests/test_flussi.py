@@ -15,7 +15,7 @@ import time
 import pytest
 
 import carico
-from aiuti import VELOCE
+from aiuti import VELOCE, letto_tutto
 
 INTERROTTA = "errore: il server ha interrotto la risposta dopo 4 chunk (nessun finish_reason)"
 
@@ -116,7 +116,7 @@ FLUSSO = b"".join(EVENTI)
 
 
 def letto(blocchi):
-    dati, tempi, fine = carico.leggi_flusso(iter(blocchi))
+    dati, tempi, fine = letto_tutto(blocchi)
     return dati["choices"][0], dati.get("usage"), tempi, fine
 
 

@@ -19,7 +19,7 @@ import time
 import pytest
 
 import carico
-from aiuti import VELOCE
+from aiuti import VELOCE, letto_tutto
 from fakeserver import chunk
 
 TESTO = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
@@ -179,9 +179,9 @@ def test_nessuna_cornice_mentre_il_flusso_scorre(fake, carica, monkeypatch, tmp_
     a read may have ended it. Ten chunks 30 ms apart: framed at the headers and at the end, not a read at a time."""
     inquadrate, originale = [], carico.Flusso.inquadra
 
-    def contata(flusso):
+    def contata(flusso, *quante):
         inquadrate.append(len(flusso.letture))
-        return originale(flusso)
+        return originale(flusso, *quante)
 
     monkeypatch.setattr(carico.Flusso, "inquadra", contata)
     server = fake(override={"/v1/chat/completions": a_tempo([0.03] * 10)})
@@ -190,6 +190,37 @@ def test_nessuna_cornice_mentre_il_flusso_scorre(fake, carica, monkeypatch, tmp_
     (richiesta,) = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
     assert len(richiesta["chunk_s"]) == 10 and richiesta["chunk_s"][-1] - richiesta["chunk_s"][0] >= 0.25, richiesta
     assert len(inquadrate) <= 3 and sum(inquadrate) >= 3 * 4, inquadrate  # reads framed together (3 entries a read)
+
+
+def test_la_fine_di_una_risposta_lunga_non_ferma_il_lettore(fake, carica, monkeypatch, tmp_path):
+    """A long answer that ends while another streams: framed and parsed a slice at a time (FETTA), the reader
+    reads the other stream between the slices. 20,000 chunks in one go (in one piece, some 0.2-0.5 s of work
+    for the reader) while the other's chunks come 20 ms apart: each of those with its own time, none two to a
+    read (they would share the later one's time), and the long one's work done in many slices."""
+    fette, originale = [], carico.Flusso.inquadra
+    monkeypatch.setattr(carico.Flusso, "inquadra", lambda flusso, *scade: fette.append(1) or originale(flusso, *scade))
+    n = 20000
+    lunga = TESTA + b"".join([chunk(TESTO)] * n + [chunk(e.replace(b"%d", b"%d" % n)) for e in FINE] + [chunk(b"")])
+    scritti, breve = [], a_tempo([0.1] + [0.02] * 30)
+
+    def risponde(h, corpo):
+        if json.loads(corpo)["messages"][-1]["content"] != carico.prompt_per(0):
+            return breve(h, corpo)
+        time.sleep(0.3)  # the other stream is flowing by then
+        h.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        h.wfile.write(lunga)
+        h.wfile.flush()
+
+    server = fake(override={"/v1/chat/completions": risponde})
+    rc, out, err = carica(server.url, "--stream", "--richieste", "2", "--parallele", "2", "--json",
+                          str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    lunga_, breve_ = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
+    assert len(lunga_["chunk_s"]) == n and len(breve_["chunk_s"]) == 31, (lunga_["token"], breve_)
+    assert lunga_["chunk_s"][-1] < breve_["chunk_s"][-1], "the long answer ends while the other streams"
+    intervalli = [b - a for a, b in zip(breve_["chunk_s"], breve_["chunk_s"][1:])]
+    assert min(intervalli) > 0.005, intervalli  # 20 ms apart: none read together with the next
+    assert len(fette) >= 5, fette
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's receive time is Linux's")
@@ -325,15 +356,15 @@ def test_gli_eventi_letti_tutti_insieme_come_uno_alla_volta():
     def con(*altri):
         return [(1.0, b"".join(EVENTI[:2] + list(altri) + EVENTI[2:]))]
 
-    dati, tempi, _ = carico.leggi_flusso(iter(con(b"data: null\n\n")))
+    dati, tempi, _ = letto_tutto(con(b"data: null\n\n"))
     assert dati["choices"][0]["message"]["content"] == "caffè €!" and len(tempi) == 3
     with pytest.raises(carico.ErroreNelFlusso, match="^evento non JSON nel flusso$"):
-        carico.leggi_flusso(iter(con(b"data: 1,2\n\n")))
+        letto_tutto(con(b"data: 1,2\n\n"))
     with pytest.raises(carico.ErroreNelFlusso, match="^evento non JSON nel flusso$"):
-        carico.leggi_flusso(iter(con(b'data: {"a": "\xff"}\n\n')))
+        letto_tutto(con(b'data: {"a": "\xff"}\n\n'))
     errore = b'data: {"error":{"code":500,"message":"finito","type":"server_error"}}\n\n'
     with pytest.raises(carico.ErroreNelFlusso) as e:
-        carico.leggi_flusso(iter(con(errore, b"data: {\n\n")))
+        letto_tutto(con(errore, b"data: {\n\n"))
     assert "finito" in str(e.value)
 
 
