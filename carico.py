@@ -2183,7 +2183,7 @@ TRONCATA = "il server ha interrotto la risposta"
 # done as the bytes come they made the reader fall behind by more than a chunk's gap, so that two chunks
 # shared a stamp. So they wait for a moment when no socket has anything to read: then the reader
 # frames a stream that may have ended (see forse_la_fine), and if it has, parses it and wakes its
-# worker, once; a millisecond of that work at a time (FETTA), with a look at the sockets in between.
+# worker, once; about a millisecond of that work at a time (FETTA), with a look at the sockets between.
 SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
 LETTURA = 65536  # bytes a read asks for: a burst of events in one read
 SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # room for one stamp (Windows: none)
@@ -2358,7 +2358,13 @@ class Flusso:
         self._coda = coda[-16:]
         if b"[DONE]" not in coda:
             return False
-        righe = b"".join(dati for _, dati in self.blocchi).split(b"\n")[:-1]  # a line counts once it has ended
+        coda, tutto = b"", True  # the body's last bytes: these and the 256 before (not all of a long answer)
+        for _, pezzo in reversed(self.blocchi):
+            if len(coda) > len(dati) + 256:
+                tutto = False
+                break
+            coda = pezzo + coda
+        righe = coda.split(b"\n")[0 if tutto else 1:-1]  # (a line cut by the tail is not one; one counts once ended)
         return any(r.strip().startswith(b"data:") and r.strip()[5:].strip() == b"[DONE]" for r in righe)
 
     def corpo(self) -> bytes:
@@ -2480,11 +2486,12 @@ class LettoreFlussi:
                     if lavoro is None:
                         flusso = da_chiudere.popleft()
                         lavoro = flusso, self._chiudi(selettore, attivi, flusso)
+                    flusso, passi = lavoro
                     try:
-                        next(lavoro[1])
-                    except StopIteration as fatto:
-                        if fatto.value:  # not ended after all: read on, under its deadline again
-                            heapq.heappush(scadenze, (lavoro[0].scadenza, lavoro[0].numero))
+                        next(passi)
+                    except StopIteration as chiuso:
+                        if chiuso.value:  # not ended after all: read on, under its deadline again
+                            heapq.heappush(scadenze, (flusso.scadenza, flusso.numero))
                         lavoro = None
         finally:  # an error of its own (a bug): no worker is left waiting
             with self._lock:
@@ -2572,9 +2579,10 @@ class LettoreFlussi:
     def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> Generator[None, None, bool]:
         """A stream that may have ended, framed: if it has, parsed (an answer 200) and its worker woken; if
         not, it returns True: it is read on, under its deadline again. Ended already (Ctrl+C): nothing to do.
-        A slice at a time (it yields in between): a long answer framed and parsed in one go would hold the
-        reader for tens of ms (4,000 tokens: some 70 ms here), and the other streams' chunks would come two
-        to a read, with the later one's stamp."""
+        A generator: each next() does a slice of about FETTA (at least one read framed), so that the reader
+        looks at the sockets in between: a long answer framed and parsed in one go would hold it for tens of
+        ms (4,000 tokens: some 50 ms here), and the other streams' chunks would come two to a read, with the
+        later one's stamp."""
         import selectors
 
         if flusso.finito.is_set():
@@ -2587,6 +2595,7 @@ class LettoreFlussi:
                     return True
                 yield
             if flusso.status == 200:
+                yield  # (the framing's slice is over)
                 flusso.esito = yield from leggi_flusso(iter(flusso.blocchi))
         except Exception as exc:  # a bad framing, a broken stream, a socket closed meanwhile
             self._fine(selettore, attivi, flusso, exc)

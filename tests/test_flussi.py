@@ -120,6 +120,40 @@ def letto(blocchi):
     return dati["choices"][0], dati.get("usage"), tempi, fine
 
 
+def test_ogni_chunk_col_suo_tempo_oltre_un_pezzo():
+    """More events than one json.loads parses (PEZZO) and more than one slice's work: each chunk with the time
+    of its own read, the text whole, the end's time the [DONE]'s."""
+    n = 3 * carico.PEZZO + 5
+    testo = [b'data: {"choices":[{"index":0,"delta":{"content":"%d "}}]}\n\n' % i for i in range(n)]
+    blocchi = [(float(i), evento) for i, evento in enumerate(testo)] + [(float(n), b"".join(EVENTI[5:]))]
+    scelta, usage, tempi, fine = letto(blocchi)
+    assert tempi == [float(i) for i in range(n)] and fine == float(n)
+    assert scelta["message"]["content"] == "".join(f"{i} " for i in range(n)) and usage["completion_tokens"] == 3
+
+
+def test_il_done_cercato_nella_coda_del_corpo():
+    """[DONE] without the last chunk (a connection the server keeps open): a whole `data: [DONE]` line is the
+    end, the same bytes inside an event's text are not; and it is looked for in the body's last bytes, not in
+    all of it (a long answer joined whole at its end held the reader): 100 times the body, not 100 times the
+    time."""
+
+    def tempo_del_done(n):
+        a, b = socket.socketpair()
+        with a, b:
+            flusso = carico.Flusso(a, 0.0)
+            flusso.blocchi = [(0.0, EVENTI[1])] * n + [(0.0, b'data: {"choices":[{"delta":{"content":"[DONE]"}}]}\n\n')]
+            assert not flusso._fatto(flusso.blocchi[-1][1])  # the text "[DONE]" is not the end
+            flusso.blocchi.append((0.0, b"data: [DONE]\n\n"))
+            inizio = time.perf_counter()
+            fatto = flusso._fatto(b"data: [DONE]\n\n")
+            return fatto, time.perf_counter() - inizio
+
+    assert tempo_del_done(3)[0] and tempo_del_done(100)[0]
+    breve = min(tempo_del_done(1000)[1] for _ in range(5))
+    lungo = min(tempo_del_done(100000)[1] for _ in range(5))
+    assert lungo < 10 * breve, (breve, lungo)
+
+
 def test_un_taglio_ovunque_nel_flusso():
     """Two reads, cut at every byte: inside an event, a `data:` line, a UTF-8 character, the usage event,
     [DONE]. The same answer each time; each chunk with text at the read that completed its line."""

@@ -7,6 +7,7 @@ time, on Linux); TLS streams go through it too, timed by the read; the thread en
 """
 
 import concurrent.futures
+import contextlib
 import json
 import re
 import socket
@@ -179,9 +180,9 @@ def test_nessuna_cornice_mentre_il_flusso_scorre(fake, carica, monkeypatch, tmp_
     a read may have ended it. Ten chunks 30 ms apart: framed at the headers and at the end, not a read at a time."""
     inquadrate, originale = [], carico.Flusso.inquadra
 
-    def contata(flusso, *quante):
+    def contata(flusso, *scade):
         inquadrate.append(len(flusso.letture))
-        return originale(flusso, *quante)
+        return originale(flusso, *scade)
 
     monkeypatch.setattr(carico.Flusso, "inquadra", contata)
     server = fake(override={"/v1/chat/completions": a_tempo([0.03] * 10)})
@@ -192,15 +193,22 @@ def test_nessuna_cornice_mentre_il_flusso_scorre(fake, carica, monkeypatch, tmp_
     assert len(inquadrate) <= 3 and sum(inquadrate) >= 3 * 4, inquadrate  # reads framed together (3 entries a read)
 
 
-def test_la_fine_di_una_risposta_lunga_non_ferma_il_lettore(fake, carica, monkeypatch, tmp_path):
+@pytest.mark.parametrize("chiude", [True, False], ids=["con-l-ultimo-chunk", "aperta-dopo-done"])
+def test_la_fine_di_una_risposta_lunga_non_ferma_il_lettore(fake, carica, monkeypatch, tmp_path, chiude):
     """A long answer that ends while another streams: framed and parsed a slice at a time (FETTA), the reader
     reads the other stream between the slices. 20,000 chunks in one go (in one piece, some 0.2-0.5 s of work
     for the reader) while the other's chunks come 20 ms apart: each of those with its own time, none two to a
-    read (they would share the later one's time), and the long one's work done in many slices."""
+    read (they would share the later one's time), and the long one's work done in many slices. Also when its
+    end is only [DONE], on a connection left open: [DONE] looked for in the body's tail, not in all of it."""
     fette, originale = [], carico.Flusso.inquadra
-    monkeypatch.setattr(carico.Flusso, "inquadra", lambda flusso, *scade: fette.append(1) or originale(flusso, *scade))
+    def a_fette(flusso, *scade):  # the framing of a stream's end, a slice (a deadline) at a time
+        fette.extend(scade)
+        return originale(flusso, *scade)
+
+    monkeypatch.setattr(carico.Flusso, "inquadra", a_fette)
     n = 20000
-    lunga = TESTA + b"".join([chunk(TESTO)] * n + [chunk(e.replace(b"%d", b"%d" % n)) for e in FINE] + [chunk(b"")])
+    lunga = TESTA + b"".join([chunk(TESTO)] * n + [chunk(e.replace(b"%d", b"%d" % n)) for e in FINE]
+                             + [chunk(b"")] * chiude)
     scritti, breve = [], a_tempo([0.1] + [0.02] * 30)
 
     def risponde(h, corpo):
@@ -210,6 +218,9 @@ def test_la_fine_di_una_risposta_lunga_non_ferma_il_lettore(fake, carica, monkey
         h.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         h.wfile.write(lunga)
         h.wfile.flush()
+        if not chiude:
+            with contextlib.suppress(OSError):
+                h.connection.recv(1)  # until the client closes
 
     server = fake(override={"/v1/chat/completions": risponde})
     rc, out, err = carica(server.url, "--stream", "--richieste", "2", "--parallele", "2", "--json",
@@ -220,7 +231,7 @@ def test_la_fine_di_una_risposta_lunga_non_ferma_il_lettore(fake, carica, monkey
     assert lunga_["chunk_s"][-1] < breve_["chunk_s"][-1], "the long answer ends while the other streams"
     intervalli = [b - a for a, b in zip(breve_["chunk_s"], breve_["chunk_s"][1:])]
     assert min(intervalli) > 0.005, intervalli  # 20 ms apart: none read together with the next
-    assert len(fette) >= 5, fette
+    assert len(fette) >= 5, fette  # the long one's framing in slices (its 1.8 MB come in reads of up to 64 KB)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's receive time is Linux's")
