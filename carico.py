@@ -2353,18 +2353,19 @@ class Flusso:
 
     def _fatto(self, dati: bytes) -> bool:
         """Whether `data: [DONE]` has come, as a whole line: the stream's end even on a connection the
-        server keeps open. Looked for in full only when the bytes "[DONE]" have just arrived."""
+        server keeps open. Looked for only when the bytes "[DONE]" have just arrived, and only in the body's
+        last bytes (these and the 256 before): a long answer joined whole again would hold the reader."""
         coda = self._coda + dati
         self._coda = coda[-16:]
         if b"[DONE]" not in coda:
             return False
-        coda, tutto = b"", True  # the body's last bytes: these and the 256 before (not all of a long answer)
+        ultimi, tutti = b"", True
         for _, pezzo in reversed(self.blocchi):
-            if len(coda) > len(dati) + 256:
-                tutto = False
+            if len(ultimi) > len(dati) + 256:
+                tutti = False
                 break
-            coda = pezzo + coda
-        righe = coda.split(b"\n")[0 if tutto else 1:-1]  # (a line cut by the tail is not one; one counts once ended)
+            ultimi = pezzo + ultimi
+        righe = ultimi.split(b"\n")[0 if tutti else 1:-1]  # (a line cut by the tail is not one; one counts once ended)
         return any(r.strip().startswith(b"data:") and r.strip()[5:].strip() == b"[DONE]" for r in righe)
 
     def corpo(self) -> bytes:
