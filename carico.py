@@ -2441,8 +2441,8 @@ class LettoreFlussi:
         selettore.register(sveglia[0], selectors.EVENT_READ, None)
         scadenze: List[Tuple[float, int]] = []  # (deadline, stream's number), nearest first
         attivi: Dict[int, Flusso] = {}  # number -> the stream, while it is read
-        da_chiudere: collections.deque = collections.deque()  # read out, maybe ended: framed when nothing is to read
-        lavoro: Optional[Tuple[Flusso, Generator]] = None  # the stream being framed and parsed, and its _chiudi
+        # read out, maybe ended: (the stream, its _chiudi), framed and parsed a slice at a time when nothing is to read
+        da_chiudere: collections.deque = collections.deque()
         numeri, riposa_da = itertools.count(), time.monotonic()
 
         def da_leggere(flusso: Flusso) -> None:
@@ -2454,7 +2454,7 @@ class LettoreFlussi:
             while True:
                 with self._lock:
                     nuovi, self._nuovi, self._svegliato = self._nuovi, [], False
-                    if not (nuovi or attivi or da_chiudere or lavoro) and time.monotonic() - riposa_da >= self.RIPOSO:
+                    if not (nuovi or attivi or da_chiudere) and time.monotonic() - riposa_da >= self.RIPOSO:
                         self._thread = None
                         return
                 for flusso in nuovi:  # the start's requests first, sent one right after the other (see Partenza)
@@ -2476,30 +2476,27 @@ class LettoreFlussi:
                 if attivi:
                     riposa_da = adesso  # the idle second counts from the last stream's end
                 attesa = scadenze[0][0] - adesso if scadenze else max(0.0, riposa_da + self.RIPOSO - adesso)
-                pronti = selettore.select(0.0 if da_chiudere or lavoro else attesa)
+                pronti = selettore.select(0.0 if da_chiudere else attesa)
                 for chiave, _ in pronti:
                     if chiave.data is None:
                         with contextlib.suppress(OSError):  # BlockingIOError: already read
                             sveglia[0].recv(4096)
                     else:
                         self._leggi(selettore, attivi, da_chiudere, chiave.data)
-                if (da_chiudere or lavoro) and not pronti:  # a moment with nothing to read: a slice of an end's work
-                    if lavoro is None:
-                        flusso = da_chiudere.popleft()
-                        lavoro = flusso, self._chiudi(selettore, attivi, flusso)
-                    flusso, passi = lavoro
+                if da_chiudere and not pronti:  # a moment with nothing to read: a slice of an end's work
+                    flusso, passi = da_chiudere[0]
                     try:
                         next(passi)
                     except StopIteration as chiuso:
+                        da_chiudere.popleft()
                         if chiuso.value:  # not ended after all: read on, under its deadline again
                             heapq.heappush(scadenze, (flusso.scadenza, flusso.numero))
-                        lavoro = None
         finally:  # an error of its own (a bug): no worker is left waiting
             with self._lock:
                 nuovi, self._nuovi = self._nuovi, []
                 if self._thread is threading.current_thread():
                     self._thread = None
-            for flusso in list(attivi.values()) + list(da_chiudere) + nuovi + ([lavoro[0]] if lavoro else []):
+            for flusso in list(attivi.values()) + [f for f, _ in da_chiudere] + nuovi:
                 self._fine(selettore, attivi, flusso, RuntimeError("il lettore dei flussi si è fermato"))
             selettore.close()
             for s in sveglia:
@@ -2568,14 +2565,13 @@ class LettoreFlussi:
         except Exception as exc:  # the stream's error, for its worker to raise
             self._fine(selettore, attivi, flusso, exc)
 
-    @staticmethod
-    def _da_inquadrare(selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
+    def _da_inquadrare(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
         """A stream that may have ended: no longer read, nor under its deadline (all its bytes may be here), until
-        it is framed."""
+        it is framed (see _chiudi)."""
         with contextlib.suppress(KeyError, ValueError, OSError):  # (as in _fine)
             selettore.unregister(flusso.sock)
         attivi.pop(flusso.numero, None)
-        da_chiudere.append(flusso)
+        da_chiudere.append((flusso, self._chiudi(selettore, attivi, flusso)))
 
     def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> Generator[None, None, bool]:
         """A stream that may have ended, framed: if it has, parsed (an answer 200) and its worker woken; if
