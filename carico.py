@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import itertools
 import json
 import os
@@ -818,18 +819,22 @@ class Client:
         scadenza = time.monotonic() + timeout
         corpo = None if dati is None else json.dumps(dati).encode("utf-8")
         intestazioni = dict(self._intestazioni, **({"Content-Type": "application/json"} if corpo else {}))
-        connessione = http.client.HTTPConnection(self.host, self._porta, timeout=timeout)
+        connessione, sock = http.client.HTTPConnection(self.host, self._porta, timeout=timeout), None
         try:
-            connessione.sock = self._connetti(scadenza)  # http.client sends on it, and does not connect again
+            # http.client sends on it and does not connect again; it may close it once the answer says
+            # `Connection: close` (llama.cpp's does), so carico lets it go by its own name.
+            sock = connessione.sock = self._connetti(scadenza)
             connessione.request(metodo, percorso, corpo, intestazioni)
             risposta = RispostaHttp(connessione, scadenza, timeout)
             self.sentinella.risposta()
             yield risposta
         except (OSError, http.client.HTTPException) as exc:
+            if getattr(exc, "errno", None) == errno.EBADF:  # a socket carico closed itself: its fault, not the server's
+                raise
             raise self.errore_di_rete(percorso, exc, descrivi_errore_rete(exc, timeout)) from None
         finally:
-            if connessione.sock is not None:
-                self.lascia(connessione.sock)
+            if sock is not None:
+                self.lascia(sock)
             connessione.close()
 
     def errore_di_rete(self, percorso: str, exc: Exception, testo: str) -> ErroreRete:
@@ -905,7 +910,9 @@ class RispostaHttp:
 
     def _letture(self, leggi) -> Iterator[bytes]:
         try:
-            while True:  # the end of the body is a read too: an answer done after the deadline is late
+            # The end of the body is a read too: an answer done after the deadline is late. Once the body
+            # is whole, http.client may already have closed the socket (3.13 does, on Content-Length).
+            while not self._risposta.isclosed():
                 resto = self._scadenza - time.monotonic()
                 if resto <= 0:
                     raise socket.timeout
@@ -4963,8 +4970,6 @@ class ServerAvviato:
                 self.proc = subprocess.Popen(self.argomenti, stdin=subprocess.DEVNULL, stdout=self.log,
                                              stderr=subprocess.STDOUT, **gruppo)
             except OSError as exc:
-                import errno
-
                 nel_path = (" (non è nel PATH: installa il server, o scrivi il suo percorso intero in --avvia)"
                             if exc.errno == errno.ENOENT and os.sep not in self.argomenti[0] else "")
                 raise ErroreUtente(f"non riesco ad avviare '{self.argomenti[0]}': {perche_os(exc)}{nel_path}") from None
@@ -4982,8 +4987,7 @@ class ServerAvviato:
         with contextlib.suppress(subprocess.TimeoutExpired):  # at 0 s: only whether it has exited
             self.proc.wait(attesa)
         if self.proc.returncode is not None:
-            raise ErroreUtente(f"{quando} (codice {self.proc.returncode}); ultime righe del suo log:\n"
-                               f"{self.coda_log()}")
+            raise ErroreUtente(f"{quando} {uscita(self.proc.returncode)}; ultime righe del suo log:\n{self.coda_log()}")
 
     def decisioni(self) -> Decisioni:
         """What the server's log says it decided, read once it is ready."""
@@ -5011,6 +5015,20 @@ class ServerAvviato:
                     os.unlink(self.log.name)
         if notati and (not exc or exc[0] is None):
             raise Interruzione(notati[0])
+
+
+def uscita(codice: int) -> str:
+    """A server's exit code in words: a signal (a negative code) named, with what it usually means."""
+    try:
+        nome = signal.Signals(-codice).name if codice < 0 else None
+    except ValueError:
+        return f"(ucciso dal segnale {-codice})"
+    crash = ". Il server è andato in crash"
+    perche = {"SIGILL": ". Questa CPU non esegue un'istruzione del server, compilato per un'altra CPU: "
+                        "ricompilalo portabile (cmake -DGGML_NATIVE=OFF)",
+              "SIGKILL": ". Spesso è il sistema, senza più memoria (guarda dmesg)",
+              **dict.fromkeys(("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE"), crash)}
+    return f"(codice {codice})" if nome is None else f"(ucciso da {nome}){perche.get(nome, '')}"
 
 
 def muori_con_il_padre():
@@ -5816,8 +5834,6 @@ def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Option
 
 def perche_os(exc: Exception) -> str:
     """Why a file could not be read, written or run, in Italian for the usual reasons (the system's text else)."""
-    import errno
-
     perche = {errno.ENOENT: "non esiste", errno.EACCES: "permesso negato", errno.EISDIR: "è una cartella",
               errno.ENOTDIR: "una parte del percorso non è una cartella", errno.ENOSPC: "il disco è pieno"}
     return perche.get(getattr(exc, "errno", None)) or getattr(exc, "strerror", None) or str(exc)
