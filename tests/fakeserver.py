@@ -344,14 +344,17 @@ class FakeLlama:
             def log_message(self, *args):
                 pass
 
+            def version_string(self):
+                return "llama.cpp"  # its `Server` header
+
             def end_headers(self):
                 # As llama.cpp (cpp-httplib) answers: `Connection: close` to a client that asked for it (carico
-                # always does), and then the connection closes; else Keep-Alive. Its other headers too.
+                # always does), and then the connection closes; else Keep-Alive.
+                self.send_header("Access-Control-Allow-Origin", "")
                 if (self.headers.get("Connection") or "").lower() == "close":
                     self.send_header("Connection", "close")  # BaseHTTPRequestHandler closes after the answer
                 else:
                     self.send_header("Keep-Alive", "timeout=5, max=100")
-                self.send_header("Server", "llama.cpp")
                 super().end_headers()
 
             def send_json(self, status, dati):
