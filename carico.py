@@ -1105,12 +1105,12 @@ class Sentinella:
     def __init__(self, client: Client):
         self._client, self._lock = client, threading.Lock()
         self.armata = False  # only during a run: a server still starting refuses too
-        self.di_fila, self.percorsi = 0, set()  # refusals since the last answer, and on which paths
+        self.di_fila, self.percorsi, self.come = 0, set(), set()  # refusals since the last answer: on which paths, how
         self.andato: Optional[Tuple[float, str]] = None  # (time.perf_counter() when it was found gone, why)
 
     def arma(self, armata: bool = True) -> None:
         with self._lock:
-            self.armata, self.di_fila, self.percorsi, self.andato = armata, 0, set(), None
+            self.armata, self.di_fila, self.percorsi, self.come, self.andato = armata, 0, set(), set(), None
 
     def risposta(self) -> None:
         """An HTTP answer, any status: the server is there."""
@@ -1131,6 +1131,8 @@ class Sentinella:
         with self._lock:
             self.di_fila += 1
             self.percorsi.add(percorso)
+            self.come.add("rifiutata" if isinstance(exc, ConnectionRefusedError) else
+                          "scaduta" if isinstance(exc, socket.timeout) else "chiusa")
             if self.di_fila < RIFIUTI_DI_FILA or self.andato is not None:
                 return True
             # A few resets from a server that is still there; but a killed server resets its connections a
@@ -1139,26 +1141,27 @@ class Sentinella:
                 self.di_fila = 0
                 return True
             volte = f"{self.di_fila} volte di fila, su {', '.join(sorted(self.percorsi))}"
-            self.andato = (time.perf_counter(), f"connessione rifiutata o chiusa {volte}, e la porta non è più in ascolto")
+            self.andato = (time.perf_counter(), f"connessione {' o '.join(sorted(self.come))} {volte}, e la porta non è "
+                           "più in ascolto")
         self._client.annulla()
         return True
 
 
 def righe_server_andato(prova: Prova, larghezza: int, parallele: str) -> List[str]:
     """The end of the report of a run the server left: the refused and the unsent requests in one line
-    each, the summary, and when and why the sending stopped."""
+    each, the summary, and when and why the sending stopped, with the requests it took and never answered."""
     e = prova.esecuzione
     inviate = {r.indice for r in e.risultati}
     rifiutate = [r.indice for r in e.risultati if rifiutata(r)]
     non_inviate = [] if e.interruzione else [i for i in range(e.n_richieste) if i not in inviate]
     righe = []
-    for indici, una, molte, perche in (
-            (rifiutate, "rifiutata", "rifiutate", "connessione rifiutata o chiusa dal server, nessuna risposta"),
-            (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
+    for indici, una, molte, perche in ((rifiutate, "rifiutata", "rifiutate", "nessun server in ascolto"),
+                                       (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
         if indici:
             righe.append(f"  req {numeri_in_tratti(indici)}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
                          else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
-    in_volo = sum(r.errore == IN_VOLO for r in e.risultati)
+    # Left open (a server stopped with Ctrl+C) or closed (a killed one): sent and taken, never answered.
+    in_volo = sum(r.errore in (IN_VOLO, descrivi_errore_rete(ConnectionResetError(), 0)) for r in e.risultati)
     return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info,
                                           "il server non rispondeva più") + [
         f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s: {e.server_andato[1]}): invii "
@@ -1173,8 +1176,8 @@ def numeri_in_tratti(indici: List[int]) -> str:
 
 
 def rifiutata(r: Risultato) -> bool:
-    """A request the server refused or reset without an answer (see Sentinella)."""
-    return r.errore in (descrivi_errore_rete(ConnectionRefusedError(), 0), descrivi_errore_rete(ConnectionResetError(), 0))
+    """A request whose connection was refused: nothing listened, it never reached a server (see Sentinella)."""
+    return r.errore == descrivi_errore_rete(ConnectionRefusedError(), 0)
 
 
 NON_INVIATA = "non inviata: la prova era già ferma"
