@@ -578,10 +578,14 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
     a = parser.parse_args(argv)
     chiave = chiave_dall_ambiente(parser)  # the LLAMA_API_KEY variable: see "Oltre il lab"
     piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
-    opzioni = Opzioni(a.url, a.api_key or chiave, a.attesa)
-    if oltre_il_lab(parser, a):
-        return leggi_opzioni_oltre(parser, a, piano, opzioni)
-    return [piano], opzioni
+    opzioni, date = Opzioni(a.url, a.api_key or chiave, a.attesa), a.parallele  # (a trace's cap is set below)
+    piani, opzioni = leggi_opzioni_oltre(parser, a, piano, opzioni) if oltre_il_lab(parser, a) else ([piano], opzioni)
+    oltre_le_richieste = [p for p in piani if date and p.richieste and p.parallele > p.richieste]
+    if oltre_le_richieste:  # nobody waits in the client, and at most that many reach the server together
+        n, massimo = piani[0].richieste, oltre_le_richieste[-1].parallele
+        nota(f"--parallele {', '.join(str(p.parallele) for p in oltre_le_richieste)} è più di --richieste {n}: partono "
+             f"solo {n} richieste, quindi al più {n} in volo insieme (per {massimo}, --richieste {massimo})")
+    return piani, opzioni
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
