@@ -4950,6 +4950,7 @@ class ServerAvviato:
         verbosita = [] if verbosa else ["-lv", "4"]
         self.argomenti = comando + configurazione.argomenti() + verbosita + [
             "--host", parti.hostname, "--port", str(parti.port or 80)]
+        self.chiavi = chiavi_api(comando)  # never shown: its echo and its log's tail say *** instead
         self.url, self.attesa, self.stderr = url, attesa, stderr
         self.log = None  # its stdout and stderr, in a temporary file created when it starts
         self.proc = None  # subprocess.Popen
@@ -4965,7 +4966,7 @@ class ServerAvviato:
         with contextlib.suppress(ErroreRete):  # nothing there: the port is ours
             client.chiama("GET", "/health")
             raise ErroreUtente(f"su {self.url} risponde già un server: fermalo, o scegli un'altra porta con --url")
-        print(f"avvio: {shlex.join(self.argomenti)}", file=self.stderr, flush=True)
+        print(f"avvio: {nascoste(shlex.join(self.argomenti), self.chiavi)}", file=self.stderr, flush=True)
         if os.name == "posix":
             # Its own session: the terminal's Ctrl+C reaches carico.py, which stops the server itself.
             gruppo = dict(start_new_session=True, preexec_fn=muori_con_il_padre)
@@ -5003,7 +5004,7 @@ class ServerAvviato:
 
     def coda_log(self) -> str:
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return "".join("  | " + r for r in f.readlines()[-15:]).rstrip()
+            return nascoste("".join("  | " + r for r in f.readlines()[-15:]).rstrip(), self.chiavi)
 
     def __exit__(self, *exc) -> None:
         import subprocess
@@ -5022,6 +5023,20 @@ class ServerAvviato:
                     os.unlink(self.log.name)
         if notati and (not exc or exc[0] is None):
             raise Interruzione(notati[0])
+
+
+def chiavi_api(comando: List[str]) -> List[str]:
+    """The API keys a server's command holds (--api-key K or --api-key=K, each of a comma-separated list), and
+    LLAMA_API_KEY's, which llama serve reads too; the longest first (--api-key-file's keys stay in their file)."""
+    dati = [p for prima, p in zip([""] + comando, comando) if prima == "--api-key"] + [
+        p.partition("=")[2] for p in comando if p.startswith("--api-key=")] + [os.environ.get("LLAMA_API_KEY", "")]
+    return sorted({c for d in dati for c in (d, *d.split(",")) if c}, key=lambda c: (-len(c), c))
+
+
+def nascoste(testo: str, chiavi: List[str]) -> str:
+    for chiave in chiavi:
+        testo = testo.replace(chiave, "***")
+    return testo
 
 
 def uscita(codice: int) -> str:

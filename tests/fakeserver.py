@@ -586,13 +586,17 @@ def main(argv=None):
     parser.add_argument("--registro", help="append each chat prompt to this file, one JSON string a line")
     parser.add_argument("--lento-a-fermarsi", type=float, default=0.0, help="seconds it takes to stop on SIGTERM")
     parser.add_argument("--spegni-dopo", type=int, help="stop as on Ctrl+C at the N-th chat request (Config.spegni_dopo)")
+    parser.add_argument("--api-key", default=os.environ.get("LLAMA_API_KEY"), help="as llama serve's (or LLAMA_API_KEY)")
+    parser.add_argument("--eco", action="store_true", help="log its own arguments and key first, as a server may")
     a = parser.parse_args(argv)
+    if a.eco:
+        print(f"main: argv: {' '.join(sys.argv)}; api key: {a.api_key}", flush=True)
     if a.fallisci:
         print("error: failed to load model 'manca.gguf'", flush=True)
         return 1
     n_slot = 4 if a.np == -1 else a.np
     config = Config(n_slot=n_slot, n_ctx=a.c, kv_unified=a.kv_unified or a.np == -1,
-                    s_per_token=a.s_per_token, loading_s=a.loading_s, spegni_dopo=a.spegni_dopo)
+                    s_per_token=a.s_per_token, loading_s=a.loading_s, spegni_dopo=a.spegni_dopo, api_key=a.api_key)
     for riga in righe_kv(config, not a.senza_swa) if a.lv >= 4 else []:
         print(riga, flush=True)
     print(f"srv    load_model: initializing, n_slots = {n_slot}, n_ctx_slot = {config.n_ctx_slot}, "
