@@ -18,9 +18,12 @@ Ogni richiesta ha un prompt diverso e chiede al server di non usare la cache dei
 Oltre il lab: le opzioni dopo il gruppo "il lab" sono tutte facoltative e non cambiano le righe
 del lab (in fondo, qualche esempio).
 
-Codici di uscita: 0 tutto bene; 1 server non raggiungibile, o che smette di rispondere, o almeno una
-richiesta fallita; 2 opzioni sbagliate; 130 interrotto con Ctrl+C (143 con SIGTERM): si stampa e si salva comunque
-quello che era già stato misurato; 141 se chi legge l'uscita la chiude prima (per esempio | head).
+Codici di uscita: 0 tutto bene; 1 una richiesta fallita, un server che non c'è o che smette di
+rispondere, o che non sa fare ciò che un'opzione chiede (--prompt-token, --sistema o --prefisso senza
+tokenizzatore), o un file non scritto; 2 un'opzione sbagliata (anche un --modello che il server non
+elenca in /v1/models); 3 (--turni) le conversazioni hanno esaurito il contesto, e nient'altro è fallito;
+130 interrotto con Ctrl+C (143 con SIGTERM): si stampa e si salva comunque quello che era già stato
+misurato; 141 se chi legge l'uscita la chiude prima (per esempio | head).
 """
 
 # How to read this file. First the lab, in the order its data flows: 1. the records, 2. one request,
@@ -1263,11 +1266,6 @@ più; --dettagli, --grafico e --svg mostrano quanto contesto tiene ogni slot. Co
 dal log del server che cosa ha deciso (slot, contesto, cache KV; --np auto: senza -np):
 
   python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 4,4kv --turni 4 --sistema 300
-
-Codici di uscita: 0 tutto bene; 1 una richiesta fallita, un server che non c'è o che smette di
-rispondere, o che non sa fare ciò che un'opzione chiede (--prompt-token, --sistema o --prefisso senza
-tokenizzatore); 2 un'opzione sbagliata (anche un --modello che il server non elenca in /v1/models); 3 (--turni) le conversazioni hanno esaurito il contesto, e nient'altro è fallito;
-130 Ctrl+C, 143 SIGTERM.
 """
 
 
