@@ -5190,10 +5190,15 @@ def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) ->
 
 
 def descrivi_prove(prove: List[dict]) -> str:
+    """A file's runs of one load: the server (as --avvia started it, else its slots, kv where the run showed the
+    shared buffer, and each slot's context: -np 4 with and without --kv-unified apart), the load, how many."""
     piano = prove[0].get("piano") if isinstance(prove[0].get("piano"), dict) else {}
-    np = prove[0].get("np") or salvato(prove[0], ("server", "n_slot"))  # else the server's slots
+    kv = " kv" if salvato(prove[0], ("server", "kv_unificata")) else ""
+    np = prove[0].get("np") or f"{salvato(prove[0], ('server', 'n_slot'))}{kv}"
+    contesto = salvato(prove[0], ("server", "n_ctx_slot"))
     token = piano.get("max_token") if piano.get("token_minimo") is None else f"{piano['token_minimo']}-{piano.get('max_token')}"
-    return f"np {np}, parallele {piano.get('parallele')}, token {token}: " + quante(len(prove), "prova", "prove")
+    return (f"np {np}" + (f", n_ctx per slot {contesto}" if contesto else "") + f", parallele {piano.get('parallele')}, "
+            f"token {token}: " + quante(len(prove), "prova", "prove"))
 
 
 # The price of parallelism: each slot's context, conversations, what the server decided ##########

@@ -227,7 +227,7 @@ def test_confronta_stesso_carico_esce_0(fake, carica, tmp_path, capsys):
     for f in (a, b):
         assert carica(server.url, "--richieste", "2", "--token", "4", "--stream", "--json", f)[0] == 0
     assert carico.main(["--confronta", a, b]) == 0
-    assert capsys.readouterr().out.startswith(f"confronto: A = {a} (np 2, parallele 4, token 4: 1 prova)")
+    assert capsys.readouterr().out.startswith(f"confronto: A = {a} (np 2, n_ctx per slot 1024, parallele 4, token 4: 1 prova)")
 
 
 # Item 14's small ones ########################################################################
@@ -453,6 +453,6 @@ def test_confronta_dice_i_carichi_che_solo_un_file_ha(fake, carica, tmp_path, ca
     assert carica(server.url, "--richieste", "2", "--token", "4", "--parallele", "2", "--json", b)[0] == 0
     assert carico.main(["--confronta", a, b]) == 0
     righe = capsys.readouterr().out.splitlines()
-    assert righe[0].startswith(f"confronto: A = {a} (np 2, parallele 2, token 4: 1 prova)"), righe
-    assert righe[-1] == (f"non confrontate, senza lo stesso carico nell'altro file: {a} (np 2, parallele 1, token 4: "
-                         "1 prova)")
+    assert righe[0].startswith(f"confronto: A = {a} (np 2, n_ctx per slot 1024, parallele 2, token 4: 1 prova)"), righe
+    assert righe[-1] == (f"non confrontate, senza lo stesso carico nell'altro file: {a} (np 2, n_ctx per slot 1024, "
+                         "parallele 1, token 4: 1 prova)")
