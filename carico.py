@@ -4738,8 +4738,8 @@ def spiegazione(prova: Prova) -> List[str]:
                        if e.n_richieste > 1 else "È partita una sola richiesta")
         elif e.n_richieste == 1:
             partite = "È partita una sola richiesta"
-        elif insieme == 1:
-            partite = "Le richieste sono partite una alla volta (--parallele 1),"
+        elif insieme < e.n_richieste:  # a new one as one ends
+            partite = f"Le richieste sono partite {'una' if insieme == 1 else insieme} alla volta (--parallele {insieme}),"
         else:
             partite = f"Sono partite {insieme} richieste insieme"
         frasi.append(f"{partite} e il server aveva {quante(info.n_slot, 'slot', 'slot')}: al massimo "
