@@ -129,6 +129,7 @@ class Esecuzione(NamedTuple):
     oltre: Optional[EsecuzioneOltre] = None  # --ritmo: requests the cap held back
     server_andato: Optional[Tuple[float, str]] = None  # the server stopped answering: when (s from the start), why
     interrotta_a: Optional[float] = None  # with `interruzione`: when the run was stopped (s from the start)
+    lasciate: int = 0  # with `interruzione`: the requests in flight it closed (the server may go on with them)
 
     @property
     def riuscite(self) -> List[Risultato]:
@@ -357,7 +358,8 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     n_richieste = piano.richieste if piano.richieste is not None else len(futuri)
     return Esecuzione([r for r in finite if r.errore not in (ANNULLATA, NON_INVIATA)], campionatore.campioni,
                       n_richieste, interruzione, esecuzione_oltre, andato and (andato[0] - t0, andato[1]),
-                      fermata - t0 if interruzione and t0 is not None else None)
+                      fermata - t0 if interruzione and t0 is not None else None,
+                      sum(r.errore == ANNULLATA for r in finite))
 
 
 # 5. The report: the summary's figures, the print, the lines it prints (pure: data -> lines) #####
@@ -1949,6 +1951,12 @@ def note(prova: Prova) -> List[str]:
     kv_piena = frase_kv_piena(prova)  # step 5's cost: a shared buffer that four long requests exhaust
     if kv_piena:
         testi.append(kv_piena)
+    if e.lasciate and not oltre(prova.piano).stream and prova.configurazione is None:  # --avvia stops its server
+        # Measured (b11434, -np 1): a request closed is cancelled a second later (its HTTP thread's poll, which other
+        # requests' results postpone: server_response::recv_with_timeout), its slot busy 3-6 s more; a stream, at once.
+        lasciate = quante(e.lasciate, "richiesta lasciata", "richieste lasciate")
+        testi.append(f"senza --stream il server può continuare a generare {lasciate} in volo: aspetta qualche secondo "
+                     "prima di ripetere, o la prossima prova ne sarà falsata")
     return testi
 
 
@@ -5913,8 +5921,8 @@ def fallita(client: Client, indice: int, inizio: float, fine: float, exc: Except
     it is; anything else is a bug of carico.py, and says so rather than blame the server."""
     if client.annullato.is_set() and not getattr(exc, "rifiuto", False):
         perso = client.sentinella.andato is not None  # else Ctrl+C: not a measurement
-        return Risultato(indice, inizio, fine, errore=(NON_INVIATA if isinstance(exc, NonInviata) else IN_VOLO)
-                         if perso else ANNULLATA)
+        return Risultato(indice, inizio, fine, errore=NON_INVIATA if isinstance(exc, NonInviata) else
+                         IN_VOLO if perso else ANNULLATA)
     errore = str(exc) if isinstance(exc, ErroreRichiesta) else f"errore interno: {type(exc).__name__}: {exc}"
     return Risultato(indice, inizio, fine, errore=errore)
 
