@@ -4679,7 +4679,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
                       "non_inviate_dal_tetto": oltre(p.esecuzione).non_inviate,
                       "non_inviate_in_ritardo": oltre(p.esecuzione).in_ritardo,
                       "inviate": p.esecuzione.n_richieste} if oltre(p.piano).al_tempo else None,
-            "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": kv_condivisa(p),
+            "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": kv_saputa(p),
                        "props": p.info.props},
             "macchina": p.macchina._asdict() if p.macchina else None,
             "slot_occupati_prima": p.occupati_prima,
@@ -4807,13 +4807,16 @@ def spiegazione(prova: Prova) -> List[str]:
                      f"{volte(s.throughput / media_slot)} volte la velocità media di uno slot ({media_slot:.1f} t/s: quella "
                      "di ogni richiesta, pesata sul tempo che il suo slot ci ha messo).")
     if info.n_ctx_slot is not None:
-        frase = (f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified)"
-                 if kv_condivisa(prova) else f"Ogni slot aveva {info.n_ctx_slot} token di contesto")
+        frasi.append({True: f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified).",
+                      False: f"Ogni slot aveva {info.n_ctx_slot} token di contesto.",
+                      None: f"Ogni slot vedeva {info.n_ctx_slot} token di contesto (n_ctx del server): suoi, o "
+                            f"condivisi fra i {info.n_slot} con --kv-unified (anche -np auto), che da qui non si vede."
+                      }[kv_saputa(prova)])
         prompt = [r.token_prompt for r in ok if r.token_prompt is not None]
         if prompt:
-            frase += (f"; il prompt più lungo ne ha usati {max(prompt)} più {max(r.token or 0 for r in ok)} generati: "
-                      "una richiesta più lunga del contesto dello slot viene rifiutata (HTTP 400)")
-        frasi.append(frase + ".")
+            frasi.append(f"Il prompt più lungo ne ha usati {max(prompt)}, la risposta più lunga "
+                         f"{max(r.token or 0 for r in ok)}: una richiesta più lunga del contesto dello slot viene "
+                         "rifiutata (HTTP 400).")
     corte = frase_corte(prova)
     if corte:
         frasi.append(maiuscola(corte) + ".")
@@ -5662,6 +5665,15 @@ def kv_condivisa(prova: Prova) -> bool:
     with a 500 "Context size has been exceeded.", which this llama.cpp sends only from a shared buffer
     (without --kv-unified each slot has its own, and a prompt too long gets the 400 when a slot takes it)."""
     return prova.info.kv_unificata or any(contesto_finito(r) == "kv" for r in prova.esecuzione.risultati)
+
+
+def kv_saputa(prova: Prova) -> Optional[bool]:
+    """kv_condivisa where carico knows: False from --avvia's log or with one slot; None by hand with more slots
+    (/slots and /props give each slot's n_ctx, the same whether the slots share -c or split it)."""
+    deciso = prova.configurazione and prova.configurazione.deciso
+    if kv_condivisa(prova) or prova.info.n_slot == 1 or (deciso and deciso.kv_unificata is not None):
+        return kv_condivisa(prova)
+    return None
 
 
 def frase_kv_piena(prova: Prova) -> Optional[str]:

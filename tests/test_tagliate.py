@@ -24,6 +24,31 @@ CONSIGLIO = re.compile(r"^tagliate dal contesto dello slot \((\d+) token\): (\d+
 VELOCISSIMO = dict(n_slot=4, s_per_token=0.0005)  # 512 tokens a slot, ~500 tokens an answer in a quarter second
 
 
+# Finding 7: by hand carico cannot know whether the slots share -c ###############################
+
+@pytest.mark.parametrize("kv_unified", [True, False])
+def test_spiega_a_mano_non_dice_il_contesto_che_non_sa(fake, carica, tmp_path, kv_unified):
+    """-np auto or --kv-unified by hand: /slots says 4 slots of 2048, as a server started with -c 8192 -np 4
+    would. --spiega says neither "Ogni slot aveva" nor "condividevano"; the JSON's kv_unificata is null."""
+    server = fake(n_slot=4, n_ctx=2048 if kv_unified else 8192, kv_unified=kv_unified, s_per_token=0.001)
+    file_json = tmp_path / "r.json"
+    rc, out, err = carica(server.url, "--spiega", "--json", str(file_json), *VELOCE)
+    assert rc == 0, out + err
+    assert "Ogni slot aveva" not in out and "condividevano" not in out, out
+    frase = ("Ogni slot vedeva 2048 token di contesto (n_ctx del server): suoi, o condivisi fra i 4 con --kv-unified "
+             "(anche -np auto), che da qui non si vede.")
+    assert frase in out and len(frase) <= 160, out
+    assert json.loads(file_json.read_text())["prove"][0]["server"]["kv_unificata"] is None
+
+
+def test_spiega_a_mano_un_solo_slot_lo_sa(fake, carica):
+    """One slot: shared or not, it has all of -c; said as before."""
+    server = fake(n_slot=1, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--spiega", "--richieste", "1", *VELOCE)
+    assert rc == 0, out + err
+    assert "Ogni slot aveva 2048 token di contesto" in out, out
+
+
 # Finding 8: the lab's step 4, every request refused ############################################
 
 def test_passo_4_tutte_rifiutate_zero_token_e_picco_esatto(fake, carica, tmp_path):
