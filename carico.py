@@ -431,17 +431,17 @@ def rapporto(prova: Prova) -> List[str]:
     e, piano = prova.esecuzione, prova.piano
     larghezza = len(str(max(e.n_richieste - 1, 0)))
     per_indice = {r.indice: r for r in e.risultati}
-    righe = []
+    righe, tagliate = [], tagliate_dal_contesto(prova)
     for i in range(e.n_richieste):
         if i in per_indice and not (e.server_andato and rifiutata(per_indice[i])):
-            righe.append(riga_richiesta(per_indice[i], larghezza))
+            righe.append(riga_richiesta(per_indice[i], larghezza) + segno_tagliata(per_indice[i], tagliate))
         elif i not in per_indice and e.interruzione:
             righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
     tetto = " (tetto predefinito)" if oltre(piano).tetto_predefinito else ""  # --ritmo's cap: see "Oltre il lab"
     parallele = f"{piano.parallele}{tetto}"
     if e.server_andato:  # refused, unsent, why: see "A server that goes away"
         return righe + righe_server_andato(prova, larghezza, parallele)
-    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info)
+    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info) + riga_tagliate(prova)
 
 
 def fmt(valore, formato: str) -> str:
@@ -1986,8 +1986,12 @@ def frase_fermate(prova: Prova) -> str:
              f"(finish_reason stop, {min(r.token for r in corte)}-{max(r.token for r in corte)} token)")
     if oltre(piano).esatti:
         return frase + ": il server non rispetta ignore_eos (--esatti)"
+    n_ctx = prova.info.n_ctx_slot
+    fuori = n_ctx is not None and any(r.token_prompt is not None and r.token_prompt + piano.max_token > n_ctx
+                                      for r in corte)  # ignore_eos would not reach --token: the context ends first
     return (frase + ": il throughput conta i token generati davvero, e non si confronta con prove che arrivano a "
-            "--token; " + ("--esatti li fa generare tutti" if prova.info.llama_cpp is not False else
+            "--token; " + (f"il prompt più --token {piano.max_token} non sta nei {n_ctx} token dello slot" if fuori else
+                           "--esatti li fa generare tutti" if prova.info.llama_cpp is not False else
                            "--esatti (ignore_eos) li farebbe generare tutti su llama.cpp, ma altri server lo ignorano"))
 
 
@@ -2001,6 +2005,45 @@ def frase_vuote(prova: Prova, vuote: int) -> str:
             "--chat-template, per llama-cpp-python da --chat_format" + (
                 ". Con --esatti (ignore_eos) llama.cpp genera comunque --token token, ma il testo resta sbagliato"
                 if prova.info.llama_cpp else ""))
+
+
+# An answer the slot's context ended is not a whole one. The chat answer says finish_reason length, as at
+# --token, but with fewer tokens than asked and the prompt and the answer filling the slot's n_ctx (measured:
+# 479 of 600 at -np 4, usage.total_tokens 512; `truncated` is only in the log). --esatti cannot mend it.
+
+def tagliata_dal_contesto(r: Risultato, prova: Prova) -> bool:
+    """Whether the slot's context cut an answer (as --turni says it: full at n_ctx - 1, the last token unstored)."""
+    n_ctx = prova.info.n_ctx_slot
+    return (r.riuscita and r.finish_reason == "length" and None not in (r.token, r.token_prompt, n_ctx)
+            and r.token < prova.piano.max_token and r.token_prompt + r.token >= n_ctx - 1)
+
+
+def tagliate_dal_contesto(prova: Prova) -> List[Risultato]:
+    return [r for r in prova.esecuzione.riuscite if tagliata_dal_contesto(r, prova)]
+
+
+def segno_tagliata(r: Risultato, tagliate: List[Risultato]) -> str:
+    """After the sheet's fields on the `req` line of an answer the context cut, its evidence; '' for the others."""
+    return f"  tagliata dal contesto: prompt {r.token_prompt} + {r.token} = {r.token_prompt + r.token} token" if (
+        r in tagliate) else ""
+
+
+def riga_tagliate(prova: Prova) -> List[str]:
+    """After the lab's summary, when the context cut answers: how many, and what helps (never --esatti)."""
+    tagliate = tagliate_dal_contesto(prova)
+    if not tagliate:
+        return []
+    quante_tagliate = quante(len(tagliate), "risposta", "risposte")
+    return [f"tagliate dal contesto dello slot ({prova.info.n_ctx_slot} token): {quante_tagliate} su "
+            f"{len(prova.esecuzione.riuscite)} (finish_reason length); {cosa_aiuta(prova)}"]
+
+
+def cosa_aiuta(prova: Prova) -> str:
+    """What gives an answer more context: fewer slots only where each has its own share of -c."""
+    kv = kv_saputa(prova)
+    return ("aiuta un -c più grande" if kv or (prova.info.n_slot or 1) == 1 else
+            "aiutano meno slot (-np) o un -c più grande" if kv is False else
+            "aiuta un -c più grande o, senza --kv-unified, meno slot (-np)")
 
 
 def riga_kv_unificata(info: InfoServer) -> str:
@@ -3173,6 +3216,7 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
     al_secondo = {k: c[k + "_s"] if c["richieste"] else None for k in ("richieste", "token_prompt", "token_generati")}
     dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v, tutti) for nome, v in valori_figure(prova).items()},
             "al_secondo": al_secondo, "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
+            "tagliate_dal_contesto": len(tagliate_dal_contesto(prova)),
             "token_dalla_cache": sum(r.token_cache or 0 for r in prova.esecuzione.risultati),
             "token_per_chunk": {"min": min(per_chunk), "media": media(per_chunk),
                                 "max": max(per_chunk)} if per_chunk else None}
@@ -3399,7 +3443,13 @@ def riga_tabella(punto: Punto, dopo_np: str) -> List[str]:
     np = fmt(etichetta_np(prova), "s")
     kv = [fmt(c.deciso.kv_mib if c.deciso else None, ".2f")] if c else []
     return [np + dopo_np, fmt(prova.info.n_ctx_slot, "d"), *kv, fmt(punto.latenza, ".2f s"),
-            fmt(punto.latenza_max, ".2f s"), fmt(punto.throughput, ".2f token/s")]
+            fmt(punto.latenza_max, ".2f s"), fmt(punto.throughput, ".2f token/s") + con_tagliate(punto)]
+
+
+def con_tagliate(punto: Punto) -> str:
+    """Beside a point's throughput in the tables: how many of its answers the slot's context cut."""
+    n = sum(len(tagliate_dal_contesto(p)) for p in punto.intere)
+    return f" ({n} tagliate dal contesto)" if n else ""
 
 
 def tabella_consegnato(prove: List[Prova]) -> List[str]:
@@ -3621,6 +3671,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
         throughput = fmt(punto.throughput, ".2f token/s")
         if ripetute:
             throughput += f" ±{fmt(ic95(punto.cifre('throughput')), '.2f')}"
+        throughput += con_tagliate(punto)
         dalla_cache = [r.token_cache for r in punto.riuscite]
         celle = [valore_punto(punto, c) for c in chiavi] + [fmt(p.info.n_ctx_slot, "d")] * ("np" in chiavi)
         celle += [throughput] + [fmt(x, ".2f s") for x in (punto.latenza, punto.latenza_p90, punto.latenza_max)]
@@ -4611,22 +4662,23 @@ def tabella_e_file(sessione: Sessione) -> None:
 CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token_cache", "token",
              "latenza_s", "attesa_slot_s", "attesa_in_coda_s", "prompt_ms", "predicted_ms", "t_s_nel_slot",
              "primo_token_s", "tpot_s", "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "conversazione", "turno",
-             "prompt_esatto", "interrotta", "interrotta_a_s")
+             "prompt_esatto", "interrotta", "interrotta_a_s", "tagliata_dal_contesto")
 
 
 def righe_dati(prova: Prova) -> List[dict]:
     """Each request of a run as the files keep it."""
     in_coda = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
-    return [riga_dati(r, in_coda) for r in prova.esecuzione.risultati]
+    return [riga_dati(r, in_coda, tagliata_dal_contesto(r, prova)) for r in prova.esecuzione.risultati]
 
 
-def riga_dati(r: Risultato, in_coda: Dict[int, float]) -> dict:
-    """One request; `in_coda`: the run's attese_a_slot_pieni."""
+def riga_dati(r: Risultato, in_coda: Dict[int, float], tagliata: bool = False) -> dict:
+    """One request; `in_coda`: the run's attese_a_slot_pieni; `tagliata`: the slot's context cut its answer."""
     letto = oltre(r)
     return {"indice": r.indice, "token_prompt": r.token_prompt, "token": r.token, "latenza_s": r.latenza,
             "attesa_slot_s": attesa_dello_slot(r), "attesa_in_coda_s": in_coda.get(r.indice),
             "prompt_ms": r.prompt_ms, "predicted_ms": r.predicted_ms,
             "t_s_nel_slot": r.tps, "primo_token_s": letto.primo_token, "finish_reason": r.finish_reason,
+            "tagliata_dal_contesto": tagliata,
             "errore": r.errore, "inizio_s": r.inizio, "fine_s": r.fine, "previsto_s": letto.previsto,
             "ritardo_invio_s": None if letto.previsto is None else r.inizio - letto.previsto,
             "token_cache": r.token_cache, "tpot_s": tpot(r), "chunk_s": letto.chunk_s,
@@ -4683,7 +4735,8 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
                        "props": p.info.props},
             "macchina": p.macchina._asdict() if p.macchina else None,
             "slot_occupati_prima": p.occupati_prima,
-            "riepilogo": {**p.riepilogo._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda},
+            "riepilogo": {**p.riepilogo._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda,
+                          "tagliate_dal_contesto": len(tagliate_dal_contesto(p))},
             "richieste": righe_dati(p),
             "campioni": [c._asdict() for c in p.esecuzione.campioni],
             "interrotta": p.esecuzione.interruzione is not None,
@@ -4815,11 +4868,9 @@ def spiegazione(prova: Prova) -> List[str]:
         prompt = [r.token_prompt for r in ok if r.token_prompt is not None]
         if prompt:
             frasi.append(f"Il prompt più lungo ne ha usati {max(prompt)}, la risposta più lunga "
-                         f"{max(r.token or 0 for r in ok)}: una richiesta più lunga del contesto dello slot viene "
-                         "rifiutata (HTTP 400).")
-    corte = frase_corte(prova)
-    if corte:
-        frasi.append(maiuscola(corte) + ".")
+                         f"{max(r.token or 0 for r in ok)}: un prompt che non ci sta è rifiutato (HTTP 400), una "
+                         "risposta che lo riempie è tagliata.")
+    frasi += [maiuscola(frase) + "." for frase in [frase_corte(prova), *riga_tagliate(prova)] if frase]
     # never "al massimo 0 richieste": said once, and not twice when the timings said it
     if s.picco_coda == 0 and info.metrics_disponibile and not attese:
         frasi.append("Nessuna richiesta ha aspettato uno slot: le letture di requests_deferred in /metrics hanno "
@@ -5736,8 +5787,7 @@ def righe_conversazioni(prova: Prova) -> List[str]:
         troncati = [r for r in suoi if r.riuscita and r.finish_reason == "length" and r.token is not None
                     and r.token < prova.piano.max_token]
         for r in troncati:  # "length" before --token: the slot's context ended, when prompt and answer fill it
-            pieno = None not in (r.token_prompt, prova.info.n_ctx_slot) and (
-                r.token_prompt + r.token >= prova.info.n_ctx_slot - 1)
+            pieno = tagliata_dal_contesto(r, prova)
             righe.append(f"  utente {utente}: al turno {oltre(r).turno} la risposta si è fermata a {r.token} token di "
                          f"{prova.piano.max_token}" + (": lo slot era pieno" if pieno else "") + " (finish_reason length)")
     ereditata = cache_ereditata(prova)
