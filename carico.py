@@ -3809,10 +3809,18 @@ class Saturazione(NamedTuple):
     sovraccarico: bool = False
 
 
+def poche_per_una_coda(punto: Punto, asse: str) -> bool:
+    """Along --ritmo, a point whose runs sent fewer requests than an overload needs to show (MINIMO_SOVRACCARICO):
+    too few to build a queue at any rate. No verdict on saturation rests on it."""
+    return asse == "ritmo" and min(p.esecuzione.n_richieste for p in punto.intere) < MINIMO_SOVRACCARICO
+
+
 def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]:
     """The one verdict on saturation a curve's lines, marks and explanation all say: the step saturazione
-    finds, with its doubt; under --ritmo, no later than the first overloaded point."""
-    misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
+    finds, with its doubt; under --ritmo, no later than the first overloaded point, and never on a point
+    that sent too few requests to build a queue."""
+    misurati = [p for p in punti if p.throughput is not None and p.latenza is not None
+                and not poche_per_una_coda(p, asse)]
     satura = saturazione(misurati, asse)
     if asse == "ritmo":
         for i, punto in enumerate(misurati):
@@ -4124,6 +4132,16 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
         misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
         if len(misurati) < 2:
             continue
+        poche = [p for p in misurati if poche_per_una_coda(p, asse)]
+        if poche:  # the real reason, not noise: say it, and judge only on the points that could show a queue
+            misurati = [p for p in misurati if not poche_per_una_coda(p, asse)]
+            durata = -(-2 * MINIMO_SOVRACCARICO // min(valore_numerico(asse, p.prove[0].piano) for p in poche))
+            frasi.append(f"Curva{dove}: a {asse}={', '.join(valore_punto(p, asse) for p in poche)} "
+                         f"solo {da_a([q.esecuzione.n_richieste for p in poche for q in p.intere])} richieste a prova, troppo "
+                         "poche per formare una coda: " + ("nessun verdetto sulla saturazione" if len(misurati) < 2 else
+                                                           "fuori dal verdetto") + f" (usa --durata {durata:g} o più).")
+            if len(misurati) < 2:
+                continue
         frasi += stessi_carichi(misurati, asse)
         if asse not in ASSI_DI_CARICO:
             frasi.append(f"Curva{dove}: cambiando {asse} il carico non cresce, e non si parla di saturazione. "
