@@ -2927,12 +2927,13 @@ TETTO_RITMO = 256  # --ritmo without --parallele: at most this many in flight (a
 def orari(piano_oltre: PianoOltre) -> Iterator[float]:
     """When to send each request, in seconds from the start of the run. --arrivi costanti: every
     1/ritmo s. Poisson (the default): gaps drawn from an exponential distribution of mean 1/ritmo,
-    as independent users arrive; the same --seme gives the same schedule."""
+    as independent users arrive; the same --seme and rate give the same schedule, each rate of a sweep its own."""
     import random
 
     if piano_oltre.arrivi == "costanti":
         yield from (i / piano_oltre.ritmo for i in itertools.count())
-    caso = random.Random(piano_oltre.seme)
+    seme = piano_oltre.seme
+    caso = random.Random(None if seme is None else f"{seme}:{piano_oltre.ritmo:g}")  # a rate's own draws, not one's scaled
     t = 0.0
     while True:
         yield t
@@ -3002,13 +3003,10 @@ def ritmo_di(tempi: List[float]) -> Optional[float]:
 
 
 def invii_al_secondo(prova: Prova) -> Optional[float]:
-    """The requests sent per second: the arrival rate the server saw. Under --durata with requests of the
-    schedule never sent (the cap full to the end, or carico late past it), over the whole duration, not
-    between the few sent."""
+    """The requests sent per second: the arrival rate the server saw. Under --durata, over the window they
+    were scheduled in, the duration (8 in 6 s are 1.33 a second, whenever the last of them left)."""
     e, durata = prova.esecuzione, oltre(prova.piano).durata
-    if durata and (oltre(e).non_inviate or oltre(e).in_ritardo):
-        return len(e.risultati) / durata
-    return ritmo_di([r.inizio for r in e.risultati])
+    return len(e.risultati) / durata if durata else ritmo_di([r.inizio for r in e.risultati])
 
 
 def ms(secondi: Optional[float]) -> Optional[float]:
@@ -3026,11 +3024,8 @@ def righe_ritmo(prova: Prova) -> List[str]:
         ritardi = ritardi_invio(e)
         if piano_oltre.ritmo:
             arrivi = f"arrivi di Poisson, seme {piano_oltre.seme}" if piano_oltre.arrivi == "poisson" else "arrivi costanti"
-            programmato = ritmo_di(previsti)
-            mancate, nel_programma = oltre(e).non_inviate + oltre(e).in_ritardo, len(previsti)
-            if piano_oltre.durata and mancate:  # the schedule's rate over the duration, the unsent included
-                nel_programma = len(e.risultati) + mancate
-                programmato = nel_programma / piano_oltre.durata
+            nel_programma = len(previsti) + oltre(e).non_inviate + oltre(e).in_ritardo  # the unsent: --durata only
+            programmato = nel_programma / piano_oltre.durata if piano_oltre.durata else ritmo_di(previsti)
             programma = f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}"
             if piano_oltre.arrivi == "poisson" and programmato and abs(programmato / piano_oltre.ritmo - 1) >= 0.05:
                 programma += (f" (intervalli estratti a caso: su {quante(nel_programma, 'richiesta', 'richieste')} si "

@@ -85,3 +85,49 @@ def test_ritmo_senza_durata_sul_fake(fake, carica):
     assert "troppo poche" not in out and "Curva: " in out, out
 
 
+# 4. The rate sent under --durata, and one seed a rate ##########################################
+
+def test_inviate_davvero_sulla_durata(fake, carica):
+    """The tour: `--ritmo 1,2,4 --durata 6` printed "inviate davvero 1.95 req/s" for 8 requests in 6 s: (n - 1)
+    over the first and last send. The rate sent is the requests over the duration they were scheduled in, in
+    the line, the table and the JSON alike."""
+    server = fake(n_slot=4, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--ritmo", "8", "--seme", "2", "--durata", "1.5", "--token", "2", *VELOCE)
+    assert rc == 0, out + err
+    inviate = int(re.search(r"in 1\.5 s \(--durata\): inviate (\d+) richieste", out).group(1))
+    (riga,) = [r for r in out.splitlines() if r.startswith("ritmo chiesto 8 req/s")]
+    assert f"inviate davvero {inviate / 1.5:.2f} req/s" in riga, (inviate, riga)
+    previsti = list(itertools.takewhile(lambda t: t < 1.5, carico.orari(PianoOltre(ritmo=8, seme=2))))
+    assert f"nel programma {len(previsti) / 1.5:.2f}" in riga, riga  # the schedule's, over the same window
+
+
+@pytest.mark.parametrize("seme", [2, 4])
+def test_il_programma_si_scosta_sulla_durata(fake, carica, seme):
+    """The "si scosta dal chiesto" clause, now on the schedule over the duration: FIRE where its count over 1.5 s
+    strays by 5% or more from 8 a second (seed 2: 9 requests, 6.00), SILENT where it keeps it (seed 4: 12, 8.00)."""
+    previsti = list(itertools.takewhile(lambda t: t < 1.5, carico.orari(PianoOltre(ritmo=8, seme=seme))))
+    scosta = abs(len(previsti) / 1.5 / 8 - 1) >= 0.05
+    assert scosta == (seme == 2), len(previsti)  # the case each seed stages
+    server = fake(n_slot=4, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--ritmo", "8", "--seme", str(seme), "--durata", "1.5", "--token", "2", *VELOCE)
+    assert rc == 0, out + err
+    (riga,) = [r for r in out.splitlines() if r.startswith("ritmo chiesto 8 req/s")]
+    assert ("si scosta dal chiesto" in riga) == scosta, riga
+
+
+def test_ogni_ritmo_ha_le_sue_estrazioni(fake, carica, tmp_path):
+    """The tour: every rate of a sweep shared one seed, so every point was a scaled copy of the same draws (seed 7:
+    1.87, 3.73, 7.41 sent for 1, 2, 4 asked). Each rate draws its own, from the seed and the rate: the sweep is
+    reproducible, and each point alone with the seed it prints."""
+    server = fake(n_slot=4, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--ritmo", "10,20", "--seme", "3", "--richieste", "6", "--token", "2",
+                          "--json", str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    assert out.count("(arrivi di Poisson, seme 3)") == 2
+    prove = json.loads((tmp_path / "r.json").read_text())["prove"]
+    dieci, venti = ([r["previsto_s"] for r in p["richieste"]] for p in prove)
+    assert dieci == list(itertools.islice(carico.orari(PianoOltre(ritmo=10, seme=3)), 6))
+    assert venti == list(itertools.islice(carico.orari(PianoOltre(ritmo=20, seme=3)), 6))
+    assert not all(abs(a - 2 * b) < 1e-9 for a, b in zip(dieci, venti)), (dieci, venti)  # not one draw scaled
+
+
