@@ -3972,7 +3972,7 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
         righe.append(f"throughput{f' a {titolo}' if titolo else ''}: " + ", ".join(voci)
                      + ("" if altre or valore_punto(base, "np") != "1" or "4" not in [valore_punto(p, "np") for p in misurati]
                         or base.prove[0].piano.max_token != Piano().max_token  # the lab's: --token 32
-                        else " (nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)") + indicativo(*misurati))  # like for like
+                        else " (nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)"))  # like for like
     if altre == ["token"] and len(vantaggi) > 1:
         (da, r_da, *pd), (a, r_a, *pa) = vantaggi[0], vantaggi[-1]
         # The noise of a ratio of ratios: the four means' relative 95% intervals, added in quadrature.
@@ -3987,7 +3987,10 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
             verso = "forse " + verso
         righe.append(f"con risposte più lunghe ({da} -> {a}) il vantaggio del batching {verso}: ×{r_da:.2f} -> ×{r_a:.2f}"
                      + (f" (oltre il rumore: ±{rumore:.0%} al 95%)" if rumore is not None and "rimasto" not in verso
-                        else "") + indicativo(*pd, *pa))
+                        else ""))
+    if righe and any(len(p.intere) < 2 for p in punti if p.throughput):  # said once, before the first ratio
+        righe.insert(0, "una prova per punto: questi rapporti possono cambiare da un'esecuzione all'altra; con --ripeti 3 "
+                        "si misura il rumore e diventano una risposta")
     return righe
 
 

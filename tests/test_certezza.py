@@ -143,13 +143,14 @@ def test_vantaggio_del_batching_oltre_il_rumore_delle_ripetute():
 def test_vantaggio_del_batching_con_una_prova_per_punto_e_un_forse():
     """The tour: two identical `--avvia --np 1,4 --token 16,64` sweeps said "è calato ×3.61 -> ×2.48" and "è
     cresciuto ×1.33 -> ×1.51", hedged only by "(indicativo ...)". With one run a point the noise is not measured:
-    said "forse", as saturation is; with repeats, as before (the test above)."""
+    said "forse", as saturation is; with repeats, as before (the test above). --ripeti 3 is said once, before the
+    ratios (test_verdetti_tour3.py)."""
     def punto(np, token, v):
         return Punto([Prova(InfoServer(np, 512, True), Esecuzione([Risultato(0, 0.0, 1.0, v)], [], 1),
                             Piano(4, 4, token), carico.Configurazione(np))])
     riga = carico.rapporti_np([punto(1, 16, 10), punto(4, 16, 36), punto(1, 64, 10), punto(4, 64, 25)], ["np", "token"])[-1]
     assert riga == ("con risposte più lunghe (token=16 -> token=64) il vantaggio del batching forse è calato: ×3.60 -> "
-                    "×2.50 (indicativo: una prova per punto; con --ripeti 3 si misura anche il rumore)"), riga
+                    "×2.50"), riga
 
 
 def test_il_riferimento_del_lab_solo_accanto_a_np_4_su_np_1():
@@ -158,13 +159,13 @@ def test_il_riferimento_del_lab_solo_accanto_a_np_4_su_np_1():
     def punto(np, v, kv=False):
         return Punto([Prova(InfoServer(4, 512, True), Esecuzione([Risultato(0, 0.0, 1.0, v)], [], 1), Piano(4, 4, 32),
                             carico.Configurazione(np, kv))])
-    (simile,) = carico.rapporti_np([punto(1, 10), punto(4, 20)], ["np"])
+    (_, simile) = carico.rapporti_np([punto(1, 10), punto(4, 20)], ["np"])  # after the line on --ripeti 3
     assert "(nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)" in simile, simile
-    (diverso,) = carico.rapporti_np([punto(4, 10, kv=True), punto(-1, 10)], ["np"])
+    (_, diverso) = carico.rapporti_np([punto(4, 10, kv=True), punto(-1, 10)], ["np"])
     assert "nel lab" not in diverso, diverso
     # the next tour: at --token 16 beside the lab's ratio, measured at --token 32
     corti = [p._replace(prove=[p.prove[0]._replace(piano=Piano(4, 4, 16))]) for p in (punto(1, 10), punto(4, 20))]
-    (altro_token,) = carico.rapporti_np(corti, ["np"])
+    (_, altro_token) = carico.rapporti_np(corti, ["np"])
     assert "nel lab" not in altro_token, altro_token
 
 

@@ -143,6 +143,5 @@ def test_avvia_kv_unified_detto_e_rapporto_np(capsys):
                                            "  (--kv-unified: 2048 token di contesto condivisi fra i 4 slot)"]
     assert "I 4 slot condividevano 2048 token di contesto (--kv-unified)" in blocchi[3]
     assert "Ogni slot aveva 512 token di contesto" in blocchi[2] and "condivis" not in blocchi[2]
-    assert re.search(r"^throughput: np 4 / np 1 ×[\d.]+, np 4 kv / np 1 ×[\d.]+ \(nel lab, su 6 vCPU senza GPU: "
-                     r"np 4 / np 1 ×2\) \(indicativo: una prova per punto; con --ripeti 3 si misura anche il "
-                     r"rumore\)$", out, re.M), out
+    assert re.search(r"^una prova per punto: questi rapporti .*--ripeti 3.*\nthroughput: np 4 / np 1 ×[\d.]+, np 4 kv / "
+                     r"np 1 ×[\d.]+ \(nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2\)$", out, re.M), out

@@ -278,8 +278,8 @@ def test_avvia_griglia_su_piu_server(capsys):
     assert testa[:3] == ["np", "parallele", "n_ctx_slot"]
     assert [r[:3] for r in righe] == [["1", "1", "2048"], ["1", "2", "2048"], ["2", "1", "1024"], ["2", "2", "1024"]]
     assert "curva" not in out  # without --grafico
-    assert re.search(r"^throughput a parallele=1: np 2 / np 1 ×[\d.]+ \(indicativo: una prova per punto; con --ripeti 3 si "
-                     r"misura anche il rumore\)$", out, re.M), out
+    assert re.search(r"^una prova per punto: questi rapporti .*--ripeti 3.*\nthroughput a parallele=1: np 2 / np 1 "
+                     r"×[\d.]+$", out, re.M), out
 
 
 def test_curve_di_piu_server_sugli_stessi_assi():

@@ -131,3 +131,33 @@ def test_ogni_ritmo_ha_le_sue_estrazioni(fake, carica, tmp_path):
     assert not all(abs(a - 2 * b) < 1e-9 for a, b in zip(dieci, venti)), (dieci, venti)  # not one draw scaled
 
 
+# 5. The sheet's own question: --ripeti 3 said once, up front ##################################
+
+def punti_np_token(valori):
+    """--np 1,4 --token 16,64: each (np, token) with its runs' throughputs."""
+    return [Punto([prova(v, 1.0, np=np, token=token) for v in tutti]) for np, token, tutti in valori]
+
+
+def test_la_domanda_del_foglio_con_una_prova_detta_una_volta():
+    """The tour: two identical `--np 1,4 --token 32,128` sweeps said "forse è cresciuto" and "forse è rimasto lo
+    stesso", each with "(indicativo…)" on three lines in a row. FIRE: one line first, that --ripeti 3 makes it
+    an answer; no hedge on each line."""
+    righe = carico.rapporti_np(punti_np_token([(1, 16, [100]), (4, 16, [200]), (1, 64, [100]), (4, 64, [232])]),
+                               ["np", "token"])
+    assert righe[0] == ("una prova per punto: questi rapporti possono cambiare da un'esecuzione all'altra; con --ripeti 3 "
+                        "si misura il rumore e diventano una risposta"), righe
+    assert len(righe[0]) <= 160
+    assert righe[1:] == ["throughput a token=16: np 4 / np 1 ×2.00", "throughput a token=64: np 4 / np 1 ×2.32",
+                         "con risposte più lunghe (token=16 -> token=64) il vantaggio del batching forse è cresciuto: "
+                         "×2.00 -> ×2.32"], righe
+    assert sum("--ripeti" in r for r in righe) == 1 and not any("indicativo" in r for r in righe)
+
+
+def test_la_domanda_del_foglio_con_le_ripetute_senza_avvertenza():
+    """SILENT: with three runs a point the noise is measured, and nothing asks for --ripeti."""
+    righe = carico.rapporti_np(punti_np_token([(1, 16, [96, 100, 104]), (4, 16, [196, 200, 204]),
+                                               (1, 64, [96, 100, 104]), (4, 64, [228, 232, 236])]), ["np", "token"])
+    assert righe[0].startswith("throughput a token=16: np 4 / np 1 ×2.00"), righe
+    assert not any("--ripeti" in r or "una prova per punto" in r for r in righe), righe
+
+
