@@ -156,6 +156,7 @@ class Prova(NamedTuple):
     configurazione: Optional[Configurazione] = None  # --avvia: the -np the server was started with
     macchina: Optional[Macchina] = None  # how busy the machine was just before
     occupati_prima: Optional[int] = None  # the server's slots already busy then (guarda_il_server)
+    macchina_dopo: Optional[Macchina] = None  # and just after: what worked beside the server during the run
 
     @property
     def riepilogo(self) -> Riepilogo:
@@ -660,6 +661,11 @@ class Sessione:
         prova = Prova(info, esecuzione, piano, configurazione, macchina, occupati_prima)
         self.prove.append(prova)  # before printing: a closed stdout must not lose it
         stampa_prova(prova)
+        if not (esecuzione.interruzione or esecuzione.server_andato):  # the look before cannot see what started after it
+            prova = self.prove[-1] = prova._replace(macchina_dopo=osserva_macchina())
+            if macchina_occupata(prova.macchina_dopo) and not macchina_occupata(macchina):
+                nota(f"subito dopo la prova la macchina era occupata ({macchina_occupata(prova.macchina_dopo)}): forse "
+                     "anche durante, e le cifre possono esserne falsate")
         self.dopo_la_prova(prova)
         if esecuzione.interruzione:
             raise Interruzione(esecuzione.interruzione)
@@ -3861,7 +3867,7 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
     """Why the point `dopo` took no more than `prima`, from the figures, each said when it holds: the
     slots were all busy and the wait for one grew (by more than a tenth of the latency), and the
     speed of a request in its own slot fell (by more than 10%): the slots share the cores where more were
-    busy together, the machine was quiet before both runs, and the fall is no more than sharing explains
+    busy together, the machine was quiet around both runs, and the fall is no more than sharing explains
     (k slots at most divide one's speed by k: batching makes it less, never more)."""
     attese, velocita = (prima.attesa_media, dopo.attesa_media), (prima.velocita_slot, dopo.velocita_slot)
     coda = (", e la coda è rimasta vuota" if dopo.picco_coda == 0 and prima.picco_coda in (0, None) else
@@ -3876,8 +3882,8 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
             ": una richiesta in più non trova uno slot libero e aspetta" if cresciuta else ", poco"))
     if None not in velocita and velocita[1] < 0.9 * velocita[0]:
         scesa = f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s"
-        occupata = [macchina_occupata(p.macchina) for p in prima.prove + dopo.prove if p.macchina]
-        occupata = [motivo for motivo in occupata if motivo]  # why the machine was busy, before either run
+        occupata = [macchina_occupata(m) for p in prima.intere + dopo.intere for m in (p.macchina, p.macchina_dopo) if m]
+        occupata = [motivo for motivo in occupata if motivo]  # why the machine was busy, before or after either run
         if occupata:  # the machine's own work may have slowed the slots: not said to be the slots'
             frasi.append(f"{scesa}, ma la macchina era già occupata in una delle due prove ({occupata[0]}): la discesa "
                          "può venire da lì")
@@ -4750,6 +4756,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": kv_saputa(p),
                        "props": p.info.props},
             "macchina": p.macchina._asdict() if p.macchina else None,
+            "macchina_dopo": p.macchina_dopo._asdict() if p.macchina_dopo else None,
             "slot_occupati_prima": p.occupati_prima,
             "riepilogo": {**p.riepilogo._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda,
                           "tagliate_dal_contesto": len(tagliate_dal_contesto(p))},
@@ -4792,12 +4799,13 @@ def scrivi_file(percorso: str, testo: str) -> None:
 
 # --spiega: the run read out for a student ######################################################
 
-def descrivi_macchina(m: Macchina) -> str:
+def descrivi_macchina(m: Macchina, dopo: Optional[Macchina] = None) -> str:
     parti = [f"{m.core} core"]
     if m.carico_medio is not None:
         parti.append(f"carico medio {m.carico_medio:.1f}")
     if m.cpu_occupata is not None:
-        parti.append(f"CPU occupata al {m.cpu_occupata:.0%} prima della prova")
+        parti.append(f"CPU occupata al {m.cpu_occupata:.0%} prima della prova" + (
+            f", al {dopo.cpu_occupata:.0%} subito dopo" if dopo and dopo.cpu_occupata is not None else ""))
     return ", ".join(parti)
 
 
@@ -4909,10 +4917,11 @@ def spiegazione(prova: Prova) -> List[str]:
         little = riga_little(prova)
         if little:
             frasi.append(little + ".")
-    m = prova.macchina
+    m, dopo, sguardo = prova.macchina, prova.macchina_dopo, f"in uno sguardo di {SGUARDO_MACCHINA:g} s"  # one moment's
+    occupata_dopo = dopo and macchina_occupata(dopo)
+    quieta_dopo = None if occupata_dopo else dopo
     if m is not None:
         motivo = macchina_occupata(m)
-        sguardo = f"in uno sguardo di {SGUARDO_MACCHINA:g} s"  # a short look: the verdict of one moment
         if motivo:
             frasi.append(f"La macchina era già occupata prima della prova ({motivo}, {sguardo}): le cifre possono "
                          "esserne falsate, ripeti la misura a macchina tranquilla.")
@@ -4920,10 +4929,13 @@ def spiegazione(prova: Prova) -> List[str]:
             frasi.append(f"Appena prima della prova la CPU era occupata al {m.cpu_occupata:.0%} ({sguardo}, {m.core} "
                          "core): né libera né occupata; se le cifre ti sembrano strane, ripeti a macchina tranquilla.")
         elif m.carico_medio is not None and round(m.carico_medio, 1) >= 0.75 * m.core:  # as printed: 1.49 is "1.5"
-            frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(m)}); il carico medio, "
+            frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(m, quieta_dopo)}); il carico medio, "
                          "più alto, conta anche il minuto prima: non dice che cosa gira adesso.")
         else:
-            frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(m)}).")
+            frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(m, quieta_dopo)}).")
+    if occupata_dopo and not (m and macchina_occupata(m)):
+        frasi.append(f"Subito dopo la prova la macchina era occupata ({occupata_dopo}, {sguardo}): forse anche durante, "
+                     "e le cifre possono esserne falsate.")
     return frasi
 
 

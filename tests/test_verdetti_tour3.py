@@ -161,3 +161,22 @@ def test_la_domanda_del_foglio_con_le_ripetute_senza_avvertenza():
     assert not any("--ripeti" in r or "una prova per punto" in r for r in righe), righe
 
 
+# 6. A load beside the server during a run: the look after it, and a repeat slowed ############
+
+def test_la_macchina_guardata_anche_dopo_la_prova():
+    """The tour: `--spiega` said "La macchina era tranquilla prima della prova" of a run that a load beside the
+    server had slowed: the look before cannot see what starts after it. FIRE: busy just after, said; SILENT:
+    quiet after too, the look after beside the one before."""
+    quieta, occupata = Macchina(2, 0.3, 0.02), Macchina(2, 1.9, 0.87)
+    frasi = carico.spiegazione(prova(40, 1.0)._replace(macchina=quieta, macchina_dopo=occupata))
+    assert frasi[-2:] == ["La macchina era tranquilla prima della prova (2 core, carico medio 0.3, CPU occupata al 2% prima "
+                          "della prova).", "Subito dopo la prova la macchina era occupata (CPU già occupata al 87%, in uno "
+                          "sguardo di 0.01 s): forse anche durante, e le cifre possono esserne falsate."], frasi
+    assert all(len(f) <= 160 for f in frasi[-2:])
+    frasi = carico.spiegazione(prova(40, 1.0)._replace(macchina=quieta, macchina_dopo=quieta))
+    assert frasi[-1] == ("La macchina era tranquilla prima della prova (2 core, carico medio 0.3, CPU occupata al 2% prima "
+                         "della prova, al 2% subito dopo)."), frasi
+    assert not any("Subito dopo" in f for f in frasi)
+    # busy before and after: said once, by the look before
+    frasi = carico.spiegazione(prova(40, 1.0)._replace(macchina=occupata, macchina_dopo=occupata))
+    assert sum("occupata" in f for f in frasi) == 1 and not any("Subito dopo" in f for f in frasi), frasi
