@@ -3410,9 +3410,10 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
     out). "latenza max" is the mean of the runs' maxima, as in the table's mean row: said in the line."""
     cifre = (("latenza media", "s", "latenza_media"), ("latenza max (media dei massimi)", "s", "latenza_max"),
              ("throughput aggregato", "token/s", "throughput"))
-    intere = [p for p in prove if not p.esecuzione.interruzione]
-    righe = [f"su {quante(len(intere), 'prova', 'prove')}: media ±intervallo di confidenza al 95% (t di Student; "
-             "deviazione standard, min-max)"]
+    intere, escluse = [p for p in prove if not p.esecuzione.interruzione], anomale(prove)
+    contate = len(intere) - len(escluse)
+    righe = [f"su {quante(contate, 'prova', 'prove')}: media ±intervallo di confidenza al 95% (t di Student; "
+             "deviazione standard, min-max)"] + [frase_esclusa(prove, p, mediana) for p, mediana in escluse]
     for nome, unita, campo in cifre:
         valori = Punto(intere).cifre(campo)
         if not valori:
@@ -3420,7 +3421,7 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
             continue
         rumore = (f"±{fmt(ic95(valori), '.2f')} (dev.std {dispersione(valori):.2f}, "
                   f"{min(valori):.2f}-{max(valori):.2f})")
-        mancanti = "" if len(valori) == len(intere) else f"  [{quante(len(valori), 'prova', 'prove')} su {len(intere)}]"
+        mancanti = "" if len(valori) == contate else f"  [{quante(len(valori), 'prova', 'prove')} su {contate}]"
         righe.append(in_colonne([nome, f"{media(valori):.2f}", unita, rumore + mancanti], [-31, 7, -8], " "))
     return righe
 
@@ -3459,7 +3460,9 @@ def tabella_consegnato(prove: List[Prova]) -> List[str]:
     kv = ["KV MiB"] if any(p.configurazione for p in prove) else []
     righe = []
     for punto in punti_di(prove):
-        righe += [riga_tabella(Punto([p]), INTERROTTA if p.esecuzione.interruzione else "") for p in punto.prove]
+        escluse = [id(p) for p, _ in anomale(punto.prove)]
+        righe += [riga_tabella(Punto([p]), INTERROTTA if p.esecuzione.interruzione else " (esclusa)" * (id(p) in escluse))
+                  for p in punto.prove]
         if len(punto.prove) > 1:
             righe.append(riga_tabella(punto, f" (media di {len(punto.intere)})"))
     return tabella_md(["np", "n_ctx_slot", *kv, "latenza media", "latenza max", "throughput"], righe)
@@ -3524,8 +3527,9 @@ class Punto(NamedTuple):
 
     @property
     def intere(self) -> List[Prova]:
-        """Its runs that were not cut short: the ones its figures are made of."""
-        return [p for p in self.prove if not p.esecuzione.interruzione] or self.prove
+        """Its runs that were not cut short nor left out by `anomale`: the ones its figures are made of."""
+        escluse = [id(p) for p, _ in anomale(self.prove)] if len(self.prove) > 1 else []
+        return [p for p in self.prove if not p.esecuzione.interruzione and id(p) not in escluse] or self.prove
 
     @property
     def riuscite(self) -> List[Risultato]:
@@ -3603,6 +3607,32 @@ class Punto(NamedTuple):
         if asse == "ritmo":
             return self.inviate_davvero or oltre(piano).ritmo
         return None
+
+
+def anomale(prove: List[Prova]) -> List[Tuple[Prova, float]]:
+    """--ripeti: each whole run whose throughput is under half the median of its siblings' (the point's other
+    whole runs), with that median: something slowed it that the others did not meet (a load beside the server).
+    Left out of the point's figures, and said with its evidence (righe_ripetute)."""
+    import statistics
+
+    valori = [(p, p.riepilogo.throughput) for p in prove if not p.esecuzione.interruzione]
+    valori = [(p, v) for p, v in valori if v is not None]
+    mediane = [(p, v, statistics.median(w for j, (_, w) in enumerate(valori) if j != i))
+               for i, (p, v) in enumerate(valori) if len(valori) > 1]
+    return [(p, mediana) for p, v, mediana in mediane if v < 0.5 * mediana]
+
+
+def frase_esclusa(prove: List[Prova], prova: Prova, mediana: float) -> str:
+    """Why a run of `anomale` is out of the mean: its throughput against its siblings', then the evidence: its
+    mean speed in a slot against theirs (not its spread: a quiet run's speeds differ too), the machine after it."""
+    altre = [r for q in prove if q is not prova and not q.esecuzione.interruzione for r in q.esecuzione.riuscite]
+    dopo = prova.macchina_dopo
+    macchina = ("" if dopo is None else f"; subito dopo CPU al {dopo.cpu_occupata:.0%}" if dopo.cpu_occupata is not None
+                else "" if dopo.carico_medio is None else f"; subito dopo carico medio {dopo.carico_medio:.1f}")
+    return (f"prova {next(i for i, q in enumerate(prove, 1) if q is prova)} esclusa dalla media: "
+            f"{prova.riepilogo.throughput:.2f} token/s, meno di metà della mediana delle altre ({mediana:.2f}); nel "
+            f"proprio slot {fmt(velocita_media_slot(prova.esecuzione.riuscite), '.1f')} t/s contro "
+            f"{fmt(velocita_media_slot(altre), '.1f')}{macchina}")
 
 
 def dispersione(valori: List[float]) -> float:
@@ -3688,8 +3718,9 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
             celle.append(inviate if all(ritmo_tenuto(q) for q in punto.intere) else f"{inviate} (non tenuto)")
         if any(q.esecuzione.interruzione for q in punto.prove):
             celle[0] += INTERROTTA
-        if ripetute:
-            celle[0] += f" (media di {len(punto.intere)})"
+        escluse = anomale(punto.prove)
+        if ripetute or escluse:
+            celle[0] += f" (media di {len(punto.intere)}" + (f", {len(escluse)} esclusa" if escluse else "") + ")"
         corpo.append(celle)
     righe = tabella_md(testa, corpo)
     righe.append("picco coda: richieste in attesa di uno slot, dai tempi del server (e da requests_deferred con "
@@ -3697,6 +3728,9 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     if any(len(punto.intere) > 1 for punto in punti):
         righe.append("(media di N): le medie delle N prove, latenza max compresa (la media dei massimi); ±: "
                      "l'intervallo di confidenza al 95% del throughput (t di Student)")
+    if any(anomale(punto.prove) for punto in punti):
+        righe.append("esclusa: una prova sotto metà del throughput mediano delle altre dello stesso punto, fuori dalle "
+                     "medie (detta dopo le sue prove)")
     return righe
 
 
@@ -4734,6 +4768,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
                percentili: Sequence[int] = (), capacita: Sequence[dict] = ()) -> str:
     """Every request, the /slots samples with their times, the server's props and the flags
     (never the API key), for plotting; in a sweep, every point with the values it was run at."""
+    escluse = [id(p) for punto in punti_di(prove) for p, _ in anomale(punto.prove)]
     dati = {
         "carico": __version__, "url": url,
         "opzioni": {k: v for k, v in dati_piano(piani[0]).items() if k != "oltre"},
@@ -4757,6 +4792,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
                        "props": p.info.props},
             "macchina": p.macchina._asdict() if p.macchina else None,
             "macchina_dopo": p.macchina_dopo._asdict() if p.macchina_dopo else None,
+            "esclusa_dalla_media": id(p) in escluse,  # see `anomale`
             "slot_occupati_prima": p.occupati_prima,
             "riepilogo": {**p.riepilogo._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda,
                           "tagliate_dal_contesto": len(tagliate_dal_contesto(p))},

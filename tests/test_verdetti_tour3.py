@@ -180,3 +180,97 @@ def test_la_macchina_guardata_anche_dopo_la_prova():
     # busy before and after: said once, by the look before
     frasi = carico.spiegazione(prova(40, 1.0)._replace(macchina=occupata, macchina_dopo=occupata))
     assert sum("occupata" in f for f in frasi) == 1 and not any("Subito dopo" in f for f in frasi), frasi
+
+
+def test_una_ripetuta_sotto_meta_della_mediana_esclusa():
+    """The tour: one repeat at 15.81 token/s against ~42 made the point "33.34 token/s ±37.74". FIRE: under half the
+    median of its siblings, out of the mean, said with its evidence (the slots' speed against the others', the
+    machine after it)."""
+    lenta = prova(16, 1.0, tps=12.0)._replace(macchina_dopo=Macchina(2, 1.9, 0.87))
+    prove = [prova(40, 1.0), lenta, prova(44, 1.0)]
+    punto = Punto(prove)
+    assert carico.anomale(prove) == [(lenta, 42.0)]
+    assert punto.intere == [prove[0], prove[2]] and punto.throughput == 42.0
+    righe = carico.righe_ripetute(prove)
+    assert righe[0].startswith("su 2 prove: media ±"), righe
+    assert righe[1] == ("prova 2 esclusa dalla media: 16.00 token/s, meno di metà della mediana delle altre (42.00); nel "
+                        "proprio slot 12.0 t/s contro 40.0; subito dopo CPU al 87%"), righe
+    assert len(righe[1]) <= 160
+    assert righe[-1].endswith("(dev.std 2.83, 40.00-44.00)"), righe  # the throughput's spread: the two kept
+    tabella = carico.tabella_griglia([punto, Punto([prova(80, 1.0, parallele=8) for _ in range(3)])], ["parallele"])
+    assert tabella[2].startswith("| 4 (media di 2, 1 esclusa) | 42.00 token/s ±25.41 |"), tabella
+    assert tabella[3].startswith("| 8 (media di 3) | 80.00 token/s ±0.00 |"), tabella
+    assert tabella[-1] == ("esclusa: una prova sotto metà del throughput mediano delle altre dello stesso punto, fuori "
+                           "dalle medie (detta dopo le sue prove)"), tabella
+
+
+@pytest.mark.parametrize("throughput, tps", [
+    ([44, 40, 24], [40.0] * 4),  # the slowest above half the median of the others (21)
+    ([6.3, 6.1, 6.5], [8.8, 11.4, 5.1, 7.8]),  # the sheet's quiet run: speeds from 5.1 to 11.4 t/s in each repeat
+    ([42.0], [40.0] * 4),  # one run: no siblings
+])
+def test_ripetute_vicine_tutte_nella_media(throughput, tps):
+    """SILENT: repeats within a factor of two of each other, or speeds in a slot that merely differ, are noise."""
+    prove = [prova(v, 1.0, tps=tps) for v in throughput]
+    assert carico.anomale(prove) == [] and Punto(prove).intere == prove
+    assert not any("esclusa" in r for r in carico.righe_ripetute(prove) + carico.tabella_griglia([Punto(prove)], ["parallele"]))
+
+
+def rallenta_una(monkeypatch, server, quale, s_per_token):
+    """The `quale`-th run (from 1) on a fake slowed to `s_per_token`, as a load beside the server would; the machine
+    quiet before every run and after the others, busy just after that one."""
+    vera, chiamate, stato = carico.esegui_carico, [], {}
+
+    def esegui(*a, **k):
+        chiamate.append(1)
+        normale = server.config.s_per_token
+        if len(chiamate) == quale:
+            server.config.s_per_token = s_per_token
+        try:
+            return vera(*a, **k)
+        finally:
+            server.config.s_per_token = normale
+            stato["dopo_lenta"] = len(chiamate) == quale
+
+    monkeypatch.setattr(carico, "esegui_carico", esegui)
+    monkeypatch.setattr(carico, "osserva_macchina", lambda: Macchina(2, 1.9, 0.91) if stato.pop("dopo_lenta", False)
+                        else Macchina(2, 0.2, 0.03))
+
+
+def test_ripetuta_rallentata_sul_fake(fake, carica, monkeypatch, tmp_path):
+    """End to end: the second of three repeats ten times slower, the machine busy just after it. The repeat is out
+    of the mean and said; the table marks it; the JSON keeps it, marked; --spiega and stderr see the machine."""
+    server = fake(n_slot=2, s_per_token=0.003)
+    rallenta_una(monkeypatch, server, 2, 0.03)
+    rc, out, err = carica(server.url, "--ripeti", "3", "--parallele", "2", "--token", "8", "--tabella", "--spiega",
+                          "--json", str(tmp_path / "r.json"), *VELOCE)
+    assert rc == 0, out + err
+    per_prova = [float(x) for x in re.findall(r"^throughput aggregato ([\d.]+) token/s  \(", out, re.M)]
+    assert len(per_prova) == 3 and per_prova[1] < 0.5 * min(per_prova[0], per_prova[2]), per_prova
+    (esclusa,) = [r for r in out.splitlines() if r.startswith("prova 2 esclusa dalla media: ")]
+    assert "meno di metà della mediana delle altre" in esclusa and esclusa.endswith("; subito dopo CPU al 91%"), esclusa
+    lenta, altre = (float(x) for x in re.search(r"nel proprio slot ([\d.]+) t/s contro ([\d.]+)", esclusa).groups())
+    assert lenta < 0.5 * altre, esclusa  # the slots themselves were slower: the evidence of a load beside them
+    assert "su 2 prove: media" in out
+    media = float(re.search(r"^  throughput aggregato +([\d.]+) token/s", out, re.M).group(1))
+    assert media == pytest.approx((per_prova[0] + per_prova[2]) / 2, abs=0.02), (media, per_prova)
+    righe = [r for r in out.splitlines() if r.startswith("| ") and "---" not in r][1:]
+    assert [r.split(" | ")[0] for r in righe] == ["| 2", "| 2 (esclusa)", "| 2", "| 2 (media di 2)"], righe
+    assert out.count("Subito dopo la prova la macchina era occupata (CPU già occupata al 91%") == 1
+    assert err.count("carico.py: nota: subito dopo la prova la macchina era occupata (CPU già occupata al 91%)") == 1
+    dati = json.loads((tmp_path / "r.json").read_text())["prove"]
+    assert [p["esclusa_dalla_media"] for p in dati] == [False, True, False]
+    assert dati[1]["macchina_dopo"]["cpu_occupata"] == 0.91
+
+
+def test_ripetute_senza_rallentamento_sul_fake(fake, carica, monkeypatch):
+    """SILENT: the same repeats, none slowed, the machine quiet around each: nothing excluded, no word on the
+    machine after; --spiega's quiet machine says the look after too."""
+    server = fake(n_slot=2, s_per_token=0.003)
+    rallenta_una(monkeypatch, server, 0, 0.03)
+    rc, out, err = carica(server.url, "--ripeti", "3", "--parallele", "2", "--token", "8", "--spiega", *VELOCE)
+    assert rc == 0, out + err
+    assert "esclusa" not in out and "su 3 prove: media" in out
+    assert "Subito dopo" not in out and "subito dopo la prova" not in err
+    assert out.count("La macchina era tranquilla prima della prova (2 core, carico medio 0.2, CPU occupata al 3% prima "
+                     "della prova, al 3% subito dopo).") == 3, out
