@@ -267,6 +267,8 @@ def test_server_che_usa_la_cache_lo_stesso(fake, carica, tmp_path):
 
 def test_riga_dal_vivo_su_un_terminale(fake, capsys, monkeypatch):
     server = fake(n_slot=2, s_per_token=0.01)
+    # A quiet machine, after the run as before: on a busy one a note on it follows the cleared line.
+    monkeypatch.setattr(carico, "osserva_macchina", lambda: carico.Macchina(2, 0.1, 0.01))
     madre, figlia = os.openpty()
     with open(figlia, "w", encoding="utf-8", closefd=True) as terminale:
         monkeypatch.setattr(sys, "stderr", terminale)
