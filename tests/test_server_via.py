@@ -40,7 +40,8 @@ def test_server_fermato_con_richieste_in_volo(fake, carica, tmp_path, stream):
     assert "richieste fallite: 1 su 4 (il riepilogo conta solo 1 riuscita)" in righe
     assert "richieste non completate: 2 su 4 (il server non rispondeva più)" in righe
     (andato,) = [r for r in righe if r.startswith("il server ha smesso di rispondere")]
-    assert re.fullmatch(r"il server ha smesso di rispondere \(accertato a [\d.]+ s: connessione rifiutata "
+    # A /slots reading the listener took just before it closed is closed, not refused (a loaded machine): said so.
+    assert re.fullmatch(r"il server ha smesso di rispondere \(accertato a [\d.]+ s: connessione (chiusa o )?rifiutata "
                         r"3 volte di fila, su /slots, e la porta non è più in ascolto\): invii fermati, 1 richiesta in volo "
                         r"rimasta senza risposta", andato), andato
     assert f"carico.py: errore: il server {server.url} ha smesso di rispondere durante la prova" in err
@@ -48,7 +49,7 @@ def test_server_fermato_con_richieste_in_volo(fake, carica, tmp_path, stream):
     prova = json.loads((tmp_path / "p.json").read_text())["prove"][0]  # what was measured, saved
     assert [r["errore"] for r in prova["richieste"]] == [None, carico.IN_VOLO]
     assert prova["riepilogo"]["n_riuscite"] == 1 and prova["riepilogo"]["token"] == 10
-    assert prova["server_andato"]["perche"].startswith("connessione rifiutata 3 volte")
+    assert re.match(r"connessione (chiusa o )?rifiutata 3 volte", prova["server_andato"]["perche"])
 
 
 def test_server_fermato_con_una_lettura_di_slots_in_volo(fake, carica):
