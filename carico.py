@@ -734,7 +734,8 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[Serv
                       else ": aspetta che finisca di caricare il modello e riprova")
             raise ErroreUtente(f"il server {client.base} non è pronto dopo {attesa:g} s (--attesa){ancora}{perche}")
         if avvisato is None or passati - avvisato >= 10:  # at first, then every 10 s
-            print(f"il server {client.base} sta caricando il modello: attendo fino a {attesa:g} s..."
+            cosa = "sta partendo" if risposta is None else "sta caricando il modello"  # not listening yet, or 503
+            print(f"il server {client.base} {cosa}: attendo fino a {attesa:g} s..."
                   if avvisato is None else f"  attendo ancora il server... {passati:.0f} s", file=stderr, flush=True)
             avvisato = passati
         time.sleep(0.25)
@@ -1928,7 +1929,8 @@ def note(prova: Prova) -> List[str]:
                      "ognuna ha aspettato davvero uno slot è la sua attesa dello slot (attesa_slot_s in --csv e --json)")
     letti = [c for c in e.campioni if c.occupati is not None]
     breve = s.tempo_totale is not None and s.tempo_totale < 2 * prova.piano.intervallo
-    if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (breve or len(letti) < 2):
+    tutti = s.picco is not None and s.picco == prova.info.n_slot  # every slot seen busy: nothing to underestimate
+    if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (breve or len(letti) < 2) and not tutti:
         durata = (f"la prova è durata {s.tempo_totale:.2f} s, meno di due letture di /slots" if breve else
                   f"la prova ha avuto {quante(len(letti), 'lettura', 'letture')} di /slots")  # cut short: no duration
         testi.append(f"{durata} (--intervallo {prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il "
@@ -1989,7 +1991,7 @@ def frase_fermate(prova: Prova) -> str:
     corte, piano = fermate_prima(prova), prova.piano
     frase = (f"{quante(len(corte), 'richiesta', 'richieste')} su {len(prova.esecuzione.risultati)} "
              f"{'si è fermata' if len(corte) == 1 else 'si sono fermate'} prima di --token {piano.max_token} "
-             f"(finish_reason stop, {min(r.token for r in corte)}-{max(r.token for r in corte)} token)")
+             f"(finish_reason stop, {da_a([r.token for r in corte])} token)")
     if oltre(piano).esatti:
         return frase + ": il server non rispetta ignore_eos (--esatti)"
     n_ctx = prova.info.n_ctx_slot
@@ -3968,9 +3970,9 @@ def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
     inizi = sorted(r.inizio for r in e.risultati)
     if len(ok) < MINIMO_SOVRACCARICO or inizi[-1] <= inizi[0]:
         return None
-    finestra = inizi[-1] - inizi[0]
-    arrivate = ritmo_di(inizi)
-    completate = sum(1 for r in ok if inizi[0] < r.fine <= inizi[-1]) / finestra
+    fine = oltre(prova.piano).durata or inizi[-1]  # the window they were sent in, as "inviate davvero" counts it
+    arrivate = invii_al_secondo(prova)
+    completate = sum(1 for r in ok if inizi[0] < r.fine <= fine) / (fine - inizi[0])
     attese = attese_a_slot_pieni(ok, prova.info.n_slot)
     in_ordine = [attese[r.indice] for r in ok if r.indice in attese]
     terzo, servizi = len(in_ordine) // 3, [t for t in map(servizio, ok) if t]
@@ -4031,7 +4033,17 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
     if righe and any(len(p.intere) < 2 for p in punti if p.throughput):  # said once, before the first ratio
         righe.insert(0, "una prova per punto: questi rapporti possono cambiare da un'esecuzione all'altra; con --ripeti 3 "
                         "si misura il rumore e diventano una risposta")
+    occupati = [(p, motivo) for p in punti if p.throughput for q in p.intere for m in (q.macchina, q.macchina_dopo)
+                for motivo in [m and macchina_occupata(m)] if motivo]
+    if righe and occupati:  # the machine's own work may have slowed one point: the ratios do not hold
+        p, motivo = occupati[0]
+        righe.append(f"la macchina era occupata a {descrivi_punto(p, chiavi)} ({motivo}): questi rapporti non valgono, "
+                     "ripeti a macchina tranquilla")
     return righe
+
+
+def descrivi_punto(punto: Punto, chiavi: List[str]) -> str:
+    return ", ".join(f"{c}={valore_punto(punto, c)}" for c in chiavi)
 
 
 class Scala(NamedTuple):
@@ -4176,7 +4188,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
             durata = -(-2 * MINIMO_SOVRACCARICO // min(valore_numerico(asse, p.prove[0].piano) for p in poche))
             frasi.append(f"Curva{dove}: a {asse}={', '.join(valore_punto(p, asse) for p in poche)} "
                          f"solo {da_a([q.esecuzione.n_richieste for p in poche for q in p.intere])} richieste a prova, troppo "
-                         "poche per formare una coda: " + ("nessun verdetto sulla saturazione" if len(misurati) < 2 else
+                         "poche per vedere se la coda cresce: " + ("nessun verdetto sulla saturazione" if len(misurati) < 2 else
                                                            "fuori dal verdetto") + f" (usa --durata {durata:g} o più).")
             if len(misurati) < 2:
                 continue
@@ -5172,7 +5184,8 @@ def uscita(codice: int) -> str:
         nome = signal.Signals(-codice).name if codice < 0 else None
     except ValueError:
         return f"(ucciso dal segnale {-codice})"
-    crash = ". Il server è andato in crash"
+    crash = (". Il server è andato in crash; se accade all'avvio, forse è compilato per un'altra CPU: ricompilalo "
+             "portabile (cmake -DGGML_NATIVE=OFF)")
     perche = {"SIGILL": ". Questa CPU non esegue un'istruzione del server, compilato per un'altra CPU: "
                         "ricompilalo portabile (cmake -DGGML_NATIVE=OFF)",
               "SIGKILL": ". Spesso è il sistema, senza più memoria (guarda dmesg)",
@@ -5290,6 +5303,11 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
                 celle = in_colonne([nome, f"{ma:.3f}", f"{mb:.3f}", quoziente], larghezze)
                 cifre.append(f"{celle}  {oltre_il_rumore(va, vb)}")
         righe += cifre or ["  nessuna cifra che abbiano tutti e due (nessuna richiesta riuscita?)"]
+        occupate = [(nome, motivo) for nome, g in (("A", gruppo_a), ("B", gruppo_b)) for p in g
+                    for chiave in ("macchina", "macchina_dopo") for motivo in [macchina_salvata(p.get(chiave))] if motivo]
+        if occupate:  # a run beside a load: its figures may be the load's, not the server's
+            righe.append(f"  la macchina era occupata in una prova di {occupate[0][0]} ({occupate[0][1]}): il confronto "
+                         "non vale, ripeti a macchina tranquilla")
         righe.append("")
     sole = [f"{nome} ({descrivi_prove(g)})" for nome, gruppi_di, altri in ((nome_a, gruppi_a, gruppi_b),
                                                                          (nome_b, gruppi_b, gruppi_a))
@@ -5297,6 +5315,14 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
     if sole:  # a load only one file measured: said, never compared
         righe += [f"non confrontate, senza lo stesso carico nell'altro file: {'; '.join(sole)}", ""]
     return righe[:-1]
+
+
+def macchina_salvata(salvata) -> str:
+    """Why the machine of a saved run (--json's `macchina`, `macchina_dopo`) was busy, or ''."""
+    try:
+        return macchina_occupata(Macchina(**salvata)) if isinstance(salvata, dict) else ""
+    except TypeError:  # a file of another version
+        return ""
 
 
 def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Optional[str]:
@@ -6091,7 +6117,8 @@ class ParserItaliano(argparse.ArgumentParser):
             resto += (f": {', '.join(del_server)} {cosa} di llama serve, non di carico.py: va nel comando che avvia "
                       "il server (o in --avvia \"llama serve ...\"; -np in --np)")
         elif ignote and not any(p.startswith("-") for p in ignote.group(1).split()):  # a value without its flag
-            resto += " (ogni valore va subito dopo la sua opzione, per esempio --richieste 4; l'elenco: --help)"
+            esempio = next((f"--url {p}" for p in ignote.group(1).split() if "://" in p), "--richieste 4")
+            resto += f" (ogni valore va subito dopo la sua opzione, per esempio {esempio}; l'elenco: --help)"
         elif ignote:  # a flag mistyped: the nearest of carico's, if one is near
             import difflib
 

@@ -263,6 +263,9 @@ def test_un_valore_senza_la_sua_opzione_dice_dove_va(capsys):
     assert capsys.readouterr().err.splitlines()[-1] == (
         "carico.py: errore: opzioni non riconosciute: 4 (ogni valore va subito dopo la sua opzione, per esempio "
         "--richieste 4; l'elenco: --help)")
+    with pytest.raises(SystemExit):  # the fourth tour: a URL without --url gets --url as its example
+        carico.main(["http://127.0.0.1:8080"])
+    assert capsys.readouterr().err.splitlines()[-1].endswith("per esempio --url http://127.0.0.1:8080; l'elenco: --help)")
     with pytest.raises(SystemExit):
         carico.main(["--boh"])  # a flag it does not know: the usage line is the hint, as before
     assert capsys.readouterr().err.splitlines()[-1] == "carico.py: errore: opzioni non riconosciute: --boh"

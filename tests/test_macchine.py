@@ -93,7 +93,8 @@ def sostituto(tmp_path, segnale):
 @pytest.mark.parametrize("segnale,parole", [
     ("ILL", "(ucciso da SIGILL). Questa CPU non esegue un'istruzione del server, compilato per un'altra CPU: "
             "ricompilalo portabile (cmake -DGGML_NATIVE=OFF)"),
-    ("SEGV", "(ucciso da SIGSEGV). Il server è andato in crash"),
+    ("SEGV", "(ucciso da SIGSEGV). Il server è andato in crash; se accade all'avvio, forse è compilato per un'altra CPU: "
+             "ricompilalo portabile (cmake -DGGML_NATIVE=OFF)"),
     ("KILL", "(ucciso da SIGKILL). Spesso è il sistema, senza più memoria (guarda dmesg)")])
 def test_avvia_un_server_ucciso_da_un_segnale(tmp_path, segnale, parole):
     url = f"http://127.0.0.1:{porta_libera()}"
@@ -101,6 +102,7 @@ def test_avvia_un_server_ucciso_da_un_segnale(tmp_path, segnale, parole):
     assert rc == 1, err
     assert f"carico.py: errore: il server si è fermato durante l'avvio {parole}; ultime righe del suo log:" in err
     assert "warming up the model" in err
+    assert "sta caricando il modello" not in err  # it never listened: it was starting, not loading (a 503)
 
 
 def test_il_controllo_dell_installazione_dice_il_segnale(tmp_path):

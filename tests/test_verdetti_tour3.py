@@ -45,7 +45,7 @@ def test_poche_richieste_per_una_coda_dette_non_rumore(curva):
     to build a queue, --durata; no verdict, no word on noise, no mark on the curve."""
     punti = lungo_il_ritmo(4, curva)
     (frase,) = carico.spiegazione_griglia("ritmo", [("", punti)])
-    assert frase == ("Curva: a ritmo=1, 2, 4 solo 4 richieste a prova, troppo poche per formare una coda: nessun verdetto "
+    assert frase == ("Curva: a ritmo=1, 2, 4 solo 4 richieste a prova, troppo poche per vedere se la coda cresce: nessun verdetto "
                      "sulla saturazione (usa --durata 12 o più)."), frase
     assert len(frase) <= 160
     assert carico.verdetto_saturazione(punti, "ritmo") is None
@@ -63,7 +63,7 @@ def test_poche_richieste_solo_dove_sono_poche():
     """Only the points that sent too few are left out: the others are judged (the step from 2 to 4 here)."""
     punti = [Punto([prova(40, 1.0, ritmo=0.5, n=3)])] + lungo_il_ritmo(8, PIATTA[1:])
     frasi = carico.spiegazione_griglia("ritmo", [("", punti)])
-    assert frasi[0] == ("Curva: a ritmo=0.5 solo 3 richieste a prova, troppo poche per formare una coda: fuori dal verdetto "
+    assert frasi[0] == ("Curva: a ritmo=0.5 solo 3 richieste a prova, troppo poche per vedere se la coda cresce: fuori dal verdetto "
                         "(usa --durata 24 o più)."), frasi
     assert frasi[1].startswith("Curva: forse saturazione a ritmo=4"), frasi
     assert carico.verdetto_saturazione(punti, "ritmo").prima is punti[1]
@@ -74,7 +74,7 @@ def test_ritmo_senza_durata_sul_fake(fake, carica):
     server = fake(n_slot=2, s_per_token=0.002)
     rc, out, err = carica(server.url, "--ritmo", "10,20,40", "--seme", "1", "--token", "4", "--spiega", *VELOCE)
     assert rc == 0, out + err
-    assert ("Curva: a ritmo=10, 20, 40 solo 4 richieste a prova, troppo poche per formare una coda: nessun verdetto "
+    assert ("Curva: a ritmo=10, 20, 40 solo 4 richieste a prova, troppo poche per vedere se la coda cresce: nessun verdetto "
             "sulla saturazione (usa --durata 2 o più).") in out, out
     assert "nessuna saturazione" not in out and "il rumore non è misurato" not in out
     durata = ("--durata", "1.5")
@@ -274,3 +274,57 @@ def test_ripetute_senza_rallentamento_sul_fake(fake, carica, monkeypatch):
     assert "Subito dopo" not in out and "subito dopo la prova" not in err
     assert out.count("La macchina era tranquilla prima della prova (2 core, carico medio 0.2, CPU occupata al 3% prima "
                      "della prova, al 3% subito dopo).") == 3, out
+
+
+def test_sovraccarico_conta_gli_arrivi_come_inviate_davvero(fake, carica):
+    """The overload's arrival rate is the rate sent the run's own line gives (under --durata: requests over the
+    duration), not (n - 1) over the first to the last send: one output, one figure for one rate."""
+    server = fake(n_slot=1, s_per_token=0.025)
+    rc, out, err = carica(server.url, "--ritmo", "30", "--arrivi", "costanti", "--durata", "1", "--token", "4",
+                          "--spiega", *VELOCE)
+    assert rc == 0, out + err
+    inviate = re.search(r"inviate davvero ([\d.]+) req/s", out).group(1)
+    arrivate = re.search(r"mentre ne arrivavano ([\d.]+)", out)
+    assert arrivate, out
+    assert arrivate.group(1) == inviate, out
+
+
+@pytest.mark.parametrize("cpu,detto", [(0.57, True), (0.05, False)])
+def test_la_domanda_del_foglio_su_una_macchina_occupata(cpu, detto):
+    """The fourth tour: a sweep's np=4 point ran beside a load (carico had said so on stderr) and the ratio fell to
+    ×0.32, the lab's lesson upside down, with nothing beside it. FIRE: a busy look before or after a point's run
+    says those ratios do not hold; SILENT on a quiet one."""
+    punti = punti_np_token([(1, 32, [100]), (4, 32, [32]), (1, 128, [100]), (4, 128, [99])])
+    punti[1] = Punto([punti[1].prove[0]._replace(macchina=Macchina(2, 0.5, 0.05), macchina_dopo=Macchina(2, 1.0, cpu))])
+    righe = carico.rapporti_np(punti, ["np", "token"])
+    avviso = [r for r in righe if r.startswith("la macchina era occupata")]
+    assert avviso == ([f"la macchina era occupata a np=4, token=32 (CPU già occupata al {cpu:.0%}): questi rapporti "
+                       "non valgono, ripeti a macchina tranquilla"] if detto else []), righe
+    assert all(len(r) <= 160 for r in avviso)
+
+
+@pytest.mark.parametrize("cpu,detto", [(0.52, True), (0.04, False)])
+def test_confronta_dice_la_macchina_occupata(tmp_path, capsys, cpu, detto):
+    """The fourth tour: `--confronta np4.json kv.json`, where kv.json's run had said the machine was busy (52%),
+    gave ×0.45 with nothing beside it. FIRE: the saved look says the comparison does not hold; SILENT when quiet."""
+    from test_confronto import file_di_prove
+
+    a = file_di_prove(tmp_path / "a.json", [66.0], [1.0], np=4)
+    b = tmp_path / "b.json"
+    dati = json.loads(open(file_di_prove(b, [29.5], [2.0], np=4)).read())
+    dati["prove"][0]["macchina"] = {"core": 2, "carico_medio": 1.0, "cpu_occupata": cpu}
+    b.write_text(json.dumps(dati))
+    assert carico.main(["--confronta", a, str(b)]) == 0
+    avviso = [r for r in capsys.readouterr().out.splitlines() if "la macchina era occupata" in r]
+    assert avviso == ([f"  la macchina era occupata in una prova di B (CPU già occupata al {cpu:.0%}): il confronto "
+                       "non vale, ripeti a macchina tranquilla"] if detto else [])
+
+
+def test_picco_sottostimato_mai_con_ogni_slot_visto_occupato():
+    """The fourth tour: a killed 1-slot server, peak 1, got "il picco … può essere sottostimato": one slot cannot
+    show more. SILENT when a reading saw every slot busy; FIRE when it saw fewer."""
+    from carico import Campione
+
+    for n_slot, visti, detto in ((1, 1, False), (4, 4, False), (4, 1, True)):
+        prova_ = Prova(InfoServer(n_slot, 512, True), Esecuzione([], [Campione(0.0, visti)], 4, 130), Piano(4, 4, 32))
+        assert any("sottostimato" in n for n in carico.note(prova_)) == detto, (n_slot, visti)
