@@ -944,6 +944,19 @@ class RispostaHttp:
             raise ErroreRete(f"risposta non completa entro {self._timeout:g} s") from None
 
 
+def con_tls(client: Client, sock: socket.socket, scadenza: float) -> socket.socket:
+    """https: TLS on a connected socket, with one ssl context per client. The handshake gets a few
+    seconds at most: a server that speaks plain http never answers it."""
+    if client.tls is None:
+        import ssl
+
+        client.tls = ssl.create_default_context()
+    sock.settimeout(min(3.0, max(0.001, scadenza - time.monotonic())))
+    cifrato = client.tls.wrap_socket(sock, server_hostname=client.host)  # the name, checked against the certificate
+    client.lascia(sock)
+    return client.tieni(cifrato)
+
+
 def leggi_json(corpo: bytes):
     """A body as JSON, or None when it is not JSON."""
     try:
@@ -956,155 +969,126 @@ def nota(testo: str) -> None:
     print(f"carico.py: nota: {testo}", file=sys.stderr, flush=True)
 
 
-# Signals: Ctrl+C and SIGTERM ###################################################################
+# The errors carico.py raises ####################################################################
+# (the lab's path catches them: a request's error on its line, the user's on one line, Ctrl+C.)
 
-SEGNALI = (signal.SIGINT, signal.SIGTERM)
+class ErroreUtente(Exception):
+    """A problem the user can fix (server down, wrong key...): one Italian line, exit 1."""
+    codice = 1
 
 
-def al_segnale(numero_segnale, _frame):
-    raise Interruzione(128 + numero_segnale)
+class ErroreOpzione(ErroreUtente):
+    """A flag wrong for this server (--modello it does not list): one Italian line, exit 2, as a bad flag. A flag
+    the server cannot honour (--prompt-token without a tokenizer) is the server's limit: ErroreUtente, exit 1."""
+    codice = 2
 
 
-ANNULLATA = "annullata (interruzione)"  # the error of a request closed by Ctrl+C: not a measurement
+class ServerAndato(ErroreUtente):
+    """The server stopped answering during a run (see Sentinella): what was measured is reported and saved."""
 
-@contextlib.contextmanager
-def segnali(gestore=None):
-    """Ctrl+C and SIGTERM go to `gestore` inside the block; without one they wait, noted (128 + the
-    signal) in the list the block gets, so that what it does is finished. Main thread only."""
-    notati = []
-    principale = threading.current_thread() is threading.main_thread()
-    gestore = gestore or (lambda numero_segnale, _: notati.append(128 + numero_segnale))
-    vecchi = {s: signal.signal(s, gestore) for s in SEGNALI} if principale else {}
+
+class Interruzione(BaseException):
+    """Ctrl+C or SIGTERM: stop sending, report what was measured, exit 128 + the signal."""
+
+    def __init__(self, codice: int):
+        super().__init__(codice)
+        self.codice = codice
+
+
+class ErroreRichiesta(Exception):
+    """A request that got no usable answer; the message is Italian and ready to print."""
+
+
+class ErroreRete(ErroreRichiesta):
+    """No HTTP answer at all: refused, unknown host, timeout, connection closed."""
+
+
+class NonInviata(ErroreRete):
+    """A request that was never sent: Ctrl+C or a server gone had already stopped the run."""
+
+
+# Plumbing: the errors, and what went wrong in Italian #########################################
+
+def perche_os(exc: Exception) -> str:
+    """Why a file could not be read, written or run, in Italian for the usual reasons (the system's text else)."""
+    perche = {errno.ENOENT: "non esiste", errno.EACCES: "permesso negato", errno.EISDIR: "è una cartella",
+              errno.ENOTDIR: "una parte del percorso non è una cartella", errno.ENOSPC: "il disco è pieno"}
+    return perche.get(getattr(exc, "errno", None)) or getattr(exc, "strerror", None) or str(exc)
+
+
+def descrivi_errore_rete(exc: Exception, timeout: float) -> str:
+    """One Italian phrase for a failed exchange; never the exception's repr (no tracebacks)."""
+    import http.client
+    import ssl
+
+    frasi = ((socket.timeout, f"nessuna risposta entro {timeout:g} s"),
+             (ConnectionRefusedError, "connessione rifiutata (nessun server in ascolto)"),
+             (ConnectionAbortedError, "richiesta annullata"), (socket.gaierror, "host sconosciuto"),
+             (http.client.IncompleteRead, "risposta troncata: la connessione si è chiusa a metà"),
+             ((ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected),
+              "connessione chiusa dal server prima della risposta"),
+             (ssl.SSLError, f"errore TLS ({getattr(exc, 'reason', None) or type(exc).__name__})"),
+             (http.client.HTTPException, f"risposta HTTP non valida ({type(exc).__name__})"))
+    return next((frase for tipo, frase in frasi if isinstance(exc, tipo)),
+                f"errore di rete: {getattr(exc, 'strerror', None) or type(exc).__name__}")
+
+
+def testo_errore(status: int, errore: dict) -> str:
+    """`HTTP 400 exceed_context_size_error: request (...)` from an error object {code, message, type}."""
+    return f"HTTP {status}" + (f" {errore['type']}" if errore.get("type") else "") + (
+        f": {errore['message']}" if errore.get("message") else "")
+
+
+def descrivi_errore_http(risposta: Risposta) -> str:
+    """An answer that is not 200, from llama.cpp's error body {"error": {"code", "message", "type"}};
+    for another body, its first words."""
+    dati = leggi_json(risposta.corpo)
+    errore = dati.get("error") if isinstance(dati, dict) else None
+    if isinstance(errore, dict):
+        return testo_errore(risposta.status, errore)
+    if isinstance(errore, str):
+        return f"HTTP {risposta.status}: {errore}"
+    estratto = " ".join(risposta.corpo[:200].decode("utf-8", "replace").split())
+    return f"HTTP {risposta.status}" + (f": {estratto[:80]}" if estratto else "")
+
+
+def messaggio_chiave(client: Client) -> str:
+    if client.con_chiave:
+        return (f"il server su {client.base} ha rifiutato la chiave API (HTTP 401): "
+                "controlla --api-key o la variabile LLAMA_API_KEY")
+    return (f"il server su {client.base} richiede una chiave API (è stato avviato con --api-key): "
+            "passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY")
+
+
+def fallita(client: Client, indice: int, inizio: float, fine: float, exc: Exception) -> Risultato:
+    """The Risultato of a request that raised. What the server or the network said is printed as
+    it is; anything else is a bug of carico.py, and says so rather than blame the server."""
+    if client.annullato.is_set() and not getattr(exc, "rifiuto", False):
+        perso = client.sentinella.andato is not None  # else Ctrl+C: not a measurement
+        return Risultato(indice, inizio, fine, errore=NON_INVIATA if isinstance(exc, NonInviata) else
+                         IN_VOLO if perso else ANNULLATA)
+    errore = str(exc) if isinstance(exc, ErroreRichiesta) else f"errore interno: {type(exc).__name__}: {exc}"
+    return Risultato(indice, inizio, fine, errore=errore)
+
+
+def perche_non_risponde(client: Client, exc: ErroreRete) -> str:
+    """Why a server at --url does not answer /health, and what to do. An https:// URL that gets no TLS
+    answer may point at a server that speaks plain http, as `llama serve` does by default."""
+    if client.https and risponde_in_chiaro(client):
+        return (f"su {client.base} risponde un server in http semplice, non in https: usa --url "
+                f"{client.base.replace('https://', 'http://', 1)}")
+    return (f"nessuna risposta dal server {client.base}: {exc}. "
+            "Avvia il server (llama serve ...) o correggi --url, poi riprova")
+
+
+def risponde_in_chiaro(client: Client) -> bool:
+    """Whether the host and port of an https:// URL answer /health in plain http."""
     try:
-        yield notati
-    finally:
-        for segnale, vecchio in vecchi.items():
-            signal.signal(segnale, vecchio)
+        Client(client.base.replace("https://", "http://", 1), timeout_info=2.0).chiama("GET", "/health")
+        return True
+    except ErroreRete:
+        return False
 
-
-# Is the machine quiet? #########################################################################
-# The lab asks for a quiet machine: the server shares the cores with whatever else runs.
-
-SGUARDO_MACCHINA = 0.25  # how long the check watches the CPU before a run
-LIBERA = 0.25  # under this share of all cores busy in that look, the CPU is said to be free; from 0.5, busy
-
-
-class Macchina(NamedTuple):
-    core: int
-    carico_medio: Optional[float]  # 1-minute load average
-    cpu_occupata: Optional[float]  # share of all cores busy over a short look, 0..1
-
-
-def guarda_la_macchina(server_al_lavoro: bool = False) -> Macchina:
-    """Look at the machine before a run, and say on stderr when it is already busy (`server_al_lavoro`: the
-    server's slots were, so part of that CPU may be its own)."""
-    macchina = osserva_macchina()
-    motivo = macchina_occupata(macchina)
-    if motivo:
-        perche = ("anche dal server stesso, che sta ancora lavorando (vedi sopra): aspetta che finisca, chiudi i "
-                  "processi pesanti e ripeti") if server_al_lavoro else (
-                  "perché il server si divide i core con gli altri processi. Chiudi i processi pesanti e ripeti")
-        print(f"carico.py: attenzione: la macchina è già occupata ({motivo}): le cifre possono esserne falsate, {perche}",
-              file=sys.stderr, flush=True)
-    return macchina
-
-
-def guarda_il_server(client: Client, info: InfoServer) -> Optional[int]:
-    """Before a run: the slots already busy (/slots), said on stderr when there are any. llama serve goes on
-    generating for requests whose client went away (a Ctrl+C without --stream: measured, up to their last
-    token) or that belong to another client: this run would share the server with them."""
-    if not info.slots_disponibile:
-        return None
-    risposta = chiedi(client, "/slots")
-    occupati = conta_occupati(leggi_json(risposta.corpo)) if risposta.status == 200 else None
-    if occupati:
-        metriche = chiedi(client, "/metrics") if info.metrics_disponibile else None
-        in_coda = richieste_in_coda(metriche.corpo) if metriche and metriche.status == 200 else None
-        coda = f" e {quante(in_coda, 'richiesta', 'richieste')} in coda" if in_coda else ""
-        print(f"carico.py: attenzione: il server sta già lavorando ({occupati} slot su {fmt(info.n_slot, 'd')} "
-              f"occupati{coda} prima della prova: richieste di una prova interrotta, o di un altro client): le cifre "
-              "saranno falsate. Aspetta che gli slot si liberino (o riavvia il server) e ripeti", file=sys.stderr,
-              flush=True)
-    return occupati
-
-
-def osserva_macchina(sguardo: Optional[float] = None) -> Macchina:
-    """The load average, and the CPU share used over `sguardo` seconds (where /proc/stat is)."""
-    try:
-        carico_medio = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        carico_medio = None
-    prima, occupata = tempi_cpu(), None
-    if prima is not None:
-        time.sleep(SGUARDO_MACCHINA if sguardo is None else sguardo)
-        dopo = tempi_cpu()
-        if dopo is not None and dopo[1] > prima[1]:
-            occupata = (dopo[0] - prima[0]) / (dopo[1] - prima[1])
-    return Macchina(os.cpu_count() or 1, carico_medio, occupata)
-
-
-def tempi_cpu() -> Optional[Tuple[int, int]]:
-    """(busy, total) CPU time of all cores since boot, from /proc/stat; None elsewhere."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            valori = [int(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    inattivo = valori[3] + (valori[4] if len(valori) > 4 else 0)  # idle + iowait
-    return sum(valori) - inattivo, sum(valori)
-
-
-def macchina_occupata(m: Macchina) -> Optional[str]:
-    """Why the machine looks busy, or None: the CPU share now (the load average, the fallback, counts a minute ago)."""
-    if m.cpu_occupata is not None:
-        return f"CPU già occupata al {m.cpu_occupata:.0%}" if m.cpu_occupata >= 0.5 else None
-    if m.carico_medio is not None and m.carico_medio >= max(1.0, 0.75 * m.core):
-        return f"carico medio {m.carico_medio:.1f} su {m.core} core"
-    return None
-
-
-# The lab's flags, checked ######################################################################
-
-def positivo(converti, cosa: str, massimo: float = float("inf"), perche: str = ""):
-    """An argparse type: a number (int or float) greater than 0, and at most `massimo` (`perche`: why)."""
-    def controlla(testo: str):
-        try:
-            valore = converti(testo)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{testo}' non è {cosa}") from None
-        if not 0 < valore < float("inf"):
-            raise argparse.ArgumentTypeError(f"deve essere maggiore di 0, non {testo}")
-        if valore > massimo:
-            raise argparse.ArgumentTypeError(f"al massimo {massimo:.0f}, non {testo}{perche}")
-        return valore
-    return controlla
-
-
-intero_positivo = positivo(int, "un numero intero")
-secondi_positivi = positivo(float, "un numero di secondi", 1e6, " (oltre 11 giorni)")
-
-
-def url_server(testo: str) -> str:
-    """The server's root, e.g. http://127.0.0.1:8080; a trailing / or /v1 is accepted and dropped."""
-    try:
-        parti = urllib.parse.urlsplit(testo.strip())
-        parti.port  # raises ValueError for a port that is not a number
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{testo}' non è un URL valido") from None
-    if parti.scheme not in ("http", "https"):
-        raise argparse.ArgumentTypeError(f"'{testo}' deve iniziare con http:// o https:// (es. http://127.0.0.1:8080)")
-    if not parti.hostname:
-        raise argparse.ArgumentTypeError(f"'{testo}' non dice a quale host collegarsi")
-    if parti.path.rstrip("/") not in ("", "/v1") or parti.query or parti.fragment:
-        raise argparse.ArgumentTypeError(f"'{testo}' deve essere la radice del server (per esempio "
-                                         f"http://127.0.0.1:8080), non il percorso '{parti.path}'")
-    return f"{parti.scheme}://{parti.netloc}"
-
-
-# Oltre il lab ##################################################################################
-# Below, each extra in its own section: opt-in, and none of it changes the lab's lines. A plain lab
-# run uses only the errors it raises, the notes after a run, the lists' flag type, and the watch on a
-# server that goes away mid-run (the sheet's own step between two runs).
 
 # A server that goes away #######################################################################
 # Stopped with Ctrl+C, llama serve closes its port at once but never answers the requests in flight,
@@ -1203,85 +1187,358 @@ NON_INVIATA = "non inviata: la prova era già ferma"
 IN_VOLO = "in volo quando il server ha smesso di rispondere: nessuna risposta"
 
 
-# The errors carico.py raises ####################################################################
-# (the lab's path catches them: a request's error on its line, the user's on one line, Ctrl+C.)
+# Signals: Ctrl+C and SIGTERM ###################################################################
 
-class ErroreUtente(Exception):
-    """A problem the user can fix (server down, wrong key...): one Italian line, exit 1."""
-    codice = 1
+SEGNALI = (signal.SIGINT, signal.SIGTERM)
 
 
-class ErroreOpzione(ErroreUtente):
-    """A flag wrong for this server (--modello it does not list): one Italian line, exit 2, as a bad flag. A flag
-    the server cannot honour (--prompt-token without a tokenizer) is the server's limit: ErroreUtente, exit 1."""
-    codice = 2
+def al_segnale(numero_segnale, _frame):
+    raise Interruzione(128 + numero_segnale)
 
 
-class ServerAndato(ErroreUtente):
-    """The server stopped answering during a run (see Sentinella): what was measured is reported and saved."""
+ANNULLATA = "annullata (interruzione)"  # the error of a request closed by Ctrl+C: not a measurement
+
+@contextlib.contextmanager
+def segnali(gestore=None):
+    """Ctrl+C and SIGTERM go to `gestore` inside the block; without one they wait, noted (128 + the
+    signal) in the list the block gets, so that what it does is finished. Main thread only."""
+    notati = []
+    principale = threading.current_thread() is threading.main_thread()
+    gestore = gestore or (lambda numero_segnale, _: notati.append(128 + numero_segnale))
+    vecchi = {s: signal.signal(s, gestore) for s in SEGNALI} if principale else {}
+    try:
+        yield notati
+    finally:
+        for segnale, vecchio in vecchi.items():
+            signal.signal(segnale, vecchio)
 
 
-class Interruzione(BaseException):
-    """Ctrl+C or SIGTERM: stop sending, report what was measured, exit 128 + the signal."""
+# /metrics: the server's own queue (llama serve --metrics) #####################################
 
-    def __init__(self, codice: int):
-        super().__init__(codice)
-        self.codice = codice
-
-
-class ErroreRichiesta(Exception):
-    """A request that got no usable answer; the message is Italian and ready to print."""
+def richieste_in_coda(corpo: bytes) -> Optional[int]:
+    """llamacpp:requests_deferred in a /metrics answer: the requests waiting for a slot."""
+    valore = leggi_metrica(corpo.decode("utf-8", "replace"), "requests_deferred")
+    return None if valore is None else int(valore)
 
 
-class ErroreRete(ErroreRichiesta):
-    """No HTTP answer at all: refused, unknown host, timeout, connection closed."""
+def leggi_metrica(testo: str, nome: str) -> Optional[float]:
+    """`llamacpp:<nome> <value>` from /metrics' Prometheus text (values may look like 1.23457e+07)."""
+    for riga in testo.splitlines():
+        parti = riga.split()
+        if len(parti) == 2 and parti[0] == f"llamacpp:{nome}":
+            try:
+                return float(parti[1])
+            except ValueError:
+                return None
+    return None
 
 
-class NonInviata(ErroreRete):
-    """A request that was never sent: Ctrl+C or a server gone had already stopped the run."""
+# Is the machine quiet? #########################################################################
+# The lab asks for a quiet machine: the server shares the cores with whatever else runs.
+
+SGUARDO_MACCHINA = 0.25  # how long the check watches the CPU before a run
+LIBERA = 0.25  # under this share of all cores busy in that look, the CPU is said to be free; from 0.5, busy
 
 
-EPILOGO = """\
-Oltre il lab, per esempio: --ripeti K ripete la prova e ne fa la media; --grafico e --svg FILE
-disegnano la prova (coda, prompt, generazione, slot occupati); --json e --csv salvano ogni
-richiesta; --tabella stampa la riga della tabella del consegnato; --stream misura il tempo al
-primo token; --spiega legge la prova a parole; --avvia "COMANDO" --np 1,2,4 avvia il server per
-ogni valore di -np e fa tutto il lab da solo (4kv = -np 4 --kv-unified):
-
-  python3 carico.py --avvia "llama serve -m modello.gguf -c 2048 -t 3" --np 1,2,4,4kv
-
-Se il server espone /metrics (--metrics) si aggiunge il picco di richieste in coda
-(requests_deferred).
-
-Quanto carico regge il server? --ritmo R invia R richieste al secondo (arrivi di Poisson, o
---arrivi costanti), --durata S continua per S secondi, e una lista di valori fa una prova per
-valore, poi la tabella e, con --grafico o --svg, la curva di capacità (throughput e latenza):
-
-  python3 carico.py --parallele 1,2,4,8 --richieste 16 --grafico --spiega
-  python3 carico.py --ritmo 0.5,1,2,4 --durata 30 --svg curva.svg
-  python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 1,4 --token 32,128
-
-Ogni cifra: --dettagli aggiunge percentili di latenza, attesa in coda (il tempo in cui la richiesta
-aspettava con tutti gli slot occupati) e (con --stream) primo token, TPOT e ITL; --json e --csv
-danno per ogni richiesta anche l'attesa dello slot (dall'invio a quando uno slot la prende: la coda
-più il viaggio della richiesta, cioè latenza meno prompt e generazione); --slo
-latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il goodput); --esatti fa
-generare a ogni richiesta esattamente --token token. Su un terminale una riga su stderr mostra la
-prova mentre dura (--silenzioso la spegne). --json scrive anche i nomi dei risultati di vLLM (bench
-serve); --confronta A.json B.json mette a confronto due file, cifra per cifra, e dice se la
-differenza va oltre il rumore (con --ripeti 3 in ogni file); due file senza un carico in comune (per
-esempio uno con --stream e uno senza) non si confrontano: uscita 2.
-
-Il prezzo del parallelismo: con --turni K ognuno dei --parallele utenti tiene una conversazione di K
-turni (con --sistema N, un prompt di sistema di N token), finché il contesto dello slot non basta
-più; --dettagli, --grafico e --svg mostrano quanto contesto tiene ogni slot. Con --avvia si legge
-dal log del server che cosa ha deciso (slot, contesto, cache KV; --np auto: senza -np):
-
-  python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 4,4kv --turni 4 --sistema 300
-"""
+class Macchina(NamedTuple):
+    core: int
+    carico_medio: Optional[float]  # 1-minute load average
+    cpu_occupata: Optional[float]  # share of all cores busy over a short look, 0..1
 
 
-# The extras' flags ############################################################################
+def guarda_la_macchina(server_al_lavoro: bool = False) -> Macchina:
+    """Look at the machine before a run, and say on stderr when it is already busy (`server_al_lavoro`: the
+    server's slots were, so part of that CPU may be its own)."""
+    macchina = osserva_macchina()
+    motivo = macchina_occupata(macchina)
+    if motivo:
+        perche = ("anche dal server stesso, che sta ancora lavorando (vedi sopra): aspetta che finisca, chiudi i "
+                  "processi pesanti e ripeti") if server_al_lavoro else (
+                  "perché il server si divide i core con gli altri processi. Chiudi i processi pesanti e ripeti")
+        print(f"carico.py: attenzione: la macchina è già occupata ({motivo}): le cifre possono esserne falsate, {perche}",
+              file=sys.stderr, flush=True)
+    return macchina
+
+
+def guarda_il_server(client: Client, info: InfoServer) -> Optional[int]:
+    """Before a run: the slots already busy (/slots), said on stderr when there are any. llama serve goes on
+    generating for requests whose client went away (a Ctrl+C without --stream: measured, up to their last
+    token) or that belong to another client: this run would share the server with them."""
+    if not info.slots_disponibile:
+        return None
+    risposta = chiedi(client, "/slots")
+    occupati = conta_occupati(leggi_json(risposta.corpo)) if risposta.status == 200 else None
+    if occupati:
+        metriche = chiedi(client, "/metrics") if info.metrics_disponibile else None
+        in_coda = richieste_in_coda(metriche.corpo) if metriche and metriche.status == 200 else None
+        coda = f" e {quante(in_coda, 'richiesta', 'richieste')} in coda" if in_coda else ""
+        print(f"carico.py: attenzione: il server sta già lavorando ({occupati} slot su {fmt(info.n_slot, 'd')} "
+              f"occupati{coda} prima della prova: richieste di una prova interrotta, o di un altro client): le cifre "
+              "saranno falsate. Aspetta che gli slot si liberino (o riavvia il server) e ripeti", file=sys.stderr,
+              flush=True)
+    return occupati
+
+
+def osserva_macchina(sguardo: Optional[float] = None) -> Macchina:
+    """The load average, and the CPU share used over `sguardo` seconds (where /proc/stat is)."""
+    try:
+        carico_medio = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        carico_medio = None
+    prima, occupata = tempi_cpu(), None
+    if prima is not None:
+        time.sleep(SGUARDO_MACCHINA if sguardo is None else sguardo)
+        dopo = tempi_cpu()
+        if dopo is not None and dopo[1] > prima[1]:
+            occupata = (dopo[0] - prima[0]) / (dopo[1] - prima[1])
+    return Macchina(os.cpu_count() or 1, carico_medio, occupata)
+
+
+def tempi_cpu() -> Optional[Tuple[int, int]]:
+    """(busy, total) CPU time of all cores since boot, from /proc/stat; None elsewhere."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            valori = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    inattivo = valori[3] + (valori[4] if len(valori) > 4 else 0)  # idle + iowait
+    return sum(valori) - inattivo, sum(valori)
+
+
+def macchina_occupata(m: Macchina) -> Optional[str]:
+    """Why the machine looks busy, or None: the CPU share now (the load average, the fallback, counts a minute ago)."""
+    if m.cpu_occupata is not None:
+        return f"CPU già occupata al {m.cpu_occupata:.0%}" if m.cpu_occupata >= 0.5 else None
+    if m.carico_medio is not None and m.carico_medio >= max(1.0, 0.75 * m.core):
+        return f"carico medio {m.carico_medio:.1f} su {m.core} core"
+    return None
+
+
+# What the run's figures mean: notes on stderr after every run, with or without extras ###########
+# Three things change what the lab's figures mean, and its lines cannot show them: a peak nobody
+# could see, requests that stopped before --token (the model said it was done), and prompt tokens
+# the server still took from a cache.
+
+def quante(n: int, una: str, molte: str) -> str:
+    """A count with its word in the right number: quante(1, "richiesta", "richieste") is '1 richiesta'."""
+    return f"{n} {una if n == 1 else molte}"
+
+
+def note(prova: Prova) -> List[str]:
+    e, s = prova.esecuzione, prova.riepilogo
+    testi = []
+    if prova.occupati_prima:  # what the server's timings prove counts this run's requests alone
+        testi.append(f"il server aveva già {quante(prova.occupati_prima, 'slot occupato', 'slot occupati')} prima "
+                     "della prova: quello che i tempi del server provano (slot occupati insieme, coda, attesa in coda) "
+                     "conta solo le richieste di questa prova, le letture di /slots e /metrics anche le altre; quanto "
+                     "ognuna ha aspettato davvero uno slot è la sua attesa dello slot (attesa_slot_s in --csv e --json)")
+    letti = [c for c in e.campioni if c.occupati is not None]
+    breve = s.tempo_totale is not None and s.tempo_totale < 2 * prova.piano.intervallo
+    tutti = s.picco is not None and s.picco == prova.info.n_slot  # every slot seen busy: nothing to underestimate
+    if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (breve or len(letti) < 2) and not tutti:
+        durata = (f"la prova è durata {s.tempo_totale:.2f} s, meno di due letture di /slots" if breve else
+                  f"la prova ha avuto {quante(len(letti), 'lettura', 'letture')} di /slots")  # cut short: no duration
+        testi.append(f"{durata} (--intervallo {prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il "
+                     "picco di slot occupati può essere sottostimato")
+    if e.riuscite and all(in_slot(r) is None and r.tps is None for r in e.riuscite):  # not llama.cpp's answers
+        testi.append("il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio slot, gli "
+                     "slot occupati, l'attesa dello slot e quella in coda restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
+                     "le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
+                     "dello slot e quella in coda, gli slot occupati provati dai tempi sono n/d")
+    corte = frase_corte(prova)
+    if corte:
+        testi.append(corte)
+    stimate = [r for r in e.riuscite if oltre(r).token_stimati]  # --stream from a server without usage
+    if stimate:
+        testi.append(f"il server non ha detto nel flusso quanti token ha generato (né usage né timings) per "
+                     f"{quante(len(stimate), 'richiesta', 'richieste')}: i loro token (segnati ~) sono i chunk con "
+                     "testo, uno per chunk, una stima (un chunk può portarne più d'uno)")
+    chiave = sum(1 for r in e.risultati if (r.errore or "").startswith("HTTP 401"))
+    if chiave:  # any request's 401, not only /health's
+        testi.append(f"{quante(chiave, 'richiesta rifiutata', 'richieste rifiutate')} con HTTP 401: il server vuole "
+                     "una chiave API; passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY (se l'hai già "
+                     "passata, controllala)")
+    dalla_cache = [r for r in e.risultati if r.token_cache]
+    if dalla_cache and not (oltre(prova.piano).turni or oltre(prova.piano).prefisso is not None):  # the cache as the experiment
+        testi.append(f"il server ha preso dalla cache {sum(r.token_cache for r in dalla_cache)} token di prompt "
+                    f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
+                    "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
+                    "Riavvia il server prima di ripetere la prova")
+    kv_piena = frase_kv_piena(prova)  # step 5's cost: a shared buffer that four long requests exhaust
+    if kv_piena:
+        testi.append(kv_piena)
+    if e.lasciate and not oltre(prova.piano).stream and prova.configurazione is None:  # --avvia stops its server
+        # Measured (b11434, -np 1): a request closed is cancelled a second later (its HTTP thread's poll, which other
+        # requests' results postpone: server_response::recv_with_timeout), its slot busy 3-6 s more; a stream, at once.
+        lasciate = quante(e.lasciate, "richiesta lasciata", "richieste lasciate")
+        testi.append(f"senza --stream il server può continuare a generare {lasciate} in volo: aspetta qualche secondo "
+                     "prima di ripetere, o la prossima prova ne sarà falsata")
+    return testi
+
+
+def fermate_prima(prova: Prova) -> List[Risultato]:
+    """The successful requests the model ended before --token (finish_reason `stop`: EOS or a stop word)."""
+    return [r for r in prova.esecuzione.riuscite
+            if r.finish_reason == "stop" and r.token is not None and r.token < prova.piano.max_token]
+
+
+def frase_corte(prova: Prova) -> Optional[str]:
+    """What stderr, --spiega and --dettagli say of answers shorter than --token: half of them or more empty
+    (nothing was generated, the figures measure little), or some stopped early; None when none did."""
+    vuote = [r for r in prova.esecuzione.riuscite if r.token == 0]
+    if vuote and len(vuote) * 2 >= len(prova.esecuzione.riuscite):  # half or more: the template, whatever --esatti
+        return frase_vuote(prova, len(vuote))
+    return frase_fermate(prova) if fermate_prima(prova) else None
+
+
+def frase_fermate(prova: Prova) -> str:
+    """What stderr, --spiega and --dettagli say of the requests that stopped before --token."""
+    corte, piano = fermate_prima(prova), prova.piano
+    frase = (f"{quante(len(corte), 'richiesta', 'richieste')} su {len(prova.esecuzione.risultati)} "
+             f"{'si è fermata' if len(corte) == 1 else 'si sono fermate'} prima di --token {piano.max_token} "
+             f"(finish_reason stop, {da_a([r.token for r in corte])} token)")
+    if oltre(piano).esatti:
+        return frase + ": il server non rispetta ignore_eos (--esatti)"
+    n_ctx = prova.info.n_ctx_slot
+    fuori = n_ctx is not None and any(r.token_prompt is not None and r.token_prompt + piano.max_token > n_ctx
+                                      for r in corte)  # ignore_eos would not reach --token: the context ends first
+    return (frase + ": il throughput conta i token generati davvero, e non si confronta con prove che arrivano a "
+            "--token; " + (f"il prompt più --token {piano.max_token} non sta nei {n_ctx} token dello slot" if fuori else
+                           "--esatti li fa generare tutti" if prova.info.llama_cpp is not False else
+                           "--esatti (ignore_eos) li farebbe generare tutti su llama.cpp, ma altri server lo ignorano"))
+
+
+def frase_vuote(prova: Prova, vuote: int) -> str:
+    """Most answers had 0 tokens: the model stopped at once. The usual cause is the chat template, which
+    --esatti cannot mend (and only llama.cpp honours ignore_eos)."""
+    return (f"{vuote} risposte su {len(prova.esecuzione.riuscite)} hanno 0 token: il modello si ferma subito, e "
+            "questa prova non misura la generazione. Di solito è il template di chat del server, che non va con il "
+            "modello: prova una richiesta a mano (curl -d '{\"messages\":[{\"role\":\"user\",\"content\":"
+            "\"Ciao\"}]}' .../v1/chat/completions) e guarda il testo; per llama.cpp il template viene dal GGUF o da "
+            "--chat-template, per llama-cpp-python da --chat_format" + (
+                ". Con --esatti (ignore_eos) llama.cpp genera comunque --token token, ma il testo resta sbagliato"
+                if prova.info.llama_cpp else ""))
+
+
+# An answer the slot's context ended is not a whole one. The chat answer says finish_reason length, as at
+# --token, but with fewer tokens than asked and the prompt and the answer filling the slot's n_ctx (measured:
+# 479 of 600 at -np 4, usage.total_tokens 512; `truncated` is only in the log). --esatti cannot mend it.
+
+def tagliata_dal_contesto(r: Risultato, prova: Prova) -> bool:
+    """Whether the slot's context cut an answer (as --turni says it: full at n_ctx - 1, the last token unstored)."""
+    n_ctx = prova.info.n_ctx_slot
+    return (r.riuscita and r.finish_reason == "length" and None not in (r.token, r.token_prompt, n_ctx)
+            and r.token < prova.piano.max_token and r.token_prompt + r.token >= n_ctx - 1)
+
+
+def tagliate_dal_contesto(prova: Prova) -> List[Risultato]:
+    return [r for r in prova.esecuzione.riuscite if tagliata_dal_contesto(r, prova)]
+
+
+def segno_tagliata(r: Risultato, tagliate: List[Risultato]) -> str:
+    """After the sheet's fields on the `req` line of an answer the context cut, its evidence; '' for the others."""
+    return f"  tagliata dal contesto: prompt {r.token_prompt} + {r.token} = {r.token_prompt + r.token} token" if (
+        r in tagliate) else ""
+
+
+def riga_tagliate(prova: Prova) -> List[str]:
+    """After the lab's summary, when the context cut answers: how many, and what helps (never --esatti)."""
+    tagliate = tagliate_dal_contesto(prova)
+    if not tagliate:
+        return []
+    quante_tagliate = quante(len(tagliate), "risposta", "risposte")
+    return [f"tagliate dal contesto dello slot ({prova.info.n_ctx_slot} token): {quante_tagliate} su "
+            f"{len(prova.esecuzione.riuscite)} (finish_reason length); {cosa_aiuta(prova)}"]
+
+
+def cosa_aiuta(prova: Prova) -> str:
+    """What gives an answer more context: fewer slots only where each has its own share of -c."""
+    kv = kv_saputa(prova)
+    return ("aiuta un -c più grande" if kv or (prova.info.n_slot or 1) == 1 else
+            "aiutano meno slot (-np) o un -c più grande" if kv is False else
+            "aiuta un -c più grande o, senza --kv-unified, meno slot (-np)")
+
+
+# The two ways this llama.cpp says a request did not fit: the slot's context (400, when a slot takes it),
+# and no room in the KV cache (500, for every request in flight: measured with --kv-unified, four long
+# requests together at -np 4 -c 2048 all failed; none waited in the queue, none was evicted).
+CONTESTO_FINITO = {"exceed_context_size_error": "slot", "Context size has been exceeded": "kv"}
+PERCHE_FINITO = {"slot": "il contesto dello slot è finito",
+                  "kv": "il buffer KV condiviso fra gli slot (--kv-unified) è pieno"}
+
+
+def contesto_finito(r: Risultato) -> Optional[str]:
+    """`slot` or `kv` when the server said a request ran out of context (see CONTESTO_FINITO); else None."""
+    return next((tipo for chiave, tipo in CONTESTO_FINITO.items() if r.errore and chiave in r.errore), None)
+
+
+def kv_condivisa(prova: Prova) -> bool:
+    """The slots share one KV buffer (--kv-unified): --avvia started the server so, or the server said it
+    with a 500 "Context size has been exceeded.", which this llama.cpp sends only from a shared buffer
+    (without --kv-unified each slot has its own, and a prompt too long gets the 400 when a slot takes it)."""
+    return prova.info.kv_unificata or any(contesto_finito(r) == "kv" for r in prova.esecuzione.risultati)
+
+
+def kv_saputa(prova: Prova) -> Optional[bool]:
+    """kv_condivisa where carico knows: False from --avvia's log or with one slot; None by hand with more slots
+    (/slots and /props give each slot's n_ctx, the same whether the slots share -c or split it)."""
+    deciso = prova.configurazione and prova.configurazione.deciso
+    if kv_condivisa(prova) or prova.info.n_slot == 1 or (deciso and deciso.kv_unificata is not None):
+        return kv_condivisa(prova)
+    return None
+
+
+def frase_kv_piena(prova: Prova) -> Optional[str]:
+    """What a 500 "Context size has been exceeded." means, said once after the run, whoever started the server."""
+    piene = [r for r in prova.esecuzione.risultati if contesto_finito(r) == "kv"]
+    if not piene or oltre(prova.piano).turni:  # conversations say it on their own lines
+        return None
+    buffer = f"dei suoi {prova.info.n_ctx_slot} token" if prova.info.n_ctx_slot else "del buffer"
+    return (f"{quante(len(piene), 'richiesta è fallita', 'richieste sono fallite')} con HTTP 500 \"Context size has been "
+            "exceeded.\": questo llama.cpp lo risponde solo quando gli slot condividono un buffer KV (--kv-unified) e "
+            f"le richieste in volo insieme chiedono più {buffer}: fallisce ogni richiesta in volo, nessuna aspetta in "
+            "coda. Il buffer basta quando i prompt in volo insieme, con le loro risposte, ci stanno: meno richieste "
+            "insieme (--parallele, fino a una), prompt più corti o un -c più grande; senza "
+            "--kv-unified ogni slot ha solo -c diviso -np token, e un prompt che non ci sta viene rifiutato (HTTP 400)")
+
+
+# The lab's flags, checked ######################################################################
+
+def positivo(converti, cosa: str, massimo: float = float("inf"), perche: str = ""):
+    """An argparse type: a number (int or float) greater than 0, and at most `massimo` (`perche`: why)."""
+    def controlla(testo: str):
+        try:
+            valore = converti(testo)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{testo}' non è {cosa}") from None
+        if not 0 < valore < float("inf"):
+            raise argparse.ArgumentTypeError(f"deve essere maggiore di 0, non {testo}")
+        if valore > massimo:
+            raise argparse.ArgumentTypeError(f"al massimo {massimo:.0f}, non {testo}{perche}")
+        return valore
+    return controlla
+
+
+intero_positivo = positivo(int, "un numero intero")
+secondi_positivi = positivo(float, "un numero di secondi", 1e6, " (oltre 11 giorni)")
+
+
+def url_server(testo: str) -> str:
+    """The server's root, e.g. http://127.0.0.1:8080; a trailing / or /v1 is accepted and dropped."""
+    try:
+        parti = urllib.parse.urlsplit(testo.strip())
+        parti.port  # raises ValueError for a port that is not a number
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{testo}' non è un URL valido") from None
+    if parti.scheme not in ("http", "https"):
+        raise argparse.ArgumentTypeError(f"'{testo}' deve iniziare con http:// o https:// (es. http://127.0.0.1:8080)")
+    if not parti.hostname:
+        raise argparse.ArgumentTypeError(f"'{testo}' non dice a quale host collegarsi")
+    if parti.path.rstrip("/") not in ("", "/v1") or parti.query or parti.fragment:
+        raise argparse.ArgumentTypeError(f"'{testo}' deve essere la radice del server (per esempio "
+                                         f"http://127.0.0.1:8080), non il percorso '{parti.path}'")
+    return f"{parti.scheme}://{parti.netloc}"
+
 
 def chiave_api(testo: str) -> str:
     # Checked here, so that a key that cannot go in a header never reaches one (nor an error message).
@@ -1325,6 +1582,115 @@ def token_o_fascia(testo: str):
                                          f"{min(int(da), int(a)) or 1}-{max(int(da), int(a), 1)})")
     return int(da), int(a)
 
+
+# Plumbing: argparse in Italian ################################################################
+
+class ParserItaliano(argparse.ArgumentParser):
+    """argparse with its few English words said in Italian: `uso:` for `usage:`, and its error
+    messages translated whole, so that a phrase is never half in one language. An option of
+    `llama serve` given to carico.py by mistake is named as such."""
+
+    nomi: Sequence[str] = ()  # the flags' names, for the nearest to a mistyped one (analizza_argomenti gives them)
+
+    ERRORI = (("expected one argument", "richiede un valore"),
+              ("ignored explicit argument (.*)", r"non accetta valori (\1)"),
+              ("expected at most one argument", "accetta al più un valore"),
+              ("expected (\\d+) arguments", r"richiede \1 valori"),
+              ("invalid choice: (.*)", r"scelta non valida: \1"),
+              ("unrecognized arguments: (.*)", r"opzioni non riconosciute: \1"),
+              ("ambiguous option: (\\S+) could match (.*)", r"opzione ambigua: \1 potrebbe essere \2"),
+              ("the following arguments are required: (.*)", r"mancano le opzioni: \1"))
+    # Options of `llama serve` that students give to carico.py: where they belong instead.
+    DEL_SERVER = ("--metrics", "--kv-unified", "-kvu", "-np", "--parallel", "-c", "--ctx-size", "-t", "--threads",
+                  "-m", "--model", "-hf", "-ngl", "--no-slots", "--port", "--host", "-a", "--alias")
+
+    def error(self, message):
+        import re
+
+        opzione = re.match(r"argument (\S+): (.*)$", message, re.S)
+        prefisso, resto = (f"opzione {opzione.group(1)}: ", opzione.group(2)) if opzione else ("", message)
+        resto = next((re.sub(f"^{inglese}$", italiano, resto, flags=re.S) for inglese, italiano in self.ERRORI
+                      if re.match(f"^{inglese}$", resto, flags=re.S)), resto)
+        ignote = re.match(r"unrecognized arguments: (.*)$", message)
+        del_server = [p for p in (ignote.group(1).split() if ignote else []) if p.split("=")[0] in self.DEL_SERVER]
+        if del_server:
+            cosa = "è un'opzione" if len(del_server) == 1 else "sono opzioni"
+            resto += (f": {', '.join(del_server)} {cosa} di llama serve, non di carico.py: va nel comando che avvia "
+                      "il server (o in --avvia \"llama serve ...\"; -np in --np)")
+        elif ignote and not any(p.startswith("-") for p in ignote.group(1).split()):  # a value without its flag
+            esempio = next((f"--url {p}" for p in ignote.group(1).split() if "://" in p), "--richieste 4")
+            resto += f" (ogni valore va subito dopo la sua opzione, per esempio {esempio}; l'elenco: --help)"
+        elif ignote:  # a flag mistyped: the nearest of carico's, if one is near
+            import difflib
+
+            forse = [vicina for p in ignote.group(1).split() if p.startswith("-")
+                     for vicina in difflib.get_close_matches(p.split("=")[0], self.nomi, n=1, cutoff=0.8)]
+            resto += f" (forse {', '.join(dict.fromkeys(forse))}? l'elenco: --help)" if forse else ""
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: errore: {prefisso}{resto}\n")
+
+    def format_usage(self):
+        return super().format_usage().replace("usage: ", "uso: ", 1)
+
+    def format_help(self):
+        return super().format_help().replace("usage: ", "uso: ", 1)
+
+
+def formato_aiuto(prog: str) -> argparse.HelpFormatter:
+    # The width given here, so that argparse does not import shutil (5 ms of start-up) to ask it.
+    try:
+        larghezza = os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        larghezza = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 80
+    return argparse.RawDescriptionHelpFormatter(prog, width=max(larghezza, 40) - 2)
+
+
+# Oltre il lab ##################################################################################
+# Below, each extra in its own section: opt-in, and none of it changes the lab's lines. A plain lab
+# run uses only the errors it raises, the notes after a run, the lists' flag type, and the watch on a
+# server that goes away mid-run (the sheet's own step between two runs).
+
+EPILOGO = """\
+Oltre il lab, per esempio: --ripeti K ripete la prova e ne fa la media; --grafico e --svg FILE
+disegnano la prova (coda, prompt, generazione, slot occupati); --json e --csv salvano ogni
+richiesta; --tabella stampa la riga della tabella del consegnato; --stream misura il tempo al
+primo token; --spiega legge la prova a parole; --avvia "COMANDO" --np 1,2,4 avvia il server per
+ogni valore di -np e fa tutto il lab da solo (4kv = -np 4 --kv-unified):
+
+  python3 carico.py --avvia "llama serve -m modello.gguf -c 2048 -t 3" --np 1,2,4,4kv
+
+Se il server espone /metrics (--metrics) si aggiunge il picco di richieste in coda
+(requests_deferred).
+
+Quanto carico regge il server? --ritmo R invia R richieste al secondo (arrivi di Poisson, o
+--arrivi costanti), --durata S continua per S secondi, e una lista di valori fa una prova per
+valore, poi la tabella e, con --grafico o --svg, la curva di capacità (throughput e latenza):
+
+  python3 carico.py --parallele 1,2,4,8 --richieste 16 --grafico --spiega
+  python3 carico.py --ritmo 0.5,1,2,4 --durata 30 --svg curva.svg
+  python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 1,4 --token 32,128
+
+Ogni cifra: --dettagli aggiunge percentili di latenza, attesa in coda (il tempo in cui la richiesta
+aspettava con tutti gli slot occupati) e (con --stream) primo token, TPOT e ITL; --json e --csv
+danno per ogni richiesta anche l'attesa dello slot (dall'invio a quando uno slot la prende: la coda
+più il viaggio della richiesta, cioè latenza meno prompt e generazione); --slo
+latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il goodput); --esatti fa
+generare a ogni richiesta esattamente --token token. Su un terminale una riga su stderr mostra la
+prova mentre dura (--silenzioso la spegne). --json scrive anche i nomi dei risultati di vLLM (bench
+serve); --confronta A.json B.json mette a confronto due file, cifra per cifra, e dice se la
+differenza va oltre il rumore (con --ripeti 3 in ogni file); due file senza un carico in comune (per
+esempio uno con --stream e uno senza) non si confrontano: uscita 2.
+
+Il prezzo del parallelismo: con --turni K ognuno dei --parallele utenti tiene una conversazione di K
+turni (con --sistema N, un prompt di sistema di N token), finché il contesto dello slot non basta
+più; --dettagli, --grafico e --svg mostrano quanto contesto tiene ogni slot. Con --avvia si legge
+dal log del server che cosa ha deciso (slot, contesto, cache KV; --np auto: senza -np):
+
+  python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 4,4kv --turni 4 --sistema 300
+"""
+
+
+# The extras' flags ############################################################################
 
 def token_o_zero(testo: str) -> int:
     """A number of tokens, 0 included (--prefisso 0: no shared prefix, the run to compare with)."""
@@ -1909,174 +2275,9 @@ class SessioneOltre(Sessione):
             self.arresto = self.arresto or next(iter(notati), None)
 
 
-# What the run's figures mean: notes on stderr after every run, with or without extras ###########
-# Three things change what the lab's figures mean, and its lines cannot show them: a peak nobody
-# could see, requests that stopped before --token (the model said it was done), and prompt tokens
-# the server still took from a cache.
-
-def quante(n: int, una: str, molte: str) -> str:
-    """A count with its word in the right number: quante(1, "richiesta", "richieste") is '1 richiesta'."""
-    return f"{n} {una if n == 1 else molte}"
-
-
-def note(prova: Prova) -> List[str]:
-    e, s = prova.esecuzione, prova.riepilogo
-    testi = []
-    if prova.occupati_prima:  # what the server's timings prove counts this run's requests alone
-        testi.append(f"il server aveva già {quante(prova.occupati_prima, 'slot occupato', 'slot occupati')} prima "
-                     "della prova: quello che i tempi del server provano (slot occupati insieme, coda, attesa in coda) "
-                     "conta solo le richieste di questa prova, le letture di /slots e /metrics anche le altre; quanto "
-                     "ognuna ha aspettato davvero uno slot è la sua attesa dello slot (attesa_slot_s in --csv e --json)")
-    letti = [c for c in e.campioni if c.occupati is not None]
-    breve = s.tempo_totale is not None and s.tempo_totale < 2 * prova.piano.intervallo
-    tutti = s.picco is not None and s.picco == prova.info.n_slot  # every slot seen busy: nothing to underestimate
-    if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (breve or len(letti) < 2) and not tutti:
-        durata = (f"la prova è durata {s.tempo_totale:.2f} s, meno di due letture di /slots" if breve else
-                  f"la prova ha avuto {quante(len(letti), 'lettura', 'letture')} di /slots")  # cut short: no duration
-        testi.append(f"{durata} (--intervallo {prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il "
-                     "picco di slot occupati può essere sottostimato")
-    if e.riuscite and all(in_slot(r) is None and r.tps is None for r in e.riuscite):  # not llama.cpp's answers
-        testi.append("il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio slot, gli "
-                     "slot occupati, l'attesa dello slot e quella in coda restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
-                     "le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
-                     "dello slot e quella in coda, gli slot occupati provati dai tempi sono n/d")
-    corte = frase_corte(prova)
-    if corte:
-        testi.append(corte)
-    stimate = [r for r in e.riuscite if oltre(r).token_stimati]  # --stream from a server without usage
-    if stimate:
-        testi.append(f"il server non ha detto nel flusso quanti token ha generato (né usage né timings) per "
-                     f"{quante(len(stimate), 'richiesta', 'richieste')}: i loro token (segnati ~) sono i chunk con "
-                     "testo, uno per chunk, una stima (un chunk può portarne più d'uno)")
-    chiave = sum(1 for r in e.risultati if (r.errore or "").startswith("HTTP 401"))
-    if chiave:  # any request's 401, not only /health's
-        testi.append(f"{quante(chiave, 'richiesta rifiutata', 'richieste rifiutate')} con HTTP 401: il server vuole "
-                     "una chiave API; passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY (se l'hai già "
-                     "passata, controllala)")
-    dalla_cache = [r for r in e.risultati if r.token_cache]
-    if dalla_cache and not (oltre(prova.piano).turni or oltre(prova.piano).prefisso is not None):  # the cache as the experiment
-        testi.append(f"il server ha preso dalla cache {sum(r.token_cache for r in dalla_cache)} token di prompt "
-                    f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
-                    "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
-                    "Riavvia il server prima di ripetere la prova")
-    kv_piena = frase_kv_piena(prova)  # step 5's cost: a shared buffer that four long requests exhaust
-    if kv_piena:
-        testi.append(kv_piena)
-    if e.lasciate and not oltre(prova.piano).stream and prova.configurazione is None:  # --avvia stops its server
-        # Measured (b11434, -np 1): a request closed is cancelled a second later (its HTTP thread's poll, which other
-        # requests' results postpone: server_response::recv_with_timeout), its slot busy 3-6 s more; a stream, at once.
-        lasciate = quante(e.lasciate, "richiesta lasciata", "richieste lasciate")
-        testi.append(f"senza --stream il server può continuare a generare {lasciate} in volo: aspetta qualche secondo "
-                     "prima di ripetere, o la prossima prova ne sarà falsata")
-    return testi
-
-
-def fermate_prima(prova: Prova) -> List[Risultato]:
-    """The successful requests the model ended before --token (finish_reason `stop`: EOS or a stop word)."""
-    return [r for r in prova.esecuzione.riuscite
-            if r.finish_reason == "stop" and r.token is not None and r.token < prova.piano.max_token]
-
-
-def frase_corte(prova: Prova) -> Optional[str]:
-    """What stderr, --spiega and --dettagli say of answers shorter than --token: half of them or more empty
-    (nothing was generated, the figures measure little), or some stopped early; None when none did."""
-    vuote = [r for r in prova.esecuzione.riuscite if r.token == 0]
-    if vuote and len(vuote) * 2 >= len(prova.esecuzione.riuscite):  # half or more: the template, whatever --esatti
-        return frase_vuote(prova, len(vuote))
-    return frase_fermate(prova) if fermate_prima(prova) else None
-
-
-def frase_fermate(prova: Prova) -> str:
-    """What stderr, --spiega and --dettagli say of the requests that stopped before --token."""
-    corte, piano = fermate_prima(prova), prova.piano
-    frase = (f"{quante(len(corte), 'richiesta', 'richieste')} su {len(prova.esecuzione.risultati)} "
-             f"{'si è fermata' if len(corte) == 1 else 'si sono fermate'} prima di --token {piano.max_token} "
-             f"(finish_reason stop, {da_a([r.token for r in corte])} token)")
-    if oltre(piano).esatti:
-        return frase + ": il server non rispetta ignore_eos (--esatti)"
-    n_ctx = prova.info.n_ctx_slot
-    fuori = n_ctx is not None and any(r.token_prompt is not None and r.token_prompt + piano.max_token > n_ctx
-                                      for r in corte)  # ignore_eos would not reach --token: the context ends first
-    return (frase + ": il throughput conta i token generati davvero, e non si confronta con prove che arrivano a "
-            "--token; " + (f"il prompt più --token {piano.max_token} non sta nei {n_ctx} token dello slot" if fuori else
-                           "--esatti li fa generare tutti" if prova.info.llama_cpp is not False else
-                           "--esatti (ignore_eos) li farebbe generare tutti su llama.cpp, ma altri server lo ignorano"))
-
-
-def frase_vuote(prova: Prova, vuote: int) -> str:
-    """Most answers had 0 tokens: the model stopped at once. The usual cause is the chat template, which
-    --esatti cannot mend (and only llama.cpp honours ignore_eos)."""
-    return (f"{vuote} risposte su {len(prova.esecuzione.riuscite)} hanno 0 token: il modello si ferma subito, e "
-            "questa prova non misura la generazione. Di solito è il template di chat del server, che non va con il "
-            "modello: prova una richiesta a mano (curl -d '{\"messages\":[{\"role\":\"user\",\"content\":"
-            "\"Ciao\"}]}' .../v1/chat/completions) e guarda il testo; per llama.cpp il template viene dal GGUF o da "
-            "--chat-template, per llama-cpp-python da --chat_format" + (
-                ". Con --esatti (ignore_eos) llama.cpp genera comunque --token token, ma il testo resta sbagliato"
-                if prova.info.llama_cpp else ""))
-
-
-# An answer the slot's context ended is not a whole one. The chat answer says finish_reason length, as at
-# --token, but with fewer tokens than asked and the prompt and the answer filling the slot's n_ctx (measured:
-# 479 of 600 at -np 4, usage.total_tokens 512; `truncated` is only in the log). --esatti cannot mend it.
-
-def tagliata_dal_contesto(r: Risultato, prova: Prova) -> bool:
-    """Whether the slot's context cut an answer (as --turni says it: full at n_ctx - 1, the last token unstored)."""
-    n_ctx = prova.info.n_ctx_slot
-    return (r.riuscita and r.finish_reason == "length" and None not in (r.token, r.token_prompt, n_ctx)
-            and r.token < prova.piano.max_token and r.token_prompt + r.token >= n_ctx - 1)
-
-
-def tagliate_dal_contesto(prova: Prova) -> List[Risultato]:
-    return [r for r in prova.esecuzione.riuscite if tagliata_dal_contesto(r, prova)]
-
-
-def segno_tagliata(r: Risultato, tagliate: List[Risultato]) -> str:
-    """After the sheet's fields on the `req` line of an answer the context cut, its evidence; '' for the others."""
-    return f"  tagliata dal contesto: prompt {r.token_prompt} + {r.token} = {r.token_prompt + r.token} token" if (
-        r in tagliate) else ""
-
-
-def riga_tagliate(prova: Prova) -> List[str]:
-    """After the lab's summary, when the context cut answers: how many, and what helps (never --esatti)."""
-    tagliate = tagliate_dal_contesto(prova)
-    if not tagliate:
-        return []
-    quante_tagliate = quante(len(tagliate), "risposta", "risposte")
-    return [f"tagliate dal contesto dello slot ({prova.info.n_ctx_slot} token): {quante_tagliate} su "
-            f"{len(prova.esecuzione.riuscite)} (finish_reason length); {cosa_aiuta(prova)}"]
-
-
-def cosa_aiuta(prova: Prova) -> str:
-    """What gives an answer more context: fewer slots only where each has its own share of -c."""
-    kv = kv_saputa(prova)
-    return ("aiuta un -c più grande" if kv or (prova.info.n_slot or 1) == 1 else
-            "aiutano meno slot (-np) o un -c più grande" if kv is False else
-            "aiuta un -c più grande o, senza --kv-unified, meno slot (-np)")
-
-
 def riga_kv_unificata(info: InfoServer) -> str:
     """--avvia ... --np 4kv: under the `server:` line (kept as the lab's), that the context is shared."""
     return f"\n  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"
-
-
-# /metrics: the server's own queue (llama serve --metrics) #####################################
-
-def richieste_in_coda(corpo: bytes) -> Optional[int]:
-    """llamacpp:requests_deferred in a /metrics answer: the requests waiting for a slot."""
-    valore = leggi_metrica(corpo.decode("utf-8", "replace"), "requests_deferred")
-    return None if valore is None else int(valore)
-
-
-def leggi_metrica(testo: str, nome: str) -> Optional[float]:
-    """`llamacpp:<nome> <value>` from /metrics' Prometheus text (values may look like 1.23457e+07)."""
-    for riga in testo.splitlines():
-        parti = riga.split()
-        if len(parti) == 2 and parti[0] == f"llamacpp:{nome}":
-            try:
-                return float(parti[1])
-            except ValueError:
-                return None
-    return None
 
 
 # Servers that say less: /slots off, another server; /props for --json; https ##################
@@ -2151,38 +2352,6 @@ def controlla_modello(client: Client, modello: Optional[str]) -> None:
     if nomi and modello not in nomi:
         raise ErroreOpzione(f"--modello {modello}: il server su {client.base} non ha questo modello; /v1/models "
                             f"elenca {', '.join(nomi)}")
-
-
-def perche_non_risponde(client: Client, exc: ErroreRete) -> str:
-    """Why a server at --url does not answer /health, and what to do. An https:// URL that gets no TLS
-    answer may point at a server that speaks plain http, as `llama serve` does by default."""
-    if client.https and risponde_in_chiaro(client):
-        return (f"su {client.base} risponde un server in http semplice, non in https: usa --url "
-                f"{client.base.replace('https://', 'http://', 1)}")
-    return (f"nessuna risposta dal server {client.base}: {exc}. "
-            "Avvia il server (llama serve ...) o correggi --url, poi riprova")
-
-
-def risponde_in_chiaro(client: Client) -> bool:
-    """Whether the host and port of an https:// URL answer /health in plain http."""
-    try:
-        Client(client.base.replace("https://", "http://", 1), timeout_info=2.0).chiama("GET", "/health")
-        return True
-    except ErroreRete:
-        return False
-
-
-def con_tls(client: Client, sock: socket.socket, scadenza: float) -> socket.socket:
-    """https: TLS on a connected socket, with one ssl context per client. The handshake gets a few
-    seconds at most: a server that speaks plain http never answers it."""
-    if client.tls is None:
-        import ssl
-
-        client.tls = ssl.create_default_context()
-    sock.settimeout(min(3.0, max(0.001, scadenza - time.monotonic())))
-    cifrato = client.tls.wrap_socket(sock, server_hostname=client.host)  # the name, checked against the certificate
-    client.lascia(sock)
-    return client.tieni(cifrato)
 
 
 # Where a request's time went: the server's own times ###########################################
@@ -5788,49 +5957,6 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
                "prefisso comune: si riusa solo fino a un checkpoint" if swa else ""))
 
 
-# The two ways this llama.cpp says a request did not fit: the slot's context (400, when a slot takes it),
-# and no room in the KV cache (500, for every request in flight: measured with --kv-unified, four long
-# requests together at -np 4 -c 2048 all failed; none waited in the queue, none was evicted).
-CONTESTO_FINITO = {"exceed_context_size_error": "slot", "Context size has been exceeded": "kv"}
-PERCHE_FINITO = {"slot": "il contesto dello slot è finito",
-                  "kv": "il buffer KV condiviso fra gli slot (--kv-unified) è pieno"}
-
-
-def contesto_finito(r: Risultato) -> Optional[str]:
-    """`slot` or `kv` when the server said a request ran out of context (see CONTESTO_FINITO); else None."""
-    return next((tipo for chiave, tipo in CONTESTO_FINITO.items() if r.errore and chiave in r.errore), None)
-
-
-def kv_condivisa(prova: Prova) -> bool:
-    """The slots share one KV buffer (--kv-unified): --avvia started the server so, or the server said it
-    with a 500 "Context size has been exceeded.", which this llama.cpp sends only from a shared buffer
-    (without --kv-unified each slot has its own, and a prompt too long gets the 400 when a slot takes it)."""
-    return prova.info.kv_unificata or any(contesto_finito(r) == "kv" for r in prova.esecuzione.risultati)
-
-
-def kv_saputa(prova: Prova) -> Optional[bool]:
-    """kv_condivisa where carico knows: False from --avvia's log or with one slot; None by hand with more slots
-    (/slots and /props give each slot's n_ctx, the same whether the slots share -c or split it)."""
-    deciso = prova.configurazione and prova.configurazione.deciso
-    if kv_condivisa(prova) or prova.info.n_slot == 1 or (deciso and deciso.kv_unificata is not None):
-        return kv_condivisa(prova)
-    return None
-
-
-def frase_kv_piena(prova: Prova) -> Optional[str]:
-    """What a 500 "Context size has been exceeded." means, said once after the run, whoever started the server."""
-    piene = [r for r in prova.esecuzione.risultati if contesto_finito(r) == "kv"]
-    if not piene or oltre(prova.piano).turni:  # conversations say it on their own lines
-        return None
-    buffer = f"dei suoi {prova.info.n_ctx_slot} token" if prova.info.n_ctx_slot else "del buffer"
-    return (f"{quante(len(piene), 'richiesta è fallita', 'richieste sono fallite')} con HTTP 500 \"Context size has been "
-            "exceeded.\": questo llama.cpp lo risponde solo quando gli slot condividono un buffer KV (--kv-unified) e "
-            f"le richieste in volo insieme chiedono più {buffer}: fallisce ogni richiesta in volo, nessuna aspetta in "
-            "coda. Il buffer basta quando i prompt in volo insieme, con le loro risposte, ci stanno: meno richieste "
-            "insieme (--parallele, fino a una), prompt più corti o un -c più grande; senza "
-            "--kv-unified ogni slot ha solo -c diviso -np token, e un prompt che non ci sta viene rifiutato (HTTP 400)")
-
-
 def cache_ereditata(prova: Prova) -> List[Risultato]:
     """--turni: the first turns that reused more than the chat template's opening from a slot's cache
     before any answer of this run had come back: nothing of this run could be there yet, so it was left
@@ -6016,132 +6142,6 @@ def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Option
                      "finestra scorrevole degli ultimi token; cresce la cache degli strati che guardano tutto il "
                      "contesto. Per questo la cifra è misurata e non moltiplicata.")
     return righe
-
-
-# Plumbing: the errors, and what went wrong in Italian #########################################
-
-def perche_os(exc: Exception) -> str:
-    """Why a file could not be read, written or run, in Italian for the usual reasons (the system's text else)."""
-    perche = {errno.ENOENT: "non esiste", errno.EACCES: "permesso negato", errno.EISDIR: "è una cartella",
-              errno.ENOTDIR: "una parte del percorso non è una cartella", errno.ENOSPC: "il disco è pieno"}
-    return perche.get(getattr(exc, "errno", None)) or getattr(exc, "strerror", None) or str(exc)
-
-
-def descrivi_errore_rete(exc: Exception, timeout: float) -> str:
-    """One Italian phrase for a failed exchange; never the exception's repr (no tracebacks)."""
-    import http.client
-    import ssl
-
-    frasi = ((socket.timeout, f"nessuna risposta entro {timeout:g} s"),
-             (ConnectionRefusedError, "connessione rifiutata (nessun server in ascolto)"),
-             (ConnectionAbortedError, "richiesta annullata"), (socket.gaierror, "host sconosciuto"),
-             (http.client.IncompleteRead, "risposta troncata: la connessione si è chiusa a metà"),
-             ((ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected),
-              "connessione chiusa dal server prima della risposta"),
-             (ssl.SSLError, f"errore TLS ({getattr(exc, 'reason', None) or type(exc).__name__})"),
-             (http.client.HTTPException, f"risposta HTTP non valida ({type(exc).__name__})"))
-    return next((frase for tipo, frase in frasi if isinstance(exc, tipo)),
-                f"errore di rete: {getattr(exc, 'strerror', None) or type(exc).__name__}")
-
-
-def testo_errore(status: int, errore: dict) -> str:
-    """`HTTP 400 exceed_context_size_error: request (...)` from an error object {code, message, type}."""
-    return f"HTTP {status}" + (f" {errore['type']}" if errore.get("type") else "") + (
-        f": {errore['message']}" if errore.get("message") else "")
-
-
-def descrivi_errore_http(risposta: Risposta) -> str:
-    """An answer that is not 200, from llama.cpp's error body {"error": {"code", "message", "type"}};
-    for another body, its first words."""
-    dati = leggi_json(risposta.corpo)
-    errore = dati.get("error") if isinstance(dati, dict) else None
-    if isinstance(errore, dict):
-        return testo_errore(risposta.status, errore)
-    if isinstance(errore, str):
-        return f"HTTP {risposta.status}: {errore}"
-    estratto = " ".join(risposta.corpo[:200].decode("utf-8", "replace").split())
-    return f"HTTP {risposta.status}" + (f": {estratto[:80]}" if estratto else "")
-
-
-def messaggio_chiave(client: Client) -> str:
-    if client.con_chiave:
-        return (f"il server su {client.base} ha rifiutato la chiave API (HTTP 401): "
-                "controlla --api-key o la variabile LLAMA_API_KEY")
-    return (f"il server su {client.base} richiede una chiave API (è stato avviato con --api-key): "
-            "passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY")
-
-
-def fallita(client: Client, indice: int, inizio: float, fine: float, exc: Exception) -> Risultato:
-    """The Risultato of a request that raised. What the server or the network said is printed as
-    it is; anything else is a bug of carico.py, and says so rather than blame the server."""
-    if client.annullato.is_set() and not getattr(exc, "rifiuto", False):
-        perso = client.sentinella.andato is not None  # else Ctrl+C: not a measurement
-        return Risultato(indice, inizio, fine, errore=NON_INVIATA if isinstance(exc, NonInviata) else
-                         IN_VOLO if perso else ANNULLATA)
-    errore = str(exc) if isinstance(exc, ErroreRichiesta) else f"errore interno: {type(exc).__name__}: {exc}"
-    return Risultato(indice, inizio, fine, errore=errore)
-
-
-# Plumbing: argparse in Italian ################################################################
-
-class ParserItaliano(argparse.ArgumentParser):
-    """argparse with its few English words said in Italian: `uso:` for `usage:`, and its error
-    messages translated whole, so that a phrase is never half in one language. An option of
-    `llama serve` given to carico.py by mistake is named as such."""
-
-    nomi: Sequence[str] = ()  # the flags' names, for the nearest to a mistyped one (analizza_argomenti gives them)
-
-    ERRORI = (("expected one argument", "richiede un valore"),
-              ("ignored explicit argument (.*)", r"non accetta valori (\1)"),
-              ("expected at most one argument", "accetta al più un valore"),
-              ("expected (\\d+) arguments", r"richiede \1 valori"),
-              ("invalid choice: (.*)", r"scelta non valida: \1"),
-              ("unrecognized arguments: (.*)", r"opzioni non riconosciute: \1"),
-              ("ambiguous option: (\\S+) could match (.*)", r"opzione ambigua: \1 potrebbe essere \2"),
-              ("the following arguments are required: (.*)", r"mancano le opzioni: \1"))
-    # Options of `llama serve` that students give to carico.py: where they belong instead.
-    DEL_SERVER = ("--metrics", "--kv-unified", "-kvu", "-np", "--parallel", "-c", "--ctx-size", "-t", "--threads",
-                  "-m", "--model", "-hf", "-ngl", "--no-slots", "--port", "--host", "-a", "--alias")
-
-    def error(self, message):
-        import re
-
-        opzione = re.match(r"argument (\S+): (.*)$", message, re.S)
-        prefisso, resto = (f"opzione {opzione.group(1)}: ", opzione.group(2)) if opzione else ("", message)
-        resto = next((re.sub(f"^{inglese}$", italiano, resto, flags=re.S) for inglese, italiano in self.ERRORI
-                      if re.match(f"^{inglese}$", resto, flags=re.S)), resto)
-        ignote = re.match(r"unrecognized arguments: (.*)$", message)
-        del_server = [p for p in (ignote.group(1).split() if ignote else []) if p.split("=")[0] in self.DEL_SERVER]
-        if del_server:
-            cosa = "è un'opzione" if len(del_server) == 1 else "sono opzioni"
-            resto += (f": {', '.join(del_server)} {cosa} di llama serve, non di carico.py: va nel comando che avvia "
-                      "il server (o in --avvia \"llama serve ...\"; -np in --np)")
-        elif ignote and not any(p.startswith("-") for p in ignote.group(1).split()):  # a value without its flag
-            esempio = next((f"--url {p}" for p in ignote.group(1).split() if "://" in p), "--richieste 4")
-            resto += f" (ogni valore va subito dopo la sua opzione, per esempio {esempio}; l'elenco: --help)"
-        elif ignote:  # a flag mistyped: the nearest of carico's, if one is near
-            import difflib
-
-            forse = [vicina for p in ignote.group(1).split() if p.startswith("-")
-                     for vicina in difflib.get_close_matches(p.split("=")[0], self.nomi, n=1, cutoff=0.8)]
-            resto += f" (forse {', '.join(dict.fromkeys(forse))}? l'elenco: --help)" if forse else ""
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: errore: {prefisso}{resto}\n")
-
-    def format_usage(self):
-        return super().format_usage().replace("usage: ", "uso: ", 1)
-
-    def format_help(self):
-        return super().format_help().replace("usage: ", "uso: ", 1)
-
-
-def formato_aiuto(prog: str) -> argparse.HelpFormatter:
-    # The width given here, so that argparse does not import shutil (5 ms of start-up) to ask it.
-    try:
-        larghezza = os.get_terminal_size(sys.stdout.fileno()).columns
-    except (OSError, ValueError, AttributeError):
-        larghezza = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 80
-    return argparse.RawDescriptionHelpFormatter(prog, width=max(larghezza, 40) - 2)
 
 
 if __name__ == "__main__":
