@@ -28,8 +28,9 @@ misurato; 141 se chi legge l'uscita la chiude prima (per esempio | head).
 
 # How to read this file. First the lab, in the order its data flows: 1. the records, 2. one request,
 # 3. the /slots sampler, 4. the pool that fires the requests, 5. the report and the print that writes
-# it, 6. main with the lab's four flags. Then what a careful tool needs (a server still loading, HTTP
-# and its errors, signals, a busy machine). Then, after the `# Oltre il lab` banner, each extra.
+# it, 6. main with the lab's four flags. Then what a careful tool needs: a server still loading,
+# HTTP, its errors in Italian, a server that goes away, signals, /metrics, a busy machine, the notes
+# after a run, the flags checked. Then, after the `# Oltre il lab` banner, each extra.
 
 from __future__ import annotations
 
@@ -585,7 +586,7 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
         for nomi, parametri in opzioni:
             parser.nomi += gruppo.add_argument(*nomi, **parametri).option_strings
     a = parser.parse_args(argv)
-    chiave = chiave_dall_ambiente(parser)  # the LLAMA_API_KEY variable: see "Oltre il lab"
+    chiave = chiave_dall_ambiente(parser)  # the LLAMA_API_KEY variable
     piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
     opzioni, date = Opzioni(a.url, a.api_key or chiave, a.attesa), a.parallele  # (a trace's cap is set below)
     piani, opzioni = leggi_opzioni_oltre(parser, a, piano, opzioni) if oltre_il_lab(parser, a) else ([piano], opzioni)
@@ -695,8 +696,8 @@ class Sessione:
 
 
 # What a careful tool needs #####################################################################
-# What keeps the tool honest when things go wrong: a server still loading, HTTP with a deadline,
-# Ctrl+C, a busy machine, flags checked. (Its errors: after the banner; said in Italian: at the end.)
+# What keeps the tool honest when things go wrong: a server still loading, HTTP with a deadline and
+# its errors, a server that goes away, Ctrl+C, a busy machine, what the figures mean, flags checked.
 
 def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[ServerAvviato] = None) -> None:
     """Ask /health until the server is ready, up to `attesa` seconds: 503 means it is still loading its
@@ -875,7 +876,7 @@ class Client:
                 if self.annullato.is_set():
                     raise ConnectionAbortedError("richiesta annullata")
                 self._indirizzo = indirizzo
-                return con_tls(self, sock, scadenza) if self.https else sock  # https: see "Oltre il lab"
+                return con_tls(self, sock, scadenza) if self.https else sock  # https: see con_tls
             except OSError as exc:
                 eccezione = exc
                 self.lascia(sock)
@@ -1647,8 +1648,8 @@ def formato_aiuto(prog: str) -> argparse.HelpFormatter:
 
 # Oltre il lab ##################################################################################
 # Below, each extra in its own section: opt-in, and none of it changes the lab's lines. A plain lab
-# run uses only the errors it raises, the notes after a run, the lists' flag type, and the watch on a
-# server that goes away mid-run (the sheet's own step between two runs).
+# run passes only through the extras' empty records, the check that none of their flags was given,
+# the Client's stream reader and, on a terminal, the live line.
 
 EPILOGO = """\
 Oltre il lab, per esempio: --ripeti K ripete la prova e ne fa la media; --grafico e --svg FILE
@@ -2280,7 +2281,7 @@ def riga_kv_unificata(info: InfoServer) -> str:
     return f"\n  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"
 
 
-# Servers that say less: /slots off, another server; /props for --json; https ##################
+# Servers that say less: /slots off, another server; /props for --json #########################
 
 def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoServer]) -> InfoServer:
     """When /slots does not answer like llama.cpp (off with --no-slots, an older or another server),
