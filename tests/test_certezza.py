@@ -412,7 +412,7 @@ def test_i_distacchi_diversi_non_sono_circa_la_loro_media():
 
 def test_risposte_vuote_spiegate_dal_template_non_da_esatti():
     """The tour on llama-cpp-python with its default chat format: 3 answers of 4 with 0 tokens, and --spiega
-    said "(finish_reason stop, 0-0 token) ... --esatti (ignore_eos) li farebbe generare tutti su llama.cpp",
+    said "(finish_reason stop, 0 token) ... --esatti (ignore_eos) li farebbe generare tutti su llama.cpp",
     where stderr (rightly) blamed the chat template. --spiega says what stderr says."""
     risultati = [Risultato(i, 0.0, 0.4 + i, 0 if i else 32, finish_reason="stop") for i in range(4)]
     prova = Prova(InfoServer(None, None, False, llama_cpp=False), Esecuzione(risultati, [], 4), Piano(4, 4, 32))

@@ -209,7 +209,7 @@ def test_fermate_prima_di_token_e_esatti(fake, carica, tmp_path):
     server = fake(n_slot=4, s_per_token=0.001, eos_dopo=5)
     rc, out, err = carica(server.url, "--spiega")
     assert rc == 0, out + err
-    nota = ("carico.py: nota: 4 richieste su 4 si sono fermate prima di --token 32 (finish_reason stop, 5-5 token): "
+    nota = ("carico.py: nota: 4 richieste su 4 si sono fermate prima di --token 32 (finish_reason stop, 5 token): "
             "il throughput conta i token generati davvero, e non si confronta con prove che arrivano a --token; "
             "--esatti li fa generare tutti")
     assert nota in err.splitlines()
@@ -227,7 +227,7 @@ def test_esatti_con_un_server_che_ignora_ignore_eos(fake, carica):
     server = fake(n_slot=4, s_per_token=0.001, eos_dopo=5, rispetta_ignore_eos=False)
     rc, out, err = carica(server.url, "--esatti", "--dettagli")
     assert rc == 0, out + err
-    assert ("carico.py: nota: 4 richieste su 4 si sono fermate prima di --token 32 (finish_reason stop, 5-5 token): "
+    assert ("carico.py: nota: 4 richieste su 4 si sono fermate prima di --token 32 (finish_reason stop, 5 token): "
             "il server non rispetta ignore_eos (--esatti)") in err.splitlines()
     assert "  4 richieste su 4 si sono fermate prima di --token 32" in out  # in the --dettagli block
 

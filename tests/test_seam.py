@@ -26,7 +26,7 @@ def test_le_note_del_lab_leggono_il_record_del_lab():
     ferma = carico.Risultato(0, 0.0, 1.0, 5, 10.0, 5.0, 400.0, finish_reason="stop", token_cache=3)
     prova = carico.Prova(carico.InfoServer(1, 512, True), carico.Esecuzione([ferma], [], 1), carico.Piano(1, 1, 32))
     note = carico.note(prova)
-    assert any("si è fermata prima di --token 32 (finish_reason stop, 5-5 token)" in n for n in note), note
+    assert any("si è fermata prima di --token 32 (finish_reason stop, 5 token)" in n for n in note), note
     assert any("il server ha preso dalla cache 3 token di prompt in 1 richiesta" in n for n in note), note
 
 
@@ -47,4 +47,4 @@ def test_una_prova_del_lab_con_il_server_finto(fake, carica):
     server = fake(n_slot=2, s_per_token=0.001, eos_dopo=5)
     rc, out, err = carica(server.url, "--richieste", "2", "--parallele", "2", "--token", "8")
     assert rc == 0, out + err
-    assert "2 richieste su 2 si sono fermate prima di --token 8 (finish_reason stop, 5-5 token)" in err, err
+    assert "2 richieste su 2 si sono fermate prima di --token 8 (finish_reason stop, 5 token)" in err, err
