@@ -1144,8 +1144,8 @@ class Sentinella:
             if self._client.in_ascolto() and (time.sleep(0.25) or self._client.in_ascolto()):
                 self.di_fila = 0
                 return True
-            volte = f"{self.di_fila} volte di fila, su {', '.join(sorted(self.percorsi))}"
-            self.andato = (time.perf_counter(), f"connessione {' o '.join(sorted(self.come))} {volte}, e la porta non è "
+            di_fila = f"{self.di_fila} volte di fila, su {', '.join(sorted(self.percorsi))}"
+            self.andato = (time.perf_counter(), f"connessione {' o '.join(sorted(self.come))} {di_fila}, e la porta non è "
                            "più in ascolto")
         self._client.annulla()
         return True
@@ -1323,6 +1323,11 @@ def macchina_occupata(m: Macchina) -> Optional[str]:
 def quante(n: int, una: str, molte: str) -> str:
     """A count with its word in the right number: quante(1, "richiesta", "richieste") is '1 richiesta'."""
     return f"{n} {una if n == 1 else molte}"
+
+
+def da_a(valori: List[int]) -> str:
+    """`min-max` of some counts (one value if they agree, n/d if none)."""
+    return ND if not valori else str(min(valori)) if min(valori) == max(valori) else f"{min(valori)}-{max(valori)}"
 
 
 def note(prova: Prova) -> List[str]:
@@ -5968,11 +5973,6 @@ def cache_ereditata(prova: Prova) -> List[Risultato]:
 
 
 APERTURA_MAX = 16  # tokens a new prompt may share with any other: the chat template's opening, a few on gemma-3
-
-
-def da_a(valori: List[int]) -> str:
-    """`min-max` of some counts (one value if they agree, n/d if none)."""
-    return ND if not valori else str(min(valori)) if min(valori) == max(valori) else f"{min(valori)}-{max(valori)}"
 
 
 def righe_conversazioni(prova: Prova) -> List[str]:
