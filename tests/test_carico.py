@@ -103,7 +103,10 @@ def test_senza_tempi_del_server_la_prova_breve_lo_dice(fake, carica):
         del dati["timings"]
         h.send_json(200, dati)
 
-    server = fake(n_slot=4, s_per_token=0.001, override={"/v1/chat/completions": senza_timings})
+    def slot_liberi(h, _corpo):  # its one reading sees fewer than all the slots at work (here none, every time)
+        h.send_json(200, [{"id": i, "n_ctx": 512, "speculative": False, "is_processing": False} for i in range(4)])
+
+    server = fake(n_slot=4, s_per_token=0.001, override={"/v1/chat/completions": senza_timings, "/slots": slot_liberi})
     rc, out, err = carica(server.url, "--token", "4", "--intervallo", "2")
     assert rc == 0
     assert "il picco di slot occupati può essere sottostimato" in err
