@@ -4208,17 +4208,18 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
     if righe and any(len(p.intere) < 2 for p in punti if p.throughput):  # said once, before the first ratio
         righe.insert(0, "una prova per punto: questi rapporti possono cambiare da un'esecuzione all'altra; con --ripeti 3 "
                         "si misura il rumore e diventano una risposta")
-    occupati = [(p, motivo) for p in punti if p.throughput for q in p.intere for m in (q.macchina, q.macchina_dopo)
-                for motivo in [m and macchina_occupata(m)] if motivo]
-    if righe and occupati:  # the machine's own work may have slowed one point: the ratios do not hold
-        p, motivo = occupati[0]
-        righe.append(f"la macchina era occupata a {descrivi_punto(p, chiavi)} ({motivo}): questi rapporti non valgono, "
-                     "ripeti a macchina tranquilla")
     return righe
 
 
-def descrivi_punto(punto: Punto, chiavi: List[str]) -> str:
-    return ", ".join(f"{c}={valore_punto(punto, c)}" for c in chiavi)
+def riga_occupata(punti: List[Punto], chiavi: List[str]) -> List[str]:
+    """After a sweep's table (and its ratios): the points whose machine was busy before or after a run, whose
+    figures may be the load's, not the server's."""
+    occupati = {", ".join(f"{c}={valore_punto(p, c)}" for c in chiavi): motivo for p in punti for q in p.intere
+                for m in (q.macchina, q.macchina_dopo) for motivo in [m and macchina_occupata(m)] if motivo}
+    if not occupati:
+        return []
+    return [f"la macchina era occupata a {'; '.join(occupati)} ({next(iter(occupati.values()))}): quelle cifre e i "
+            "rapporti non valgono, ripeti a macchina tranquilla"]
 
 
 class Scala(NamedTuple):
@@ -4876,13 +4877,14 @@ def tabella_e_file(sessione: Sessione) -> None:
     punti = punti_di(prove)
     if chiavi and (variate(sessione.piani) or not (o.tabella or o.avvia)):
         curve = serie(punti, chiavi)
-        righe = tabella_griglia(punti, chiavi, o.percentili) + rapporti_np(punti, chiavi)
+        righe = tabella_griglia(punti, chiavi, o.percentili) + rapporti_np(punti, chiavi) + riga_occupata(punti, chiavi)
         if o.grafico:
             righe += [""] + curva(*curve, marche_per(sys.stdout), frasi=not o.spiega)
         if o.spiega:
             righe += [""] + spiegazione_griglia(*curve)
     elif (o.tabella or o.avvia) and o.capacita is None:  # --capacita: its own table of the points tried
         righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove) + rapporti_np(punti, chiavi)
+        righe += riga_occupata(punti, chiavi)
     file = [(o.file_json, lambda: testo_json(prove, sessione.piani, sessione.opzioni.url, o.slo, o.percentili or (),
                                              sessione.capacita)),
             (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve, chiavi))]

@@ -49,7 +49,8 @@ def test_ctrl_c_mentre_si_scrivono_i_file(fake, tmp_path):
                                      "--tabella", "--json", str(tmp_path / "p.json"), "--csv", str(tmp_path / "p.csv"))
     assert proc.returncode == 130, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert proc.stdout.splitlines()[-1].startswith("| 2 | 1024 | ")  # the table was printed whole
+    righe = [r for r in proc.stdout.splitlines() if not r.startswith("la macchina era occupata")]  # a busy CI machine
+    assert righe[-1].startswith("| 2 | 1024 | ")  # the table was printed whole
     assert len(json.loads((tmp_path / "p.json").read_text())["prove"][0]["richieste"]) == 4
     assert len((tmp_path / "p.csv").read_text().splitlines()) == 5
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".carico-")]  # no temporary file left

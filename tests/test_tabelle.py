@@ -85,13 +85,15 @@ def test_capacita_su_ogni_server_avviato_parte_dal_primo_prompt(tmp_path, capsys
 def test_ctrl_c_nel_riscaldamento(fake, carica):
     """Ctrl+C while a warm-up request is in the slot: the lab's pool closes it (the server sees it go),
     nothing is measured, exit 130."""
-    prompt = []
+    prompt, premuto = [], threading.Lock()
 
     def chat(h, corpo):  # the server's own answer; Ctrl+C when the slot takes the first request
         body = json.loads(corpo)
         prompt.append(body["messages"][0]["content"])
-        # To the main thread, as a terminal's Ctrl+C reaches the tool waiting for its requests.
-        ctrl_c = lambda: len(prompt) == 1 and signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)  # noqa: E731
+        # To the main thread, as a terminal's Ctrl+C reaches the tool waiting for its requests. Once, whichever
+        # request the slot takes first (on a loaded machine both may have arrived by then).
+        ctrl_c = lambda: premuto.acquire(blocking=False) and signal.pthread_kill(  # noqa: E731
+            threading.main_thread().ident, signal.SIGINT)
         status, dati = h.server.fake.completa(body, all_avvio=ctrl_c, chiusa=h.chiusa)
         if status is not None:
             h.send_json(status, dati)
