@@ -662,7 +662,9 @@ class Sessione:
         prova = Prova(info, esecuzione, piano, configurazione, macchina, occupati_prima)
         self.prove.append(prova)  # before printing: a closed stdout must not lose it
         stampa_prova(prova)
-        if not (esecuzione.interruzione or esecuzione.server_andato):  # the look before cannot see what started after it
+        # The look before cannot see what started after it. Not after a failed request: one the client gave up on
+        # (--timeout) may keep the server at work a few seconds, and the look would blame another load for it.
+        if not (esecuzione.interruzione or esecuzione.server_andato or prova.riepilogo.n_fallite):
             prova = self.prove[-1] = prova._replace(macchina_dopo=osserva_macchina())
             if macchina_occupata(prova.macchina_dopo) and not macchina_occupata(macchina):
                 nota(f"subito dopo la prova la macchina era occupata ({macchina_occupata(prova.macchina_dopo)}): forse "
@@ -3188,8 +3190,14 @@ def ritmo_di(tempi: List[float]) -> Optional[float]:
 def invii_al_secondo(prova: Prova) -> Optional[float]:
     """The requests sent per second: the arrival rate the server saw. Under --durata, over the window they
     were scheduled in, the duration (8 in 6 s are 1.33 a second, whenever the last of them left)."""
-    e, durata = prova.esecuzione, oltre(prova.piano).durata
-    return len(e.risultati) / durata if durata else ritmo_di([r.inizio for r in e.risultati])
+    finestra = finestra_durata(prova)
+    return len(prova.esecuzione.risultati) / finestra if finestra else ritmo_di([r.inizio for r in prova.esecuzione.risultati])
+
+
+def finestra_durata(prova: Prova) -> Optional[float]:
+    """--durata: the window the requests were scheduled in, the duration or, after a Ctrl+C, up to the stop."""
+    durata, fermata = oltre(prova.piano).durata, prova.esecuzione.interrotta_a
+    return min(durata, fermata) if durata and fermata else durata
 
 
 def ms(secondi: Optional[float]) -> Optional[float]:
@@ -3208,7 +3216,7 @@ def righe_ritmo(prova: Prova) -> List[str]:
         if piano_oltre.ritmo:
             arrivi = f"arrivi di Poisson, seme {piano_oltre.seme}" if piano_oltre.arrivi == "poisson" else "arrivi costanti"
             nel_programma = len(previsti) + oltre(e).non_inviate + oltre(e).in_ritardo  # the unsent: --durata only
-            programmato = nel_programma / piano_oltre.durata if piano_oltre.durata else ritmo_di(previsti)
+            programmato = nel_programma / finestra_durata(prova) if piano_oltre.durata else ritmo_di(previsti)
             programma = f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}"
             if piano_oltre.arrivi == "poisson" and programmato and abs(programmato / piano_oltre.ritmo - 1) >= 0.05:
                 programma += (f" (intervalli estratti a caso: su {quante(nel_programma, 'richiesta', 'richieste')} si "
@@ -5282,7 +5290,8 @@ class ServerAvviato:
         with contextlib.suppress(ErroreRete):  # nothing there: the port is ours
             client.chiama("GET", "/health")
             raise ErroreUtente(f"su {self.url} risponde già un server: fermalo, o scegli un'altra porta con --url")
-        print(f"avvio: {nascoste(shlex.join(self.argomenti), self.chiavi)}", file=self.stderr, flush=True)
+        mostrati = [(a, nascoste(a, self.chiavi)) for a in self.argomenti]  # masked before quoting: a quote moves no key
+        print(f"avvio: {' '.join(shlex.quote(a) if m == a else m for a, m in mostrati)}", file=self.stderr, flush=True)
         if os.name == "posix":
             # Its own session: the terminal's Ctrl+C reaches carico.py, which stops the server itself.
             gruppo = dict(start_new_session=True, preexec_fn=muori_con_il_padre)
@@ -5350,8 +5359,11 @@ def chiavi_api(comando: List[str]) -> List[str]:
 
 
 def nascoste(testo: str, chiavi: List[str]) -> str:
+    """Each key *** where it stands as a word of its own (a key 'e' leaves 'llama-server' alone)."""
+    import re
+
     for chiave in chiavi:
-        testo = testo.replace(chiave, "***")
+        testo = re.sub(rf"(?<![^\s='\",]){re.escape(chiave)}(?![^\s'\",])", "***", testo)
     return testo
 
 

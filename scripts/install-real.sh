@@ -34,12 +34,14 @@ STAMP=$DEPS/server.checked  # holds the key of the server installed in the venv,
 # The check: carico.py itself starts the server (--avvia), waits for it, sends one request of 4 tokens
 # and stops it; a server that dies is said with its signal and the last lines of its log.
 check() {
-    local server=$1 model=$2 port out
+    local server=$1 model=$2 port out comando
     local cmd=("$server")
     [ "$(basename "$server")" = llama ] && cmd+=(serve)
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    # Quoted as carico splits it (shlex): bash's %q writes $'...' for a non-ASCII path in a C locale.
+    comando=$(python3 -c 'import shlex, sys; print(shlex.join(sys.argv[1:]))' "${cmd[@]}" -m "$model" -c 512 -t 2)
     echo "install-real: checking the server (one request to the model)..." >&2
-    if out=$(python3 carico.py --url "http://127.0.0.1:$port" --avvia "$(printf '%q ' "${cmd[@]}") -m $(printf '%q' "$model") -c 512 -t 2" \
+    if out=$(python3 carico.py --url "http://127.0.0.1:$port" --avvia "$comando" \
         --attesa 120 --richieste 1 --parallele 1 --token 4 2>&1) && printf '%s\n' "$out" | grep -Eq '^  req 0: .* [1-9][0-9]* token'; then
         return 0
     fi
@@ -50,7 +52,8 @@ check() {
 
 case "${1:-}" in
     --flags) echo "flags=$FLAGS"; echo "key=$KEY"; echo "wheels=$WHEELS"; exit 0 ;;
-    --check) check "$2" "$3"; exit ;;
+    --check) [ $# -eq 3 ] || { echo "uso: bash scripts/install-real.sh --check SERVER MODEL" >&2; exit 2; }
+        check "$2" "$3"; exit ;;
 esac
 
 server_path() {

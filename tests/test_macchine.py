@@ -106,10 +106,13 @@ def test_avvia_un_server_ucciso_da_un_segnale(tmp_path, segnale, parole):
 
 
 def test_il_controllo_dell_installazione_dice_il_segnale(tmp_path):
-    """scripts/install-real.sh's own check, on a stand-in that dies with SIGILL: it fails, and says why."""
+    """scripts/install-real.sh's own check, on a stand-in that dies with SIGILL: it fails, and says why; in a C
+    locale, from a folder whose name has a space and an accent (bash's %q quoted it as carico could not split)."""
+    cartella = tmp_path / "così tanto"
+    cartella.mkdir()
     proc = subprocess.run(["bash", os.path.join(RADICE, "scripts", "install-real.sh"), "--check",
-                           sostituto(tmp_path, "ILL"), str(tmp_path / "m.gguf")],
-                          capture_output=True, text=True, timeout=120)
+                           sostituto(cartella, "ILL"), str(cartella / "m.gguf")],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "LC_ALL": "C"})
     assert proc.returncode == 1, proc.stderr
     assert "(ucciso da SIGILL)" in proc.stderr
     assert "does not answer on this machine" in proc.stderr

@@ -2,6 +2,7 @@
 not refused; --parallele above --richieste said; the server's API key never printed nor saved; one list of
 exit codes; --confronta's label of a shared buffer; what a Ctrl+C leaves the server doing; "insieme"."""
 
+import io
 import json
 import os
 import re
@@ -204,3 +205,15 @@ def test_spiega_parallele_alla_volta(fake, carica):
     rc, out, err = carica(server.url, "--richieste", "4", "--parallele", "4", "--token", "4", "--spiega", *VELOCE)
     assert rc == 0, err
     assert "Sono partite 4 richieste insieme e il server aveva 2 slot" in out, out
+
+
+@pytest.mark.parametrize("chiave", ["ab'cd", "e", "80"])
+def test_la_chiave_nascosta_anche_con_un_apice_o_corta(chiave):
+    """The review: a key with a quote was joined (and re-quoted) before it was masked, and shown; a short key was
+    masked inside other words ('llama-s***rv***r', '--port ***80'). Each argument masked as a word of its own."""
+    comando = ["llama-server", "--api-key", chiave, "--port", "8080"]
+    server = carico.ServerAvviato(comando, carico.Configurazione(1), "http://127.0.0.1:9", 1.0, io.StringIO())
+    mostrati = [carico.nascoste(a, server.chiavi) for a in server.argomenti]
+    assert mostrati[:5] == ["llama-server", "--api-key", "***", "--port", "8080"], mostrati
+    assert carico.nascoste(f"  | args: --api-key {chiave} --port 8080", server.chiavi) == (
+        "  | args: --api-key *** --port 8080")

@@ -328,3 +328,25 @@ def test_picco_sottostimato_mai_con_ogni_slot_visto_occupato():
     for n_slot, visti, detto in ((1, 1, False), (4, 4, False), (4, 1, True)):
         prova_ = Prova(InfoServer(n_slot, 512, True), Esecuzione([], [Campione(0.0, visti)], 4, 130), Piano(4, 4, 32))
         assert any("sottostimato" in n for n in carico.note(prova_)) == detto, (n_slot, visti)
+
+
+def test_inviate_davvero_dopo_ctrl_c_sulla_finestra_fino_allo_stop():
+    """The review: a --durata 6 run stopped at 2.48 s said 'inviate davvero 1.67 req/s' for 4 a second sent: over
+    the window the requests were scheduled in, up to the stop when it came first."""
+    base = prova(40, 0.1, ritmo=4, n=10)
+    durata = base._replace(piano=base.piano._replace(oltre=PianoOltre(ritmo=4, durata=6)))
+    assert carico.invii_al_secondo(durata) == pytest.approx(10 / 6)
+    fermata = durata._replace(esecuzione=durata.esecuzione._replace(interruzione=130, interrotta_a=2.5))
+    assert carico.invii_al_secondo(fermata) == pytest.approx(10 / 2.5)
+
+
+@pytest.mark.parametrize("timeout,detto", [("0.3", False), ("30", True)])
+def test_nessuno_sguardo_dopo_una_richiesta_fallita(fake, carica, monkeypatch, timeout, detto):
+    """The review: a request the client gave up on (--timeout) keeps the server at work a few seconds, and the look
+    after the run would blame another load for it. SILENT after a failed request; FIRE on a whole run."""
+    viste = iter([carico.Macchina(2, 0.1, 0.01)] + [carico.Macchina(2, 1.9, 0.9)] * 5)  # quiet before, busy after
+    monkeypatch.setattr(carico, "osserva_macchina", lambda *durata: next(viste))
+    server = fake(n_slot=1, s_per_token=0.02)
+    rc, out, err = carica(server.url, "--richieste", "2", "--token", "32", "--timeout", timeout, *VELOCE)
+    assert (rc == 0) == detto, out + err
+    assert ("subito dopo la prova la macchina era occupata" in err) == detto, err
