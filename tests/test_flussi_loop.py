@@ -223,15 +223,21 @@ def test_la_fine_di_una_risposta_lunga_non_ferma_il_lettore(fake, carica, monkey
                 h.connection.recv(1)  # until the client closes
 
     server = fake(override={"/v1/chat/completions": risponde})
-    rc, out, err = carica(server.url, "--stream", "--richieste", "2", "--parallele", "2", "--json",
-                          str(tmp_path / "r.json"), *VELOCE)
-    assert rc == 0, out + err
-    lunga_, breve_ = json.loads((tmp_path / "r.json").read_text())["prove"][0]["richieste"]
-    assert len(lunga_["chunk_s"]) == n and len(breve_["chunk_s"]) == 31, (lunga_["token"], breve_)
-    assert lunga_["chunk_s"][-1] < breve_["chunk_s"][-1], "the long answer ends while the other streams"
-    intervalli = [b - a for a, b in zip(breve_["chunk_s"], breve_["chunk_s"][1:])]
+    # On a shared machine a busy core may hold any read now and then; the defect guarded against (the reader held
+    # for the whole framing) merges chunks in every run. Up to three runs: one with none merged is enough.
+    for prova in range(3):
+        fette.clear()
+        rc, out, err = carica(server.url, "--stream", "--richieste", "2", "--parallele", "2", "--json",
+                              str(tmp_path / f"r{prova}.json"), *VELOCE)
+        assert rc == 0, out + err
+        lunga_, breve_ = json.loads((tmp_path / f"r{prova}.json").read_text())["prove"][0]["richieste"]
+        assert len(lunga_["chunk_s"]) == n and len(breve_["chunk_s"]) == 31, (lunga_["token"], breve_)
+        assert lunga_["chunk_s"][-1] < breve_["chunk_s"][-1], "the long answer ends while the other streams"
+        assert len(fette) >= 5, fette  # the long one's framing in slices (its 1.8 MB come in reads of up to 64 KB)
+        intervalli = [b - a for a, b in zip(breve_["chunk_s"], breve_["chunk_s"][1:])]
+        if min(intervalli) > 0.005:
+            break
     assert min(intervalli) > 0.005, intervalli  # 20 ms apart: none read together with the next
-    assert len(fette) >= 5, fette  # the long one's framing in slices (its 1.8 MB come in reads of up to 64 KB)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's receive time is Linux's")
