@@ -4101,8 +4101,7 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
             ": una richiesta in più non trova uno slot libero e aspetta" if cresciuta else ", poco"))
     if None not in velocita and velocita[1] < 0.9 * velocita[0]:
         scesa = f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s"
-        occupata = [macchina_occupata(m) for p in prima.intere + dopo.intere for m in (p.macchina, p.macchina_dopo) if m]
-        occupata = [motivo for motivo in occupata if motivo]  # why the machine was busy, before or after either run
+        occupata = [motivo for p in prima.intere + dopo.intere for motivo in [occupata_intorno(p)] if motivo]
         if occupata:  # the machine's own work may have slowed the slots: not said to be the slots'
             frasi.append(f"{scesa}, ma la macchina era già occupata in una delle due prove ({occupata[0]}): la discesa "
                          "può venire da lì")
@@ -4219,11 +4218,17 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
     return righe
 
 
+def occupata_intorno(prova: Prova) -> Optional[str]:
+    """Why the machine was busy just before or just after a run (the first look that saw it), or None."""
+    return next((motivo for m in (prova.macchina, prova.macchina_dopo) if m for motivo in [macchina_occupata(m)]
+                 if motivo), None)
+
+
 def riga_occupata(punti: List[Punto], chiavi: List[str]) -> List[str]:
     """After a sweep's table (and its ratios): the points whose machine was busy before or after a run, whose
     figures may be the load's, not the server's."""
     occupati = {", ".join(f"{c}={valore_punto(p, c)}" for c in chiavi): motivo for p in punti for q in p.intere
-                for m in (q.macchina, q.macchina_dopo) for motivo in [m and macchina_occupata(m)] if motivo}
+                for motivo in [occupata_intorno(q)] if motivo}
     if not occupati:
         return []
     return [f"la macchina era occupata a {'; '.join(occupati)} ({next(iter(occupati.values()))}): quelle cifre e i "
