@@ -1,29 +1,32 @@
 #!/usr/bin/env python3
 """carico.py: genera carico su un server llama.cpp (Lab 04-03, "Carico e parallelismo").
 
-Invia N richieste di chat insieme (ThreadPoolExecutor) a `llama serve` e intanto legge /slots
-ogni 0,5 s; alla fine stampa, per ogni richiesta, latenza, token generati e velocità nel proprio
-slot, poi il riepilogo: il picco di slot occupati insieme, il tempo totale, la latenza media e
-massima, il throughput aggregato.
+Invia N richieste di chat insieme (ThreadPoolExecutor) a `llama serve` e
+intanto legge /slots ogni 0,5 s; alla fine stampa, per ogni richiesta,
+latenza, token generati e velocità nel proprio slot, poi il riepilogo: il
+picco di slot occupati insieme, il tempo totale, la latenza media e massima,
+il throughput aggregato.
 
 Esempio (il lab):
 
   llama serve -hf ggml-org/Qwen3.5-0.8B-GGUF --host 127.0.0.1 --port 8080 -c 2048 -np 1 -t 3 -a qwen-0.8b
   python3 carico.py --url http://127.0.0.1:8080 --richieste 4 --parallele 4 --token 32
 
-Ogni richiesta ha un prompt diverso e chiede al server di non usare la cache dei prompt
-(cache_prompt: false), così nessuna prova, neanche ripetuta, ne esce avvantaggiata; il
-"thinking" è spento, così i token generati sono tutti risposta.
+Ogni richiesta ha un prompt diverso e chiede al server di non usare la cache
+dei prompt (cache_prompt: false), così nessuna prova, neanche ripetuta, ne
+esce avvantaggiata; il "thinking" è spento, così i token generati sono tutti
+risposta.
 
-Oltre il lab: le opzioni dopo il gruppo "il lab" sono tutte facoltative e non cambiano le righe
-del lab (in fondo, qualche esempio).
+Oltre il lab: le opzioni dopo il gruppo "il lab" sono tutte facoltative e non
+cambiano le righe del lab (in fondo, qualche esempio).
 
-Codici di uscita: 0 tutto bene; 1 una richiesta fallita, un server che non c'è o che smette di
-rispondere, o che non sa fare ciò che un'opzione chiede (--prompt-token, --sistema o --prefisso senza
-tokenizzatore), o un file non scritto; 2 un'opzione sbagliata (anche un --modello che il server non
-elenca in /v1/models); 3 (--turni) le conversazioni hanno esaurito il contesto, e nient'altro è fallito;
-130 interrotto con Ctrl+C (143 con SIGTERM): si stampa e si salva comunque quello che era già stato
-misurato; 141 se chi legge l'uscita la chiude prima (per esempio | head).
+Codici di uscita: 0 tutto bene; 1 una richiesta fallita, un server che non
+c'è, che smette di rispondere o che non sa fare ciò che un'opzione chiede
+(--prompt-token, --prefisso, --sistema senza tokenizzatore), un file non
+scritto; 2 un'opzione sbagliata (anche un --modello che il server non elenca);
+3 con --turni, le conversazioni hanno esaurito il contesto e nient'altro è
+fallito; 130 Ctrl+C, 143 SIGTERM (quanto misurato è comunque stampato e
+salvato); 141 chi legge l'uscita la chiude prima (| head).
 """
 
 # How to read this file. First the lab, in the order its data flows: 1. the records, 2. one request,
@@ -1659,42 +1662,18 @@ def formato_aiuto(prog: str) -> argparse.HelpFormatter:
 # the Client's stream reader and, on a terminal, the live line.
 
 EPILOGO = """\
-Oltre il lab, per esempio: --ripeti K ripete la prova e ne fa la media; --grafico e --svg FILE
-disegnano la prova (coda, prompt, generazione, slot occupati); --json e --csv salvano ogni
-richiesta; --tabella stampa la riga della tabella del consegnato; --stream misura il tempo al
-primo token; --spiega legge la prova a parole; --avvia "COMANDO" --np 1,2,4 avvia il server per
-ogni valore di -np e fa tutto il lab da solo (4kv = -np 4 --kv-unified):
-
-  python3 carico.py --avvia "llama serve -m modello.gguf -c 2048 -t 3" --np 1,2,4,4kv
-
-Se il server espone /metrics (--metrics) si aggiunge il picco di richieste in coda
-(requests_deferred).
-
-Quanto carico regge il server? --ritmo R invia R richieste al secondo (arrivi di Poisson, o
---arrivi costanti), --durata S continua per S secondi, e una lista di valori fa una prova per
-valore, poi la tabella e, con --grafico o --svg, la curva di capacità (throughput e latenza):
-
+esempi:
+  python3 carico.py --ripeti 3 --tabella --stream --slo latenza=5,ttft=1
   python3 carico.py --parallele 1,2,4,8 --richieste 16 --grafico --spiega
-  python3 carico.py --ritmo 0.5,1,2,4 --durata 30 --svg curva.svg
-  python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 1,4 --token 32,128
-
-Ogni cifra: --dettagli aggiunge percentili di latenza, attesa in coda (il tempo in cui la richiesta
-aspettava con tutti gli slot occupati) e (con --stream) primo token, TPOT e ITL; --json e --csv
-danno per ogni richiesta anche l'attesa dello slot (dall'invio a quando uno slot la prende: la coda
-più il viaggio della richiesta, cioè latenza meno prompt e generazione); --slo
-latenza=5,ttft=1,tpot=0.1 conta le richieste che rispettano gli obiettivi (il goodput); --esatti fa
-generare a ogni richiesta esattamente --token token. Su un terminale una riga su stderr mostra la
-prova mentre dura (--silenzioso la spegne). --json scrive anche i nomi dei risultati di vLLM (bench
-serve); --confronta A.json B.json mette a confronto due file, cifra per cifra, e dice se la
-differenza va oltre il rumore (con --ripeti 3 in ogni file); due file senza un carico in comune (per
-esempio uno con --stream e uno senza) non si confrontano: uscita 2.
-
-Il prezzo del parallelismo: con --turni K ognuno dei --parallele utenti tiene una conversazione di K
-turni (con --sistema N, un prompt di sistema di N token), finché il contesto dello slot non basta
-più; --dettagli, --grafico e --svg mostrano quanto contesto tiene ogni slot. Con --avvia si legge
-dal log del server che cosa ha deciso (slot, contesto, cache KV; --np auto: senza -np):
-
-  python3 carico.py --avvia "llama serve -m modello.gguf -c 2048" --np 4,4kv --turni 4 --sistema 300
+  python3 carico.py --ritmo 0.5,1,2,4 --durata 30 --svg curva.svg --dettagli
+  python3 carico.py --durata 60 --slo latenza=5 --capacita --json cap.json
+  python3 carico.py --avvia "llama serve -m M.gguf -c 2048" --np 1,2,4,4kv
+  python3 carico.py --parallele 4 --turni 4 --sistema 300 --dettagli
+  python3 carico.py --confronta prima.json dopo.json
+attesa in coda: il tempo in cui la richiesta aspettava con tutti gli slot
+occupati; attesa dello slot (--json, --csv): dall'invio a quando uno slot la
+prende (la coda più il viaggio), cioè latenza meno prompt e generazione.
+Se il server ha --metrics, anche il picco della sua coda (requests_deferred).
 """
 
 
@@ -1807,91 +1786,73 @@ def comando_server(testo: str) -> List[str]:
 # keywords)]). A table rather than calls, so that all of them can be read in one place.
 OPZIONI_OLTRE = (
     ("il server e le richieste", None, [
-        (("--api-key",), dict(type=chiave_api, metavar="CHIAVE", help="chiave API del server (--api-key di llama "
-                              "serve); se manca, la variabile LLAMA_API_KEY. Mai stampata")),
-        (("--modello",), dict(metavar="NOME", help="il campo model delle richieste (l'alias -a del server)")),
-        (("--prompt-file",), dict(metavar="FILE", help="il testo di FILE come prompt di ogni richiesta (il passo 4 "
-                                  "del lab)")),
-        (("--dataset",), dict(metavar="FILE", help="le richieste da un file: JSONL (una per riga, con prompt o messages, "
-                              "e max_tokens e timestamp facoltativi: con i timestamp è una traccia, rimandata con i "
-                              "suoi orari) o il JSON di ShareGPT (la prima domanda di ogni conversazione)")),
-        (("--prefisso",), dict(type=lista_di(token_o_zero), metavar="N",
-                               help="ogni richiesta comincia con gli stessi N token (esatti, /tokenize), poi il suo testo: "
-                                    "la cache dei prompt fa il suo lavoro; una lista (0,512): una prova per valore")),
-        (("--prompt-token",), dict(type=lunghezze_prompt, metavar="N", help="prompt di esattamente N token, contati dal "
-                                   "tokenizzatore del server (/tokenize), diversi fin dal primo; MIN-MAX: a caso fra i "
-                                   "due (--seme); una lista (128,512,1024): una prova per valore")),
+        (("--api-key",), dict(type=chiave_api, metavar="CHIAVE", help="chiave API (se manca: LLAMA_API_KEY); "
+                              "mai stampata")),
+        (("--modello",), dict(metavar="NOME", help="il campo model delle richieste (-a del server)")),
+        (("--prompt-file",), dict(metavar="FILE", help="il prompt di ogni richiesta (passo 4 del lab)")),
+        (("--dataset",), dict(metavar="FILE", help="richieste da JSONL (prompt o messages; con timestamp: "
+                              "una traccia) o da ShareGPT")),
+        (("--prefisso",), dict(type=lista_di(token_o_zero), metavar="N", help="stessi N token in testa a ogni prompt "
+                               "(/tokenize)")),
+        (("--prompt-token",), dict(type=lunghezze_prompt, metavar="N", help="prompt di N token esatti (/tokenize); "
+                                   "MIN-MAX: a caso")),
         (("--timeout",), dict(type=secondi_positivi, default=TIMEOUT_RICHIESTA, metavar="S",
-                              help="secondi massimi per una risposta intera, coda compresa (default: %(default)g)")),
+                              help="massimo per una risposta, coda compresa (%(default)g)")),
         (("--intervallo",), dict(type=secondi_positivi, default=0.5, metavar="S",
-                                 help="ogni quanti secondi leggere /slots, almeno 0.05 (default: %(default)g)")),
-        (("--attesa",), dict(type=secondi_positivi, default=ATTESA_PRONTO, metavar="S", help="quanto aspettare un "
-                             "server che sta ancora caricando il modello (default: %(default)g)")),
+                                 help="ogni quanto leggere /slots, almeno 0.05 (%(default)g)")),
+        (("--attesa",), dict(type=secondi_positivi, default=ATTESA_PRONTO, metavar="S",
+                             help="quanto aspettare un server che carica (%(default)g)")),
     ]),
     ("ripetere e confrontare", None, [
-        (("--ripeti",), dict(type=intero_positivo, default=1, metavar="K", help="ripete la prova K volte: media e "
-                             "dispersione")),
-        (("--tabella",), dict(action="store_true", help="la riga della tabella del consegnato (np | n_ctx_slot | ...)")),
+        (("--ripeti",), dict(type=intero_positivo, default=1, metavar="K", help="K prove: media e dispersione")),
+        (("--tabella",), dict(action="store_true", help="la riga della tabella del consegnato")),
     ]),
-    ("ritmo, durata, griglie", "--parallele, --token e --ritmo accettano anche una lista (1,2,4): una prova per "
-     "valore,\no per combinazione, poi la tabella e la curva di capacità", [
+    ("ritmo, durata, griglie", "--parallele, --token, --ritmo, --prefisso, --prompt-token accettano una\n"
+     "lista (1,2,4): una prova per valore (o combinazione), la tabella, la curva", [
         (("--ritmo",), dict(type=lista_di(positivo(float, "un numero di richieste al secondo")), metavar="R",
-                            help="invia R richieste al secondo, qualunque sia il ritmo delle risposte (--parallele "
-                                 "fa da tetto)")),
-        (("--arrivi",), dict(choices=("poisson", "costanti"), help="con --ritmo: arrivi di Poisson (default) o a "
-                             "intervalli costanti")),
-        (("--seme",), dict(type=int, metavar="N", help="con --ritmo e arrivi di Poisson: il seme degli arrivi, per "
-                           "ripetere la prova")),
-        (("--durata",), dict(type=secondi_positivi, metavar="S", help="continua a inviare per S secondi (al posto di "
-                             "--richieste), poi aspetta quelle in volo")),
+                            help="R richieste al secondo (--parallele: il tetto)")),
+        (("--arrivi",), dict(choices=("poisson", "costanti"), metavar="MODO", help="con --ritmo: poisson "
+                             "(default) o costanti")),
+        (("--seme",), dict(type=int, metavar="N", help="il seme del caso (arrivi, MIN-MAX)")),
+        (("--durata",), dict(type=secondi_positivi, metavar="S", help="invia per S secondi (non --richieste)")),
         (("--forza",), dict(action="store_true", help="accetta una griglia di oltre 100 punti")),
         (("--capacita",), dict(nargs="?", const=95.0, type=positivo(float, "una percentuale"), metavar="QUOTA",
-                               help="cerca il ritmo più alto che il server regge entro --slo per QUOTA%% delle "
-                                    "richieste (default 95), con --durata S per punto")),
+                               help="il ritmo più alto entro --slo per QUOTA%% (95)")),
     ]),
     ("ogni cifra, esatta", None, [
-        (("--dettagli",), dict(action="store_true", help="dopo il riepilogo: min, media, p50, p90, p99, max di "
-                               "latenza, attesa in coda (con tutti gli slot occupati) e, con --stream, primo token, "
-                               "TPOT e ITL")),
-        (("--slo",), dict(type=obiettivi_slo, metavar="OBIETTIVI", help="per esempio latenza=5,ttft=1,tpot=0.1 "
-                          "(secondi): quante richieste li rispettano tutti, e il goodput")),
-        (("--riscaldamento",), dict(type=intero_positivo, default=0, metavar="N", help="N richieste prima della "
-                                    "prova, con prompt propri, escluse da ogni cifra")),
-        (("--esatti",), dict(action="store_true", help="ignore_eos: ogni richiesta genera esattamente --token "
-                             "token, così le prove si confrontano")),
-        (("--percentili",), dict(type=lista_percentili, metavar="P",
-                                 help="quali percentili mostrare con --dettagli, nel file di --json e nella tabella "
-                                      "di una griglia con --stream (per esempio 50,90,99.9; default: 50,90,99 in "
-                                      "--dettagli, 50,90 nella tabella)")),
-        (("--silenzioso",), dict(action="store_true", help="niente riga dal vivo su stderr durante la prova")),
+        (("--dettagli",), dict(action="store_true", help="percentili di latenza, attesa in coda, "
+                               "TTFT, TPOT, ITL")),
+        (("--slo",), dict(type=obiettivi_slo, metavar="OBIETTIVI", help="latenza=5,ttft=1,tpot=0.1 (s): il "
+                          "goodput")),
+        (("--riscaldamento",), dict(type=intero_positivo, default=0, metavar="N", help="N richieste prima, "
+                                    "escluse dalle cifre")),
+        (("--esatti",), dict(action="store_true", help="ignore_eos: esattamente --token token a richiesta")),
+        (("--percentili",), dict(type=lista_percentili, metavar="P", help="quali (50,90,99.9): --dettagli, --json, "
+                                 "griglie")),
+        (("--silenzioso",), dict(action="store_true", help="niente riga dal vivo su stderr")),
     ]),
     ("vedere la prova", None, [
-        (("--stream",), dict(action="store_true", help="richieste in streaming: il tempo al primo token (l'attesa "
-                             "dello slot più il prompt)")),
-        (("--grafico",), dict(action="store_true", help="disegna la prova nel terminale (coda, prompt, generazione, "
-                              "slot)")),
-        (("--svg",), dict(type=file_scrivibile, metavar="FILE", help="salva lo stesso disegno in un file SVG")),
-        (("--spiega",), dict(action="store_true", help="dopo il riepilogo, legge la prova a parole")),
+        (("--stream",), dict(action="store_true", help="in streaming: il tempo al primo token (TTFT)")),
+        (("--grafico",), dict(action="store_true", help="disegna la prova (coda, prompt, generazione, slot)")),
+        (("--svg",), dict(type=file_scrivibile, metavar="FILE", help="lo stesso disegno in SVG")),
+        (("--spiega",), dict(action="store_true", help="legge la prova a parole")),
     ]),
     ("salvare i dati", None, [
-        (("--json",), dict(type=file_scrivibile, metavar="FILE", help="richieste, campioni di /slots e metadati in "
-                           "JSON")),
-        (("--csv",), dict(type=file_scrivibile, metavar="FILE", help="una riga per richiesta in CSV")),
-        (("--confronta",), dict(nargs=2, metavar=("A.json", "B.json"), help="mette a confronto due file di --json, "
-                                "cifra per cifra: il rapporto, e se la differenza va oltre il rumore (con --ripeti)")),
+        (("--json",), dict(type=file_scrivibile, metavar="FILE", help="tutto in JSON (anche i nomi di vLLM)")),
+        (("--csv",), dict(type=file_scrivibile, metavar="FILE", help="una riga per richiesta")),
+        (("--confronta",), dict(nargs=2, metavar=("A", "B"), help="due file di --json: la differenza va oltre "
+                                "il rumore?")),
     ]),
     ("tutto il lab in un comando", None, [
-        (("--avvia",), dict(type=comando_server, metavar="COMANDO", help="avvia il server con COMANDO per ogni "
-                            "valore di --np (host e porta da --url), misura e lo ferma")),
-        (("--np",), dict(type=lista_np, metavar="LISTA", help="con --avvia: i valori di -np (default 1,2,4; 4kv = "
-                         "-np 4 --kv-unified; auto = senza -np, decide il server)")),
+        (("--avvia",), dict(type=comando_server, metavar="COMANDO", help="avvia il server per ogni --np, misura, "
+                            "lo ferma")),
+        (("--np",), dict(type=lista_np, metavar="LISTA", help="-np di --avvia (1,2,4; 4kv: --kv-unified; auto)")),
     ]),
-    ("il prezzo del parallelismo", "il contesto -c diviso fra gli slot: --dettagli, --grafico e --svg mostrano quanto "
-     "ne tiene ogni slot;\ncon --avvia il server parte con -lv 4, che gli fa scrivere nel log la cache KV allocata", [
-        (("--turni",), dict(type=intero_positivo, metavar="K", help="ognuno dei --parallele utenti tiene una "
-                            "conversazione di K turni: ogni turno rimanda tutta la storia, risposte comprese")),
-        (("--sistema",), dict(type=intero_positivo, metavar="N", help="con --turni: un prompt di sistema di N token "
-                              "esatti, contati dal tokenizzatore del server (/tokenize)")),
+    ("il prezzo del parallelismo", "il contesto -c diviso fra gli slot: quanto ne tiene ognuno (--dettagli,\n"
+     "--grafico, --svg); con --avvia, la cache KV dal log del server (-lv 4)", [
+        (("--turni",), dict(type=intero_positivo, metavar="K", help="conversazioni di K turni, una per "
+                            "--parallele")),
+        (("--sistema",), dict(type=intero_positivo, metavar="N", help="con --turni: prompt di sistema di N token")),
     ]),
     ("aiuto", None, [
         (("-h", "--help"), dict(action="help", help="mostra questo aiuto ed esce")),

@@ -6,10 +6,12 @@ import io
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -141,17 +143,51 @@ def test_chiavi_nel_comando(monkeypatch):
 
 # Smaller ######################################################################################
 
-def test_aiuto_una_lista_di_codici_di_uscita(capsys):
-    """--help printed two lists of exit codes that disagreed (one without 3, one without 141): one list."""
-    with pytest.raises(SystemExit):
+CODICI = {0, 1, 2, 3, 130, 141, 143}  # every exit: Sessione.codice(), main's 130, argparse's 2
+
+
+def codici_in(testo: str) -> set:
+    return {int(c) for c in re.findall(r"(?<![\w.,-])(\d{1,3})(?=[\s,;:/|])", testo)}
+
+
+def aiuto(capsys) -> str:
+    with pytest.raises(SystemExit) as uscita:
         carico.main(["--help"])
-    out = capsys.readouterr().out
-    assert out.count("Codici di uscita") == 1, out
+    assert uscita.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_aiuto_una_lista_di_codici_di_uscita(capsys):
+    """--help printed two lists of exit codes that disagreed (one without 3, one without 141): one list, the
+    same in --help (the docstring), in README.md and in docs/guasti.md's table."""
+    out = aiuto(capsys)
+    assert out.count("Codici di uscita") == 1 and carico.__doc__.count("Codici di uscita") == 1, out
     lista = out[out.index("Codici di uscita"):]
-    lista = lista[:lista.index("\n\n")]
-    for codice in (0, 1, 2, 3, 130, 141, 143):
-        assert re.search(rf"(^|\W){codice}\W", lista), (codice, lista)
-    assert carico.__doc__.count("Codici di uscita") == 1
+    assert codici_in(lista[:lista.index("\n\n")]) == CODICI, lista
+    readme = (Path(CARICO).parent / "README.md").read_text(encoding="utf-8")
+    assert readme.count("Exit codes:") == 1
+    lista = readme[readme.index("Exit codes:"):]
+    assert codici_in(lista[:lista.index("\n\n")]) == CODICI, lista
+    guasti = (Path(CARICO).parent / "docs" / "guasti.md").read_text(encoding="utf-8")
+    tabella = re.findall(r"^\| ([\d /]+) \|", guasti[guasti.index("## Exit codes"):], re.M)
+    assert {int(c) for riga in tabella for c in riga.split("/")} == CODICI, tabella
+
+
+def test_aiuto_breve_e_con_ogni_opzione(capsys, monkeypatch):
+    """--help fits a terminal's scroll: at most 120 lines at 80 columns, every flag named in it, and its
+    examples are commands the parser takes."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out = aiuto(capsys)
+    assert len(out.splitlines()) <= 120, len(out.splitlines())
+    nomi = ["--url", "--richieste", "--parallele", "--token",
+            *(n for _, _, opzioni in carico.OPZIONI_OLTRE for nomi, _ in opzioni for n in nomi)]
+    assert [n for n in nomi if not re.search(rf"^  (-\S+, )?{n}\b", out, re.M)] == []
+    esempi = [r.split("carico.py ", 1)[1] for r in out[out.index("esempi:"):].splitlines() if "carico.py" in r]
+    assert len(esempi) >= 5
+    for esempio in esempi:
+        if "--confronta" not in esempio:  # it reads its files while parsing
+            carico.analizza_argomenti(shlex.split(esempio))
+
 
 
 def test_confronta_dice_il_buffer_condiviso(fake, carica, capsys, tmp_path):

@@ -125,9 +125,9 @@ def test_attesa_dello_slot_e_attesa_in_coda_due_nomi_due_cifre(fake, carica, cap
     with pytest.raises(SystemExit):
         carico.main(["--help"])
     aiuto = " ".join(capsys.readouterr().out.split())
-    assert "attesa in coda (il tempo in cui la richiesta aspettava con tutti gli slot occupati)" in aiuto
-    assert ("l'attesa dello slot (dall'invio a quando uno slot la prende: la coda più il viaggio della richiesta, cioè "
-            "latenza meno prompt e generazione)") in aiuto
+    assert "attesa in coda: il tempo in cui la richiesta aspettava con tutti gli slot occupati" in aiuto
+    assert ("attesa dello slot (--json, --csv): dall'invio a quando uno slot la prende (la coda più il viaggio), "
+            "cioè latenza meno prompt e generazione") in aiuto
 
 
 def test_senza_sapere_gli_slot_niente_attesa_in_coda():
