@@ -4482,8 +4482,7 @@ class Capacita:
         self.etichetta = configurazione and configurazione.etichetta  # None: the server at --url
 
     def cerca(self) -> None:
-        """Double, then bisect, each point --ripeti runs at one rate; then the answer, the points tried and
-        (with --grafico) the curve."""
+        """Double, then bisect; then the answer, the points tried and (--grafico) the curve."""
         o, base = self.oltre, self.sessione.piani[0]
         ritmo, tiene, cade = base.oltre.ritmo, None, None
         while len(self.punti) < MAX_PUNTI_CAPACITA:
@@ -4553,8 +4552,7 @@ class Capacita:
         return righe
 
     def neanche_da_sola(self) -> str:
-        """When even the fastest request measured misses an objective, no rate can meet it: said, with that
-        request's own time (a request alone, in no queue, cannot be faster)."""
+        """Even the fastest request missed an objective: no rate can meet it."""
         for chiave, soglia in self.oltre.slo.items():
             valori = [v for _, prove, _ in self.punti for p in prove for v in valori_figure(p).get(CHIAVI_SLO[chiave], [])]
             if valori and min(valori) > soglia:
@@ -4564,7 +4562,7 @@ class Capacita:
         return ""
 
     def incertezza(self, tiene: Optional[float]) -> List[str]:
-        """Why the answer may not hold: too few requests at the point that held, or a share within noise."""
+        """Why the answer may not hold: too few requests where it held, or a share within noise."""
         if tiene is None:
             return []
         prove = next(p for r, p, _ in self.punti if r == tiene)
@@ -4582,8 +4580,7 @@ class Capacita:
 
 
 def segno_sovraccarico(prove: List[Prova]) -> str:
-    """--capacita's table: 'sì' for an overload beyond the noise, 'forse' for one within it, n/d where no run
-    had the answers to tell, else 'no'."""
+    """'sì' beyond the noise, 'forse' within it, n/d where no run can tell, else 'no'."""
     visti = [v for v in map(sovraccarico, prove) if v]
     if visti:
         return "sì" if any(v.certo for v in visti) else "forse"
@@ -4609,10 +4606,9 @@ LEGENDA = (("viaggio", "prima dello slot, con slot liberi"), ("coda", "in coda")
 
 
 def fasi(r: Risultato, attese: Dict[int, float]) -> List[Tuple[str, float, float]]:
-    """(phase, start, end) of a request: before its slot, prompt, generation, from the server's own
-    times laid back from the answer's arrival. Before the slot, only the time while every slot was busy
-    (`attese`, from attese_a_slot_pieni) is the queue; the rest is the trip and the server reading it,
-    with a slot free. Without timings the whole span is 'ignoto'. Phases of no length are left out."""
+    """(phase, start, end) of a request, laid back from its answer by the server's own times. Only
+    the wait with every slot busy (`attese`) is the queue; the rest before the slot is the trip. No
+    timings: 'ignoto'. Empty phases are left out."""
     if not r.riuscita:
         return [("errore", r.inizio, r.fine)]
     slot = in_slot(r)
@@ -4626,8 +4622,7 @@ def fasi(r: Risultato, attese: Dict[int, float]) -> List[Tuple[str, float, float
 
 
 class Tratto(NamedTuple):
-    """A piece of a lane of the picture, for both renderers: from `da` to `a` (s), what it is (a phase of
-    LEGENDA, "slot", "contesto"), how much (busy slots, tokens; None: not known), its title in the SVG."""
+    """A piece of a lane, for both renderers: when, what (a phase, slot, contesto), how much."""
     da: float
     a: float
     tipo: str
@@ -4636,9 +4631,8 @@ class Tratto(NamedTuple):
 
 
 def disegno(prova: Prova) -> Tuple[List[Tuple[str, List[Tratto]]], List[Tratto], Optional[str], list]:
-    """The picture of a run as lanes, worked out once for the terminal's columns and the SVG's rectangles:
-    a lane per request (its phases), the busy slots and their source (None: nothing measured them), each
-    slot's context (its name, n_ctx and pieces)."""
+    """A run's lanes for terminal and SVG: each request, the busy slots (and source), each
+    context."""
     attese = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
     richieste = [(f"req {r.indice}", [Tratto(da, a, fase, None, f"{fase} {a - da:.3f} s")
                                       for fase, da, a in fasi(r, attese)]) for r in prova.esecuzione.risultati]
@@ -4646,18 +4640,16 @@ def disegno(prova: Prova) -> Tuple[List[Tuple[str, List[Tratto]]], List[Tratto],
 
 
 def valore_fra(tratti: List[Tratto], da: float, a: float) -> Optional[int]:
-    """The most a lane held between two times, from the pieces that hold then; None where none does, or where
-    nothing known but 0 does and a piece is not known (a failed request, in flight: an idle slot is not proven)."""
+    """The most a lane held between two times; None where nothing holds, or where 0 is all that is
+    known beside an unknown piece (a failed request in flight does not prove an idle slot)."""
     valori = [t.valore for t in tratti if t.da < a and da < t.a]
     n = max((v for v in valori if v is not None), default=None)
     return None if n == 0 and None in valori else n
 
 
 def slot_nel_tempo(prova: Prova) -> Tuple[List[Tratto], Optional[str]]:
-    """The busy slots, a piece between each two times where anything changes (a request enters or leaves
-    its slot, a reading), from the same source as the peak's: the server's timings (never above the peak
-    they prove; a failed request has none, so while it was in flight a 0 is not known), else the /slots
-    readings (each holding until the next). With the source's name; ([], None) when nothing was measured."""
+    """The busy slots, a piece between each two times where anything changes, from the peak's
+    source: the server's timings (a failed request's span unknown), else /slots."""
     e = prova.esecuzione
     intervalli = [i for i in map(in_slot, e.riuscite) if i]
     letti = [c for c in e.campioni if c.occupati is not None]
@@ -4691,13 +4683,12 @@ def fine_asse(e: Esecuzione) -> float:
 
 
 def fasi_viste(richieste: list, fine: float) -> set:
-    """The phases a picture's request lanes show: before the slot with one free, only where it can be seen."""
+    """The phases the lanes show (the trip only where it is wide enough to see)."""
     return {t.tipo for _, tratti in richieste for t in tratti if t.tipo != "viaggio" or t.a - t.da >= fine / 80}
 
 
 def grafico(prova: Prova, marche: Dict[str, str]) -> List[str]:
-    """A row per request on a common time axis, a row of busy slots, a row per slot's context, a legend.
-    A lane's piece fills the columns it covers; a count, the most it held in a column."""
+    """A row per request on one time axis, the busy slots, each slot's context, a legend."""
     e = prova.esecuzione
     etichetta = max(8, len(f"req {e.n_richieste - 1} "))
     colonne = LARGHEZZA_TERMINALE - etichetta
@@ -4755,8 +4746,8 @@ ASSE_SVG = (70, 740)  # px: where the time and throughput axes run; left of them
 
 
 def elemento(nome: str, testo: str = "", titolo: str = "", **attributi) -> str:
-    """An SVG element, its attributes in the order given (stroke_width is stroke-width, a float has one
-    decimal), then its text and its title (the tooltip), escaped; closed on itself when it has neither."""
+    """An SVG element, attributes in order (stroke_width: stroke-width; floats to one decimal),
+    escaped text and title (the tooltip); self-closed without them."""
     import html
 
     dentro = html.escape(testo, quote=False)
@@ -4777,16 +4768,14 @@ def rettangolo(t: Tratto, sinistra: int, scala: float, y, alto) -> str:
 
 
 def barre(tratti: List[Tratto], pieno: int, sinistra: int, scala: float, y: int, alto: int) -> List[str]:
-    """A lane's counts as bars up from its floor, `alto` high at `pieno`; a piece of none, no bar."""
+    """A lane's counts as bars up from its floor, `alto` high at `pieno`."""
     return [rettangolo(t, sinistra, scala, y + alto - h, h)
             for t in tratti if t.valore for h in [alto * min(1.0, t.valore / pieno)]]
 
 
 def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punto]]]]] = None,
         chiavi: Sequence[str] = ()) -> str:
-    """The same picture as a standalone SVG, one panel per run, for the deliverable; a sweep's
-    capacity curve (`curve`: the axis and the curves, from `serie`) comes first, and each panel
-    says its point (`chiavi`: what varied)."""
+    """The picture as a standalone SVG, a panel per run, after a sweep's capacity curve."""
     sinistra, destra = ASSE_SVG
     pannelli, y = svg_curva(*curve, 10) if curve is not None else ([], 10)
     viste, fonti, riempiti = set(), set(), False  # the phases shown; the busy slots' sources; a slot's context drawn
@@ -4843,9 +4832,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
 # At the end of a session: the tables and the files ##############################################
 
 def tabella_e_file(sessione: Sessione) -> None:
-    """The files, then the tables (a sweep's, with its curve and its explanation; or the
-    deliverable's): written even after an error or an interruption, the files first, so that a
-    reader who closes stdout at the table (| head) does not lose them."""
+    """The files, then the tables, even after an error: a reader gone at the table loses no file."""
     o, prove = sessione.opzioni.oltre, sessione.prove
     curve, chiavi, righe = None, chiavi_griglia(sessione), []
     punti = punti_di(prove)
@@ -4891,7 +4878,7 @@ def righe_dati(prova: Prova) -> List[dict]:
 
 
 def riga_dati(r: Risultato, in_coda: Dict[int, float], tagliata: bool = False) -> dict:
-    """One request; `in_coda`: the run's attese_a_slot_pieni; `tagliata`: the slot's context cut its answer."""
+    """One request as the files keep it."""
     letto = oltre(r)
     return {"indice": r.indice, "token_prompt": r.token_prompt, "token": r.token, "latenza_s": r.latenza,
             "attesa_slot_s": attesa_dello_slot(r), "attesa_in_coda_s": in_coda.get(r.indice),
@@ -4906,7 +4893,7 @@ def riga_dati(r: Risultato, in_coda: Dict[int, float], tagliata: bool = False) -
 
 
 def dati_piano(piano: Piano) -> dict:
-    """A plan as the files keep it: every field, the prompt file's and the system prompt's texts left out."""
+    """A plan as the files keep it, without the texts (the flags say where they came from)."""
     testi = dict(testo=None, testo_sistema=None, pezzi=None, dataset=None)  # the texts stay out: the flags say how
     return {**piano._replace(oltre=None)._asdict(), **oltre(piano)._replace(**testi)._asdict(), "oltre": None}
 
@@ -4929,8 +4916,7 @@ def testo_csv(prove: List[Prova]) -> str:
 
 def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[Dict[str, float]] = None,
                percentili: Sequence[int] = (), capacita: Sequence[dict] = ()) -> str:
-    """Every request, the /slots samples with their times, the server's props and the flags
-    (never the API key), for plotting; in a sweep, every point with the values it was run at."""
+    """Everything a plot needs (never the API key); in a sweep, each point's values."""
     escluse = [id(p) for punto in punti_di(prove) for p, _ in anomale(punto.prove)]
     dati = {
         "carico": __version__, "url": url,
@@ -4974,8 +4960,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
 
 
 def scrivi_file(percorso: str, testo: str) -> None:
-    """All or nothing: a temporary file beside it, then a rename. The file gets the mode a shell
-    redirect would give it: the old file's, or 0666 less the umask."""
+    """All or nothing (a temporary file, then a rename), the mode a shell redirect would give."""
     import tempfile
 
     try:
@@ -5139,7 +5124,7 @@ def spiegazione(prova: Prova) -> List[str]:
 
 
 def frase_contesto_stretto(prova: Prova) -> List[str]:
-    """The lab's step 4 read out: a prompt longer than a slot's context, what it asked and what the slot had."""
+    """The lab's step 4 read out: what the prompt asked, what the slot had."""
     import re
 
     letti = [re.search(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)", r.errore or "")
@@ -5167,10 +5152,8 @@ VIAGGIO_MAX = 0.1  # seconds from the send to a free slot that are the trip (HTT
 
 
 def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
-    """From the client's side alone (no /slots, no timings): requests in flight together whose answers came
-    back one after another, each at least half the fastest latency after the one before (sent before the
-    one before came back): a server that serves one at a time, and a queue. Said as an inference, or None
-    (answers that came back together: served together)."""
+    """Client side only (no /slots, no timings): requests in flight together whose answers came back
+    one after another, at least half the fastest latency apart: a server serving one at a time."""
     ordinate = sorted(ok, key=lambda r: r.fine)
     coppie = [(a, b) for a, b in zip(ordinate, ordinate[1:]) if b.inizio < a.fine]  # b was in flight while a was
     if len(ordinate) < 3 or len(coppie) < 2:
@@ -5189,15 +5172,13 @@ def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
 
 
 def velocita_media_slot(riuscite: List[Risultato]) -> Optional[float]:
-    """The mean speed of a request in its own slot (t/s): each request's, weighted by the time its slot spent
-    generating it (a short answer does not pull it up), so within the speeds it sums up."""
+    """The mean speed in a slot, weighted by generation time (short answers do not pull it up)."""
     pesate = [(r.tps, r.predicted_ms / 1000) for r in riuscite if r.tps is not None and r.predicted_ms]
     return sum(v * secondi for v, secondi in pesate) / sum(secondi for _, secondi in pesate) if pesate else None
 
 
 def volte(rapporto: float) -> str:
-    """A ratio as 'N volte' says it: one decimal, two under 0.1 (never '0.0 volte': a slow --ritmo leaves the
-    slots idle most of the time)."""
+    """A ratio for 'N volte': never '0.0 volte' (a slow --ritmo leaves slots idle)."""
     return f"{rapporto:.1f}" if rapporto >= 0.1 else f"{rapporto:.2f}" if rapporto >= 0.01 else "meno di 0.01"
 
 
@@ -5317,8 +5298,7 @@ class ServerAvviato:
 
 
 def chiavi_api(comando: List[str]) -> List[str]:
-    """The API keys a server's command holds (--api-key K or --api-key=K, each of a comma-separated list), and
-    LLAMA_API_KEY's, which llama serve reads too; the longest first (--api-key-file's keys stay in their file)."""
+    """The API keys in a server's command (--api-key, lists) and LLAMA_API_KEY, longest first."""
     dati = [p for prima, p in zip([""] + comando, comando) if prima == "--api-key"] + [
         p.partition("=")[2] for p in comando if p.startswith("--api-key=")] + [os.environ.get("LLAMA_API_KEY", "")]
     return sorted({c for d in dati for c in (d, *d.split(",")) if c}, key=lambda c: (-len(c), c))
@@ -5334,7 +5314,7 @@ def nascoste(testo: str, chiavi: List[str]) -> str:
 
 
 def uscita(codice: int) -> str:
-    """A server's exit code in words: a signal (a negative code) named, with what it usually means."""
+    """A server's exit code in words; a signal named, with what it usually means."""
     try:
         nome = signal.Signals(-codice).name if codice < 0 else None
     except ValueError:
@@ -5384,8 +5364,7 @@ OPZIONI_DI_CARICO = {"parallele": "--parallele", "max_token": "--token", "token_
 
 
 def prove_salvate(percorso: str, rifiuta) -> List[dict]:
-    """The runs of a file written by --json (the ones cut short left out); `rifiuta` (the parser's) for a
-    file that is not one: exit 2, before anything else."""
+    """The whole runs of a --json file; a file that is not one: `rifiuta` (exit 2)."""
     try:
         with open(percorso, encoding="utf-8") as f:
             dati = json.load(f)
@@ -5433,9 +5412,8 @@ def oltre_il_rumore(a: List[float], b: List[float]) -> str:
 
 
 def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> List[str]:
-    """--confronta A.json B.json: for each load both files measured (the same flags but np; the
-    parser refused files without one), each server of A against each of B, figure by figure: A's
-    mean, B's, B/A, and whether the difference is beyond the noise. Loads apart are never pooled."""
+    """Each load both files measured, each server of A against each of B, figure by figure: means,
+    B/A, beyond the noise or not. Different loads are never pooled."""
     (nome_a, prove_a), (nome_b, prove_b) = a, b
     gruppi_a, gruppi_b = {}, {}  # (load, np) -> its runs, in file order
     for prove, gruppi in ((prove_a, gruppi_a), (prove_b, gruppi_b)):
@@ -5481,8 +5459,7 @@ def macchina_salvata(salvata) -> str:
 
 
 def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Optional[str]:
-    """When no run of A has the load of a run of B: which options differ, and their values in each file
-    (a file with several loads: all of them); None when they have one in common."""
+    """No run of A has a load of B's: the options that differ, and their values; else None."""
     (nome_a, prove_a), (nome_b, prove_b) = a, b
     if {carico_salvato(p) for p in prove_a} & {carico_salvato(p) for p in prove_b}:
         return None
@@ -5500,8 +5477,7 @@ def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) ->
 
 
 def descrivi_prove(prove: List[dict]) -> str:
-    """A file's runs of one load: the server (as --avvia started it, else its slots, kv where the run showed the
-    shared buffer, and each slot's context: -np 4 with and without --kv-unified apart), the load, how many."""
+    """A file's runs of one load: the server (with and without --kv-unified apart), load, count."""
     piano = prove[0].get("piano") if isinstance(prove[0].get("piano"), dict) else {}
     kv = " kv" if salvato(prove[0], ("server", "kv_unificata")) else ""
     np = prove[0].get("np") or f"{salvato(prove[0], ('server', 'n_slot'))}{kv}"
@@ -5521,8 +5497,7 @@ def descrivi_prove(prove: List[dict]) -> str:
 # what it decided, and the KV cache it allocated.
 
 def contesto_degli_slot(dati) -> Optional[tuple]:
-    """Each slot's (tokens of its task, n_ctx) in a /slots answer, 0 for an idle slot; None when the
-    server does not say (another server, another version)."""
+    """Each slot's (tokens of its task, n_ctx), 0 when idle; None when the server does not say."""
     contesto = []
     for slot in lista_slot(dati) or []:
         occupato = conta_occupati([slot])  # busy as the lab decides it: is_processing, or an older server's state
@@ -5552,8 +5527,7 @@ class Osservatore(NamedTuple):
 
 
 def letture_contesto(prova: Prova) -> List[Campione]:
-    """The readings that say each slot's context; none when a reading with busy slots did not say it
-    (an idle slot that never ran has no n_prompt_tokens even on this server: it cannot tell)."""
+    """The readings that say each slot's context; none if a busy reading did not (cannot tell)."""
     campioni = prova.esecuzione.campioni
     if any(c.contesto is None and c.occupati for c in campioni):
         return []
@@ -5561,13 +5535,12 @@ def letture_contesto(prova: Prova) -> List[Campione]:
 
 
 def somma(contesto: tuple) -> int:
-    """The tokens of every slot's task together: with --kv-unified, what they ask of the buffer they share."""
+    """Every slot's tokens together: with --kv-unified, what they ask of the shared buffer."""
     return sum(t for t, _ in contesto)
 
 
 def righe_contesto(prova: Prova) -> List[str]:
-    """--dettagli: the most tokens a reading saw each slot's task hold, against its n_ctx; with
-    --kv-unified the most they asked of the buffer they share; exact from the answers, the longest request."""
+    """--dettagli: the most each slot's task held against n_ctx (or the shared buffer)."""
     letture = letture_contesto(prova)
     if not letture:
         return ["  contesto per slot: n/d (/slots non dice quanti token tiene ogni slot)"]
@@ -5594,14 +5567,12 @@ def righe_contesto(prova: Prova) -> List[str]:
 
 
 def livello(tenuti: int, n_ctx: int, marche: Dict[str, str]) -> str:
-    """One cell of a slot's fill: blank when empty, the lowest eighth for a few tokens, a full block only
-    at n_ctx (490 of 512 is the seventh)."""
+    """A cell of a slot's fill: blank when empty, a full block only at n_ctx."""
     return marche["livelli"][min(8, max(tenuti > 0, 8 * tenuti // n_ctx))]
 
 
 def corsie_contesto(prova: Prova) -> List[Tuple[str, int, List[Tratto]]]:
-    """The picture's lanes of each slot's context, a piece per /slots reading (it holds until the next), full at
-    its n_ctx; with --kv-unified a lane for the sum, full at the buffer the slots share."""
+    """Each slot's context lane, full at its n_ctx; with --kv-unified, one more for the sum."""
     letture = letture_contesto(prova)
     if not any(t for c in letture for t, _ in c.contesto):  # no slot held a token: no picture of it
         return []
@@ -5618,10 +5589,8 @@ def corsie_contesto(prova: Prova) -> List[Tuple[str, int, List[Tratto]]]:
 # --turni and --sistema: conversations that outgrow the slot ####################################
 
 class Conversazioni(NamedTuple):
-    """--turni: each of the --parallele users holds one conversation of --turni turns. Every turn
-    resends the whole history (the system prompt, each question and each answer) and a new question,
-    with the prompt cache on: the history is the prefix its slot already holds (timings.cache_n says
-    how much was reused). A conversation stops at its first failed turn: the next would be longer."""
+    """--turni: each of --parallele users holds a conversation of --turni turns, each resending the
+    whole history with the cache on (cache_n: how much was reused); it stops at a failed turn."""
     piano: Piano
     primo_prompt: int
 
@@ -5631,8 +5600,7 @@ class Conversazioni(NamedTuple):
         return {"role": "user", "content": f"(utente {self.primo_prompt + utente}, domanda {turno + 1}) {testo}"}
 
     def lancia(self, futuri: list, esecutore, client: Client, t0: float) -> EsecuzioneOltre:
-        """Send each conversation's first turn, then each next one as soon as the previous is answered,
-        appending every turn's future to `futuri` (indices in the order they leave)."""
+        """Each conversation's first turn, then each next once the previous is answered."""
         import concurrent.futures
 
         piano, turni = self.piano, self.piano.oltre.turni
@@ -5668,8 +5636,7 @@ def lanciatore(piano: Piano, primo_prompt: int):
 
 
 def tokenizza(client: Client, testo: str) -> List[bytes]:
-    """The pieces of `testo` as the server's own tokenizer cuts it (/tokenize with_pieces), as bytes:
-    a piece may hold half of a UTF-8 character. A server without one: ErroreUtente, exit 1 (the server cannot)."""
+    """`testo` in the server's pieces, as bytes (half a UTF-8 character, maybe); none: exit 1."""
     risposta = chiedi(client, "/tokenize", {"content": testo, "with_pieces": True})
     altrove = tokenizza_extras(client, testo) if risposta.status == 404 else None  # not llama.cpp's
     if altrove is not None:
@@ -5685,9 +5652,8 @@ def tokenizza(client: Client, testo: str) -> List[bytes]:
 
 
 def tokenizza_extras(client: Client, testo: str) -> Optional[List[bytes]]:
-    """The tokenizer of llama-cpp-python's server: ids at /extras/tokenize (the BOS first, which llama.cpp's
-    /tokenize does not count), each id's piece from /extras/detokenize, asked once a session. None where
-    the server has no such endpoints."""
+    """llama-cpp-python's tokenizer: /extras/tokenize (BOS first, which /tokenize does not count)
+    and /extras/detokenize; None where the server has neither."""
     try:
         risposta = client.chiama("POST", "/extras/tokenize", {"input": testo})
         dati = leggi_json(risposta.corpo) if risposta.status == 200 else None
@@ -5706,8 +5672,7 @@ def tokenizza_extras(client: Client, testo: str) -> Optional[List[bytes]]:
 
 
 def pezzi_del_server(client: Client, quanti: int) -> List[bytes]:
-    """The lab's prompts, one after the other and again, as the server's tokenizer cuts them: at least
-    `quanti` pieces (none from a tokenizer that gives none)."""
+    """At least `quanti` pieces of the lab's prompts, again and again, as the server cuts them."""
     fonte = " ".join(PROMPTS)
     pezzi = tokenizza(client, fonte)
     while 0 < len(pezzi) < quanti:
@@ -5717,8 +5682,7 @@ def pezzi_del_server(client: Client, quanti: int) -> List[bytes]:
 
 
 def testo_di_token(client: Client, n: int) -> str:
-    """A text of exactly n tokens for the server's tokenizer: the lab's prompts one after the other, cut
-    after the n-th piece, then counted again (a cut may merge two pieces: then one piece more or less)."""
+    """A text of exactly n tokens, counted again (a cut may merge two pieces)."""
     pezzi = pezzi_del_server(client, n + 3)
     for k in [k for k in (n, n - 1, n + 1, n - 2, n + 2) if 0 < k <= len(pezzi)]:
         testo = b"".join(pezzi[:k]).decode("utf-8", "replace")
@@ -5742,8 +5706,7 @@ def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
 # prompt is made when its request leaves.
 
 def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
-    """The plans with the pieces to cut exact prompts from, made once on the first server's tokenizer;
-    each distinct single length checked by counting its first prompt again (ErroreUtente if it fails)."""
+    """The plans with the pieces for exact prompts, once a session; each length counted again."""
     lunghezze = [oltre(p).prompt_token for p in piani if oltre(p).prompt_token]
     piu_lungo = max([b for _, b in lunghezze] + [oltre(p).prefisso or 0 for p in piani] + [1])
     pezzi = pezzi_del_server(client, piu_lungo + 1)
@@ -5767,17 +5730,15 @@ def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
 
 
 def taglia(pezzi: tuple, indice: int, lunghezza: int) -> str:
-    """Request `indice`'s exact prompt: `lunghezza` pieces from its start among the word starts (the
-    pieces are kept as one text and where each one begins)."""
+    """Request `indice`'s exact prompt: `lunghezza` pieces from its own word start."""
     testo, inizi, aperture = pezzi
     primo = aperture[indice % len(aperture)]
     return testo[inizi[primo]:inizi[primo + lunghezza]].decode("utf-8", "replace")
 
 
 def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Optional[int]]:
-    """The prompt of a run's request `indice` and, with --prompt-token, its length in tokens: a fixed one,
-    or drawn between MIN and MAX by --seme and `indice` (each repeat of a run: the same lengths). Its
-    text starts further on in the session (`primo_prompt`): a repeat does not send the same prompts."""
+    """Request `indice`'s prompt and (--prompt-token) its length: fixed, or drawn by --seme and
+    `indice`; its text starts at `primo_prompt`, so a repeat sends new prompts."""
     piano_oltre = oltre(piano)
     prefisso = piano_oltre.prefisso or 0  # --prefisso: the same opening, from the first start, then its own text
     comune = taglia(piano_oltre.pezzi, 0, prefisso) if prefisso else ""
@@ -5791,8 +5752,7 @@ def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Op
 
 
 def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, Optional[int]]:
-    """The JSON of a run's request `indice` when the extras send it: from --dataset (its prompt or
-    messages, its max_tokens), else with the prompt of `prompt_di`; and its exact length, if known."""
+    """Request `indice`'s JSON (--dataset's, or prompt_di's prompt) and its exact length."""
     dataset, minimo = oltre(piano).dataset, oltre(piano).token_minimo
     if dataset is None:
         prompt, lunghezza = prompt_di(indice, piano, primo_prompt)
@@ -5813,10 +5773,8 @@ def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, 
 
 
 def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
-    """--dataset FILE, read whole before any load: JSONL (one request a line: `prompt` or `messages`,
-    optional `max_tokens` and `timestamp` in seconds, all lines or none) or ShareGPT's JSON, vLLM's layout
-    (the first human turn of each conversation). Returns the requests, (prompt or messages, max_tokens,
-    seconds from the first timestamp), and the layout's name; a bad line: its number, exit 2."""
+    """--dataset, read before any load: JSONL (`prompt` or `messages`, optional `max_tokens`, and
+    `timestamp` on every line or none) or ShareGPT (each first human turn); a bad line: exit 2."""
     try:
         with open(percorso, encoding="utf-8") as f:
             testo = f.read()
@@ -5875,10 +5833,8 @@ def voce_dataset(riga: str, dove: str, rifiuta) -> tuple:
 
 
 def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
-    """After a run with --token MIN-MAX: the tokens asked and generated. With --dataset: how many of its
-    requests were sent. With --prefisso: how many prompt tokens the server took from its cache. With
-    --prompt-token: the prompts' lengths asked, and what the chat template added, measured as the
-    server's prompt_tokens less the prompt's own tokens."""
+    """After a run: --token MIN-MAX's tokens, --dataset's requests sent, --prefisso's cached tokens,
+    --prompt-token's lengths and what the chat template added."""
     righe, piano_oltre, ok = [], oltre(prova.piano), prova.esecuzione.riuscite
     if piano_oltre.token_minimo is not None:
         generati = [r.token for r in ok if r.token is not None]
@@ -5906,12 +5862,9 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
 
 
 def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
-    """--prefisso: of the requests that reused less than half the prefix, what the evidence says. Those a slot
-    took before any other request's prompt was computed could not find it (no slot held it yet). For the
-    others, the server's log (--avvia starts it at -lv 4): this llama.cpp says when it restored a context
-    checkpoint or processed the whole prompt again, which it does for a model with sliding-window layers
-    (gemma-3), whose cache cannot be cut back to a common prefix. Without the log carico does not know why,
-    and says only what it saw."""
+    """--prefisso: why requests reused less than half of it. One a slot took before any prompt was
+    computed could not; else the log (-lv 4) says if the server restored a checkpoint or redid the
+    prompt (a sliding-window model, gemma-3, cannot cut its cache back); else what was seen."""
     prefisso, ok = oltre(prova.piano).prefisso, prova.esecuzione.riuscite
     poche = [r for r in ok if r.token_cache is not None and r.token_cache < prefisso / 2]
     if not poche:
@@ -5944,9 +5897,8 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
 
 
 def cache_ereditata(prova: Prova) -> List[Risultato]:
-    """--turni: the first turns that reused more than the chat template's opening from a slot's cache
-    before any answer of this run had come back: nothing of this run could be there yet, so it was left
-    by an earlier run on the same server (the system prompt and the first questions are the same)."""
+    """--turni: first turns that reused more than the template's opening before any answer came
+    back: an earlier run on the same server left it (same system prompt, same first questions)."""
     prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)  # None only with no turn at all
     return [r for r in prova.esecuzione.riuscite if oltre(r).turno == 1 and (r.token_cache or 0) > APERTURA_MAX
             and r.inizio < prima_risposta]
@@ -5956,8 +5908,7 @@ APERTURA_MAX = 16  # tokens a new prompt may share with any other: the chat temp
 
 
 def righe_conversazioni(prova: Prova) -> List[str]:
-    """--turni: per turn, how many conversations went through, the prompt's tokens, those reused from
-    the cache, the latency (and the first token, with --stream); then where each conversation stopped."""
+    """--turni: per turn, conversations, prompt and reused tokens, latency; where each ended."""
     e, piano_oltre, utenti = prova.esecuzione, oltre(prova.piano), prova.piano.parallele
     stream = any(oltre(r).chunk_s is not None for r in e.riuscite)
     condiviso = " condivisi fra gli slot (--kv-unified)" if kv_condivisa(prova) else " per slot"
@@ -6008,7 +5959,7 @@ def righe_conversazioni(prova: Prova) -> List[str]:
 # What the server decided: its log, read with --avvia ###########################################
 
 class Decisioni(NamedTuple):
-    """What the server printed at start-up about what it decided; None (n/d) where its log is silent."""
+    """What the server said at start-up it decided; None where its log is silent."""
     n_slot: Optional[int] = None
     n_ctx_slot: Optional[int] = None
     kv_unificata: Optional[bool] = None
@@ -6020,8 +5971,8 @@ class Decisioni(NamedTuple):
 
 
 def leggi_decisioni(log: str) -> Decisioni:
-    """`load_model: initializing, n_slots = 4, n_ctx_slot = 512, kv_unified = 'false'` (always), and each
-    `llama_kv_cache: size = 6.00 MiB (512 cells, 3 layers, 4/4 seqs)` after `creating non-SWA KV cache`."""
+    """`load_model: ... n_slots = 4, n_ctx_slot = 512, kv_unified = 'false'` and each
+    `llama_kv_cache: size = 6.00 MiB (512 cells, ...)` after `creating non-SWA KV cache`."""
     import re
 
     scelta = re.search(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'", log)
@@ -6057,8 +6008,7 @@ CONVERSAZIONI_RAM, TOKEN_RAM = 4, 4096  # the lab's question: 4 conversations of
 
 
 def da_confrontare(prove: List[Prova]) -> Optional[Configurazione]:
-    """The server of the session the RAM question starts from: the first -np 4 (the question's slots),
-    else the first started; None without --avvia."""
+    """The RAM question's reference: the first -np 4 started, else the first; None: no --avvia."""
     avviate = [p.configurazione for p in prove if p.configurazione and p.configurazione.deciso]
     return next((c for c in avviate if c.np == CONVERSAZIONI_RAM), avviate[0]) if avviate else None
 
@@ -6068,9 +6018,8 @@ SERVER_RAM = (Configurazione(CONVERSAZIONI_RAM), Configurazione(CONVERSAZIONI_RA
 
 
 def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Configurazione, Optional[Decisioni]]], str]:
-    """The question's servers (SERVER_RAM), whatever --np the session ran: --avvia's command started with
-    their -np and -c 16384, one at a time, and what each log says it allocated; a start that fails is None,
-    with why (not the session's failure: a large model may not fit at -c 16384)."""
+    """The question's servers (SERVER_RAM) started one at a time, with what each log says it
+    allocated; a failed start is None with why (a large model may not fit -c 16384)."""
     if prima.deciso.kv_mib is None:
         return [], "il log del server non scrive la cache KV (questo llama.cpp la scrive da -lv 4)"
     comando, misurate, perche = con_contesto(opzioni.oltre.avvia, CONVERSAZIONI_RAM * TOKEN_RAM), [], ""
@@ -6087,10 +6036,8 @@ def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Conf
 
 def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Optional[Decisioni]]],
               perche_nd: str) -> List[str]:
-    """--spiega with --avvia: the lab's RAM question answered from measurements, for the question's own
-    servers (-np 4 -c 16384, and with --kv-unified), against the session's server. The KV cache of a model
-    with sliding-window layers (gemma-3) does not grow in proportion to -c, so nothing is extrapolated:
-    each figure is what a server allocated when started at the asked context."""
+    """--spiega with --avvia: the lab's RAM question from measured servers, nothing extrapolated (a
+    sliding-window model's cache does not grow with -c)."""
     d, chiesto = prima.deciso, CONVERSAZIONI_RAM * TOKEN_RAM
     n_ctx = None if d.n_ctx_slot is None else d.n_ctx_slot * (1 if d.kv_unificata else d.n_slot or 1)
     righe = [f"La domanda del lab: {CONVERSAZIONI_RAM} conversazioni da {TOKEN_RAM} token.",
