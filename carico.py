@@ -1687,8 +1687,7 @@ def token_o_zero(testo: str) -> int:
 
 
 def lunghezze_prompt(testo: str) -> List[Tuple[int, int]]:
-    """`200`, `100-300` (uniform between the two) or a list of single lengths `128,512,1024` (a sweep):
-    each as (min, max) tokens."""
+    """`200`, `100-300` (uniform) or a sweep's single lengths `128,512`: each as (min, max) tokens."""
     lunghezze = []
     for voce in testo.split(","):
         da, trattino, a = voce.strip().partition("-")
@@ -1708,8 +1707,7 @@ def lunghezze_prompt(testo: str) -> List[Tuple[int, int]]:
 
 
 def lista_percentili(testo: str) -> List[Union[int, float]]:
-    """`50,90,99.9`: distinct percentiles above 0 and below 100, with at most two decimals (99.99); a whole
-    one stays an int (p99, not p99.0)."""
+    """`50,90,99.9`: distinct, in (0, 100), two decimals at most; a whole one an int (p99, not p99.0)."""
     try:
         percentili = [float(v) for v in testo.split(",")]
     except ValueError:
@@ -1745,8 +1743,7 @@ def file_scrivibile(testo: str) -> str:
 
 
 def lista_np(testo: str) -> List[Configurazione]:
-    """`1,2,4,4kv`: the -np values of a sweep; `Nkv` adds --kv-unified (the lab's step 5); `auto` (or -1):
-    no -np, the server decides (the sheet's last variant)."""
+    """`1,2,4,4kv`: `Nkv` adds --kv-unified (step 5); `auto` (-1): no -np, the server decides."""
     configurazioni = []
     for voce in testo.split(","):
         voce = voce.strip().lower()
@@ -4459,20 +4456,16 @@ def letture_in_fase(prova: Prova, tempi: List[float], inizi: List[float]) -> Opt
 
 
 # --capacita: the highest rate the server holds within the objective ############################
-# The question an instructor asks: how many requests per second does this server hold, while latency
-# stays under 5 s for 95% of them? --ritmo is searched for it. First the rate doubles (from --ritmo, or
-# 1 req/s) until a point fails: fewer than QUOTA% of its requests met --slo, or the server was
-# overloaded (its queue grew along the run: a longer run would fail). Then the rate is bisected between
-# the last point that held and the first that failed, until they are within 20% of each other. Each
-# point runs --durata seconds (and --ripeti times, its requests pooled). The answer is uncertain, and
-# says so, when the last point that held had fewer than 20 requests, or met the objective by less than
-# twice the noise of a share measured on that many requests.
+# How many requests a second does this server hold with, say, 95% of them under 5 s? The rate doubles
+# (from --ritmo, or 1 req/s) until a point fails (under QUOTA% met --slo, or an overload: its queue grew,
+# a longer run would fail), then is bisected until within 20%. A point: --durata s, --ripeti runs pooled.
+# Uncertain, and said, under 20 requests or a margin under twice the noise of a share of that many.
 
 PASSO_CAPACITA, MAX_PUNTI_CAPACITA, MIN_RICHIESTE_CAPACITA = 1.2, 12, 20
 
 
 class Capacita:
-    """One search of --capacita on one server: its points, measured with the lab's own run."""
+    """One search of --capacita on one server."""
 
     def __init__(self, sessione: SessioneOltre, client: Client, info: InfoServer,
                  configurazione: Optional[Configurazione]):
@@ -4481,8 +4474,10 @@ class Capacita:
         self.punti: List[Tuple[float, List[Prova], bool]] = []  # (rate, its runs, whether it held)
         self.etichetta = configurazione and configurazione.etichetta  # None: the server at --url
 
+    def prove(self, ritmo: Optional[float] = None) -> List[Prova]:  # every point's runs, or one rate's
+        return [p for r, prove, _ in self.punti if ritmo in (None, r) for p in prove]
+
     def cerca(self) -> None:
-        """Double, then bisect; then the answer, the points tried and (--grafico) the curve."""
         o, base = self.oltre, self.sessione.piani[0]
         ritmo, tiene, cade = base.oltre.ritmo, None, None
         while len(self.punti) < MAX_PUNTI_CAPACITA:
@@ -4517,8 +4512,8 @@ class Capacita:
     def righe(self, tiene: Optional[float], cade: Optional[float]) -> List[str]:
         o = self.oltre
         obiettivi = ", ".join(f"{CHIAVI_SLO[k]} <= {v:g} s" for k, v in o.slo.items())
-        durata = sum(p.riepilogo.tempo_totale or 0 for _, prove, _ in self.punti for p in prove)
-        tutte = [r for _, prove, _ in self.punti for p in prove for r in p.esecuzione.risultati]
+        durata = sum(p.riepilogo.tempo_totale or 0 for p in self.prove())
+        tutte = [r for p in self.prove() for r in p.esecuzione.risultati]
         if tutte and not any(r.riuscita for r in tutte):
             risposta = "n/d: tutte le richieste sono fallite (vedi le righe req)"
         elif tiene is None:
@@ -4528,7 +4523,7 @@ class Capacita:
             risposta = (f"almeno {tiene:.3g} req/s: nessun punto provato è caduto (fino a "
                         f"{max(r for r, _, _ in self.punti):.3g} req/s, {MAX_PUNTI_CAPACITA} punti)")
         else:
-            inviate = Punto(next(p for r, p, _ in self.punti if r == tiene)).inviate_davvero
+            inviate = Punto(self.prove(tiene)).inviate_davvero
             risposta = (f"{tiene:.3g} req/s (inviate davvero {fmt(inviate, '.2f')}; fra {tiene:.3g}, che lo rispetta, "
                         f"e {cade:.3g}, che no" + ("" if cade / tiene <= PASSO_CAPACITA else
                                                    f": la precisione del 20% non è raggiunta in {MAX_PUNTI_CAPACITA} punti")
@@ -4539,8 +4534,7 @@ class Capacita:
         corpo, in_ordine = [], sorted(self.punti, key=lambda x: x[0])
         for ritmo, prove, regge in in_ordine:
             punto = Punto(prove)
-            richieste = sum(len(p.esecuzione.risultati) for p in prove)
-            corpo.append([f"{ritmo:.3g}", fmt(punto.inviate_davvero, ".2f req/s"), str(richieste),
+            corpo.append([f"{ritmo:.3g}", fmt(punto.inviate_davvero, ".2f req/s"), str(richieste_di(prove)),
                           f"{quota_slo(prove, o.slo):.0%}", fmt(punto.throughput, ".1f token/s"),
                           fmt(punto.latenza_p90, ".2f s"), segno_sovraccarico(prove), "regge" if regge else "no"])
         righe += tabella_md(["ritmo", "inviate davvero", "richieste", "entro lo SLO", "throughput", "latenza p90",
@@ -4554,7 +4548,7 @@ class Capacita:
     def neanche_da_sola(self) -> str:
         """Even the fastest request missed an objective: no rate can meet it."""
         for chiave, soglia in self.oltre.slo.items():
-            valori = [v for _, prove, _ in self.punti for p in prove for v in valori_figure(p).get(CHIAVI_SLO[chiave], [])]
+            valori = [v for p in self.prove() for v in valori_figure(p).get(CHIAVI_SLO[chiave], [])]
             if valori and min(valori) > soglia:
                 return (f": anche la richiesta più veloce misurata ha {CHIAVI_SLO[chiave]} {min(valori):.2f} s, oltre i "
                         f"{soglia:g} s dello SLO; una richiesta da sola non è più veloce, e nessun ritmo può rispettarlo "
@@ -4562,11 +4556,11 @@ class Capacita:
         return ""
 
     def incertezza(self, tiene: Optional[float]) -> List[str]:
-        """Why the answer may not hold: too few requests where it held, or a share within noise."""
+        """Too few requests where it held, or a share within the noise."""
         if tiene is None:
             return []
-        prove = next(p for r, p, _ in self.punti if r == tiene)
-        n = sum(len(p.esecuzione.risultati) for p in prove)
+        prove = self.prove(tiene)
+        n = richieste_di(prove)
         quota, obiettivo = quota_slo(prove, self.oltre.slo), self.oltre.capacita / 100
         rumore = 2 * (obiettivo * (1 - obiettivo) / n) ** 0.5 if n else 1.0
         if n < MIN_RICHIESTE_CAPACITA:
@@ -4587,15 +4581,18 @@ def segno_sovraccarico(prove: List[Prova]) -> str:
     return "no" if any(len(p.esecuzione.riuscite) >= MINIMO_SOVRACCARICO for p in prove) else ND
 
 
+def richieste_di(prove: List[Prova]) -> int:
+    return sum(len(p.esecuzione.risultati) for p in prove)
+
+
 def quota_slo(prove: List[Prova], slo: Dict[str, float]) -> float:
-    """The share of a point's requests (its runs pooled) that met every objective."""
-    totale = sum(len(p.esecuzione.risultati) for p in prove)
+    totale = richieste_di(prove)
     return sum(goodput(p, slo)[0] for p in prove) / totale if totale else 0.0
 
 
 # The picture: --grafico (terminal) and --svg ###################################################
 
-LARGHEZZA_TERMINALE = 80  # columns of --grafico's pictures and of the capacity curve
+LARGHEZZA_TERMINALE = 80  # --grafico's and the capacity curve's columns
 MARCHE_UNICODE = {"viaggio": "·", "coda": "░", "prompt": "▒", "generazione": "█", "errore": "×", "ignoto": "▬",
                   "media": "●", "p90": "+", "saturazione": "◆",  # these three: the capacity curve
                   "livelli": " ▁▂▃▄▅▆▇█", "ttft": "▴"}  # a slot's context, empty to full; the curve's first token
@@ -4606,9 +4603,8 @@ LEGENDA = (("viaggio", "prima dello slot, con slot liberi"), ("coda", "in coda")
 
 
 def fasi(r: Risultato, attese: Dict[int, float]) -> List[Tuple[str, float, float]]:
-    """(phase, start, end) of a request, laid back from its answer by the server's own times. Only
-    the wait with every slot busy (`attese`) is the queue; the rest before the slot is the trip. No
-    timings: 'ignoto'. Empty phases are left out."""
+    """(phase, start, end) laid back from the answer by the server's times; the queue is only the
+    wait with every slot busy (`attese`), the rest before the slot the trip."""
     if not r.riuscita:
         return [("errore", r.inizio, r.fine)]
     slot = in_slot(r)
@@ -4622,7 +4618,7 @@ def fasi(r: Risultato, attese: Dict[int, float]) -> List[Tuple[str, float, float
 
 
 class Tratto(NamedTuple):
-    """A piece of a lane, for both renderers: when, what (a phase, slot, contesto), how much."""
+    """A piece of a lane: when, what (a phase, slot, contesto), how much (None: unknown), title."""
     da: float
     a: float
     tipo: str
@@ -4640,16 +4636,15 @@ def disegno(prova: Prova) -> Tuple[List[Tuple[str, List[Tratto]]], List[Tratto],
 
 
 def valore_fra(tratti: List[Tratto], da: float, a: float) -> Optional[int]:
-    """The most a lane held between two times; None where nothing holds, or where 0 is all that is
-    known beside an unknown piece (a failed request in flight does not prove an idle slot)."""
+    """The most a lane held between two times; None where nothing, or only a 0 beside an unknown
+    piece (a failed request in flight does not prove an idle slot)."""
     valori = [t.valore for t in tratti if t.da < a and da < t.a]
     n = max((v for v in valori if v is not None), default=None)
     return None if n == 0 and None in valori else n
 
 
 def slot_nel_tempo(prova: Prova) -> Tuple[List[Tratto], Optional[str]]:
-    """The busy slots, a piece between each two times where anything changes, from the peak's
-    source: the server's timings (a failed request's span unknown), else /slots."""
+    """The busy slots from the peak's source: the server's timings, else /slots; and its name."""
     e = prova.esecuzione
     intervalli = [i for i in map(in_slot, e.riuscite) if i]
     letti = [c for c in e.campioni if c.occupati is not None]
@@ -4688,7 +4683,6 @@ def fasi_viste(richieste: list, fine: float) -> set:
 
 
 def grafico(prova: Prova, marche: Dict[str, str]) -> List[str]:
-    """A row per request on one time axis, the busy slots, each slot's context, a legend."""
     e = prova.esecuzione
     etichetta = max(8, len(f"req {e.n_richieste - 1} "))
     colonne = LARGHEZZA_TERMINALE - etichetta
@@ -4729,7 +4723,6 @@ def grafico(prova: Prova, marche: Dict[str, str]) -> List[str]:
 
 
 def a_capo(prima: str, voci: List[str], larghezza: int) -> List[str]:
-    """`voci` after `prima`, two spaces apart, on as many lines of `larghezza` as they need."""
     righe = [prima + voci[0]] if voci else [prima]
     for voce in voci[1:]:
         if len(righe[-1]) + 2 + len(voce) <= larghezza:
@@ -4746,8 +4739,7 @@ ASSE_SVG = (70, 740)  # px: where the time and throughput axes run; left of them
 
 
 def elemento(nome: str, testo: str = "", titolo: str = "", **attributi) -> str:
-    """An SVG element, attributes in order (stroke_width: stroke-width; floats to one decimal),
-    escaped text and title (the tooltip); self-closed without them."""
+    """An SVG element: stroke_width is stroke-width, a float one decimal, text and title escaped."""
     import html
 
     dentro = html.escape(testo, quote=False)
@@ -4768,7 +4760,6 @@ def rettangolo(t: Tratto, sinistra: int, scala: float, y, alto) -> str:
 
 
 def barre(tratti: List[Tratto], pieno: int, sinistra: int, scala: float, y: int, alto: int) -> List[str]:
-    """A lane's counts as bars up from its floor, `alto` high at `pieno`."""
     return [rettangolo(t, sinistra, scala, y + alto - h, h)
             for t in tratti if t.valore for h in [alto * min(1.0, t.valore / pieno)]]
 
@@ -4778,7 +4769,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
     """The picture as a standalone SVG, a panel per run, after a sweep's capacity curve."""
     sinistra, destra = ASSE_SVG
     pannelli, y = svg_curva(*curve, 10) if curve is not None else ([], 10)
-    viste, fonti, riempiti = set(), set(), False  # the phases shown; the busy slots' sources; a slot's context drawn
+    viste, fonti, riempiti = set(), set(), False  # shown: phases, slots' sources, a context
     for prova in prove:
         fine = fine_asse(prova.esecuzione)
         scala = (destra - sinistra) / fine
@@ -4792,7 +4783,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
             pannelli.append(scritta(4, y + 13, nome))
             pannelli += [rettangolo(t, sinistra, scala, y + 2, 14) for t in tratti]
             y += 18
-        if fonte:  # busy slots as steps, from the same source as the peak
+        if fonte:
             fonti.add(fonte)
             slot = [t for t in slot if t.a <= fine]  # the terminal's last column may reach past the end
             massimo, alto = max([t.valore for t in slot if t.valore] + [1]), 40
@@ -4802,7 +4793,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
             pannelli.append(elemento("rect", x=sinistra, y=y, width=fine * scala, height=alto, fill="#f4f4f4"))
             pannelli += barre(slot, massimo, sinistra, scala, y, alto)
             y += alto + 6
-        for nome, n_ctx, tratti in contesto:  # each slot's context, under a dashed line at its n_ctx
+        for nome, n_ctx, tratti in contesto:  # under a dashed line at n_ctx
             pannelli.append(scritta(4, y + 13, nome))
             pannelli += barre(tratti, n_ctx, sinistra, scala, y, 18)
             pannelli.append(elemento("line", titolo=f"n_ctx {n_ctx}", x1=sinistra, y1=y, x2=sinistra + fine * scala,
@@ -4818,7 +4809,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
     voci += [("slot", f"slot occupati ({' e '.join(sorted(fonti))})")] * bool(fonti)
     voci += [("contesto", "contesto per slot, fino alla linea di n_ctx (/slots)")] * riempiti
     for fase, nome in voci:
-        if x > sinistra and x + 24 + 8 * len(nome) > LARGHEZZA_SVG:  # the legend on as many lines as it needs
+        if x > sinistra and x + 24 + 8 * len(nome) > LARGHEZZA_SVG:  # a new line
             x, y = sinistra, y + 18
         pannelli.append(elemento("rect", x=x, y=y, width=12, height=12, fill=COLORI_SVG[fase]))
         pannelli.append(scritta(x + 16, y + 11, nome))
@@ -4832,7 +4823,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
 # At the end of a session: the tables and the files ##############################################
 
 def tabella_e_file(sessione: Sessione) -> None:
-    """The files, then the tables, even after an error: a reader gone at the table loses no file."""
+    """The files, then the tables: a reader gone at the table (| head) loses no file."""
     o, prove = sessione.opzioni.oltre, sessione.prove
     curve, chiavi, righe = None, chiavi_griglia(sessione), []
     punti = punti_di(prove)
@@ -4872,13 +4863,11 @@ CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_
 
 
 def righe_dati(prova: Prova) -> List[dict]:
-    """Each request of a run as the files keep it."""
     in_coda = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
     return [riga_dati(r, in_coda, tagliata_dal_contesto(r, prova)) for r in prova.esecuzione.risultati]
 
 
 def riga_dati(r: Risultato, in_coda: Dict[int, float], tagliata: bool = False) -> dict:
-    """One request as the files keep it."""
     letto = oltre(r)
     return {"indice": r.indice, "token_prompt": r.token_prompt, "token": r.token, "latenza_s": r.latenza,
             "attesa_slot_s": attesa_dello_slot(r), "attesa_in_coda_s": in_coda.get(r.indice),
@@ -4894,7 +4883,7 @@ def riga_dati(r: Risultato, in_coda: Dict[int, float], tagliata: bool = False) -
 
 def dati_piano(piano: Piano) -> dict:
     """A plan as the files keep it, without the texts (the flags say where they came from)."""
-    testi = dict(testo=None, testo_sistema=None, pezzi=None, dataset=None)  # the texts stay out: the flags say how
+    testi = dict(testo=None, testo_sistema=None, pezzi=None, dataset=None)
     return {**piano._replace(oltre=None)._asdict(), **oltre(piano)._replace(**testi)._asdict(), "oltre": None}
 
 
@@ -4916,7 +4905,7 @@ def testo_csv(prove: List[Prova]) -> str:
 
 def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[Dict[str, float]] = None,
                percentili: Sequence[int] = (), capacita: Sequence[dict] = ()) -> str:
-    """Everything a plot needs (never the API key); in a sweep, each point's values."""
+    """Everything a plot needs, never the API key."""
     escluse = [id(p) for punto in punti_di(prove) for p, _ in anomale(punto.prove)]
     dati = {
         "carico": __version__, "url": url,
@@ -4952,7 +4941,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             else None,
         } for p in prove],
     }
-    if capacita:  # --capacita: each server's answer and the points tried
+    if capacita:
         dati["capacita"] = list(capacita)
     if len(prove) == 1:  # one run: vLLM's names at the top too, where a script written for vLLM looks
         dati.update(riassunto_vllm(prove[0], sorted({99, *percentili})))
@@ -4994,7 +4983,6 @@ def descrivi_macchina(m: Macchina, dopo: Optional[Macchina] = None) -> str:
 
 
 def spiegazione(prova: Prova) -> List[str]:
-    """A few plain Italian sentences, each one built from the measured figures."""
     e, s, info, piano = prova.esecuzione, prova.riepilogo, prova.info, prova.piano
     ok, non_inviate, tagliata = e.riuscite, oltre(e).non_inviate, e.server_andato or e.interruzione
     if not ok:
@@ -5024,7 +5012,7 @@ def spiegazione(prova: Prova) -> List[str]:
     tetto = attese_del_tetto(prova)
     if attese:
         aspettato, in_coda = in_coda_davvero(prova), attese_a_slot_pieni(ok, info.n_slot)
-        if prova.occupati_prima:  # its timings see this run's requests alone: the wait from the send is the true one
+        if prova.occupati_prima:  # its timings miss the others' work: the wait from the send says it
             lenta = max(attese, key=attese.get)
             latenza = next(r.latenza for r in ok if r.indice == lenta)
             frasi.append(f"Il server aveva già altre richieste prima della prova, che i suoi tempi non mostrano: "
@@ -5124,7 +5112,7 @@ def spiegazione(prova: Prova) -> List[str]:
 
 
 def frase_contesto_stretto(prova: Prova) -> List[str]:
-    """The lab's step 4 read out: what the prompt asked, what the slot had."""
+    """The lab's step 4 read out."""
     import re
 
     letti = [re.search(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)", r.errore or "")
@@ -5148,12 +5136,12 @@ def frase_contesto_stretto(prova: Prova) -> List[str]:
     return [frase]
 
 
-VIAGGIO_MAX = 0.1  # seconds from the send to a free slot that are the trip (HTTP, parsing); longer, the server was busy
+VIAGGIO_MAX = 0.1  # s from the send to a free slot that are the trip (HTTP, parsing); longer: a busy server
 
 
 def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
-    """Client side only (no /slots, no timings): requests in flight together whose answers came back
-    one after another, at least half the fastest latency apart: a server serving one at a time."""
+    """Client side only: answers to requests in flight together that came back one by one, at least
+    half the fastest latency apart, mean a server serving one at a time."""
     ordinate = sorted(ok, key=lambda r: r.fine)
     coppie = [(a, b) for a, b in zip(ordinate, ordinate[1:]) if b.inizio < a.fine]  # b was in flight while a was
     if len(ordinate) < 3 or len(coppie) < 2:
@@ -5172,7 +5160,7 @@ def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
 
 
 def velocita_media_slot(riuscite: List[Risultato]) -> Optional[float]:
-    """The mean speed in a slot, weighted by generation time (short answers do not pull it up)."""
+    """Weighted by generation time: short answers do not pull it up."""
     pesate = [(r.tps, r.predicted_ms / 1000) for r in riuscite if r.tps is not None and r.predicted_ms]
     return sum(v * secondi for v, secondi in pesate) / sum(secondi for _, secondi in pesate) if pesate else None
 
@@ -5183,7 +5171,6 @@ def volte(rapporto: float) -> str:
 
 
 def maiuscola(frase: str) -> str:
-    """A sentence made to open one: its first letter upper case, the rest as it is."""
     return frase[:1].upper() + frase[1:]
 
 
@@ -5305,7 +5292,7 @@ def chiavi_api(comando: List[str]) -> List[str]:
 
 
 def nascoste(testo: str, chiavi: List[str]) -> str:
-    """Each key *** where it stands as a word of its own (a key 'e' leaves 'llama-server' alone)."""
+    """Each key *** where it is a word of its own (a key 'e' leaves 'llama-server' alone)."""
     import re
 
     for chiave in chiavi:
@@ -5337,13 +5324,12 @@ def muori_con_il_padre():
 
 
 # --confronta: two result files side by side ####################################################
-# The lab's advice, "repeat and average before drawing conclusions", made into a verdict: with
-# --ripeti runs in each file, Welch's t-test (two means, unequal variances: fits few runs) says whether
-# a difference is beyond the noise, at 95%; with one run a file, the difference is only indicative.
+# "Repeat and average before drawing conclusions" made a verdict: with --ripeti runs in each file,
+# Welch's t-test (unequal variances: fits few runs) says if a difference is beyond the noise, at 95%;
+# with one run a file, it is only indicative.
 
-# Two-sided 95% critical values of Student's t by degrees of freedom (a fractional df, or one beyond
-# 120, takes the next lower row: the verdict errs toward "within the noise"). Six figures at 95% each:
-# between two identical servers one false "beyond" in four comparisons is to be expected.
+# Two-sided 95% Student's t by degrees of freedom (a df between rows takes the lower: errs toward
+# "within the noise"). Six figures at 95%: between identical servers, one false "beyond" in four.
 T_CRITICO = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
              10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
 
@@ -5382,7 +5368,6 @@ def prove_salvate(percorso: str, rifiuta) -> List[dict]:
 
 
 def salvato(prova: dict, chiavi: Sequence[str]):
-    """What a saved run holds under `chiavi`, one inside the other; None where it has nothing."""
     valore = prova
     for chiave in chiavi:
         valore = valore.get(chiave) if isinstance(valore, dict) else None
@@ -5390,12 +5375,10 @@ def salvato(prova: dict, chiavi: Sequence[str]):
 
 
 def carico_salvato(prova: dict) -> tuple:
-    """The load of a saved run, np left out."""
     return tuple(json.dumps(salvato(prova, ("piano", k))) for k in OPZIONI_DI_CARICO)
 
 
 def welch(a: List[float], b: List[float]) -> Tuple[float, float]:
-    """Welch's t of the difference of two means, and its degrees of freedom."""
     es, gl = errore_standard(a, b)
     if es == 0:  # each file's values all the same: compared as they are, not as means that may round apart
         return (float("inf") if a[0] != b[0] else 0.0), gl
@@ -5403,7 +5386,7 @@ def welch(a: List[float], b: List[float]) -> Tuple[float, float]:
 
 
 def oltre_il_rumore(a: List[float], b: List[float]) -> str:
-    """Whether B differs from A beyond the noise of their repeats, said with the test's figures."""
+    """Whether B differs from A beyond their repeats' noise, with the test's figures."""
     if len(a) < 2 or len(b) < 2:
         return "indicativa: meno di due prove con questa cifra in un file (con --ripeti 3 si misura il rumore)"
     t, gl = welch(a, b)  # gl may be inf: printed as such
@@ -5412,8 +5395,7 @@ def oltre_il_rumore(a: List[float], b: List[float]) -> str:
 
 
 def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> List[str]:
-    """Each load both files measured, each server of A against each of B, figure by figure: means,
-    B/A, beyond the noise or not. Different loads are never pooled."""
+    """Each load both files measured, server by server, figure by figure; loads never pooled."""
     (nome_a, prove_a), (nome_b, prove_b) = a, b
     gruppi_a, gruppi_b = {}, {}  # (load, np) -> its runs, in file order
     for prove, gruppi in ((prove_a, gruppi_a), (prove_b, gruppi_b)):
@@ -5451,7 +5433,7 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
 
 
 def macchina_salvata(salvata) -> str:
-    """Why the machine of a saved run (--json's `macchina`, `macchina_dopo`) was busy, or ''."""
+    """Why a saved run's machine was busy, or ''."""
     try:
         return macchina_occupata(Macchina(**salvata)) if isinstance(salvata, dict) else ""
     except TypeError:  # a file of another version
@@ -5488,13 +5470,10 @@ def descrivi_prove(prove: List[dict]) -> str:
 
 
 # The price of parallelism: each slot's context, conversations, what the server decided ##########
-# The lab's second half: -c is split among the slots. /slots says what each slot's task holds: on this
-# llama.cpp a busy slot's n_prompt_tokens counts its prompt and the tokens decoded so far (measured:
-# 55 = 34 + 21 decoded, then 182 = 34 + 148), so adding next_token's n_decoded would count those twice.
-# It counts a prompt's tokens as the slot feeds them to the model, before they are in the KV cache:
-# with --kv-unified the sum over the slots is what they ask of the shared buffer, and can pass it.
-# --turni makes conversations that grow until they no longer fit; --avvia reads from the server's log
-# what it decided, and the KV cache it allocated.
+# -c is split among the slots. On this llama.cpp a busy slot's n_prompt_tokens counts its prompt and the
+# tokens decoded so far (measured: 55 = 34 + 21, then 182 = 34 + 148): adding n_decoded counts them twice.
+# It counts a prompt as the slot feeds it, before the KV cache holds it: with --kv-unified the sum over
+# the slots is what they ask of the shared buffer, and can pass it.
 
 def contesto_degli_slot(dati) -> Optional[tuple]:
     """Each slot's (tokens of its task, n_ctx), 0 when idle; None when the server does not say."""
@@ -5527,7 +5506,7 @@ class Osservatore(NamedTuple):
 
 
 def letture_contesto(prova: Prova) -> List[Campione]:
-    """The readings that say each slot's context; none if a busy reading did not (cannot tell)."""
+    """The readings with each slot's context; none if a busy reading lacked it (cannot tell)."""
     campioni = prova.esecuzione.campioni
     if any(c.contesto is None and c.occupati for c in campioni):
         return []
@@ -5535,7 +5514,6 @@ def letture_contesto(prova: Prova) -> List[Campione]:
 
 
 def somma(contesto: tuple) -> int:
-    """Every slot's tokens together: with --kv-unified, what they ask of the shared buffer."""
     return sum(t for t, _ in contesto)
 
 
@@ -5589,13 +5567,13 @@ def corsie_contesto(prova: Prova) -> List[Tuple[str, int, List[Tratto]]]:
 # --turni and --sistema: conversations that outgrow the slot ####################################
 
 class Conversazioni(NamedTuple):
-    """--turni: each of --parallele users holds a conversation of --turni turns, each resending the
-    whole history with the cache on (cache_n: how much was reused); it stops at a failed turn."""
+    """--turni: each of --parallele users resends the whole history each turn, cache on (cache_n:
+    what was reused), until --turni turns or a failed one."""
     piano: Piano
     primo_prompt: int
 
     def messaggio_utente(self, utente: int, turno: int) -> dict:
-        """The question a user asks at a turn: one of the lab's prompts, behind who asks it."""
+        """One of the lab's prompts, behind who asks it."""
         testo = PROMPTS[(utente + turno) % len(PROMPTS)]
         return {"role": "user", "content": f"(utente {self.primo_prompt + utente}, domanda {turno + 1}) {testo}"}
 
@@ -5619,7 +5597,7 @@ class Conversazioni(NamedTuple):
         sistema = [{"role": "system", "content": piano.oltre.testo_sistema}] if piano.oltre.testo_sistema else []
         for utente in range(piano.parallele):
             manda(utente, 0, sistema + [self.messaggio_utente(utente, 0)])
-        while storie:  # the turns in flight
+        while storie:
             finiti, _ = concurrent.futures.wait(list(storie), return_when=concurrent.futures.FIRST_COMPLETED)
             for futuro in finiti:
                 utente, turno, messaggi = storie.pop(futuro)
@@ -5652,8 +5630,7 @@ def tokenizza(client: Client, testo: str) -> List[bytes]:
 
 
 def tokenizza_extras(client: Client, testo: str) -> Optional[List[bytes]]:
-    """llama-cpp-python's tokenizer: /extras/tokenize (BOS first, which /tokenize does not count)
-    and /extras/detokenize; None where the server has neither."""
+    """llama-cpp-python's /extras/tokenize (BOS first) and /extras/detokenize; None without them."""
     try:
         risposta = client.chiama("POST", "/extras/tokenize", {"input": testo})
         dati = leggi_json(risposta.corpo) if risposta.status == 200 else None
@@ -5672,7 +5649,6 @@ def tokenizza_extras(client: Client, testo: str) -> Optional[List[bytes]]:
 
 
 def pezzi_del_server(client: Client, quanti: int) -> List[bytes]:
-    """At least `quanti` pieces of the lab's prompts, again and again, as the server cuts them."""
     fonte = " ".join(PROMPTS)
     pezzi = tokenizza(client, fonte)
     while 0 < len(pezzi) < quanti:
@@ -5692,18 +5668,15 @@ def testo_di_token(client: Client, n: int) -> str:
 
 
 def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
-    """The plans with --sistema's text, made once on the first server's tokenizer."""
     testo = testo_di_token(client, oltre(piani[0]).sistema)
     return [p._replace(oltre=p.oltre._replace(testo_sistema=testo)) for p in piani]
 
 
 # --prompt-token: prompts of exact lengths, counted by the server's own tokenizer ##################
-# The peers count with a tokenizer downloaded at run time; the server can count itself (/tokenize),
-# for any model, offline. One long text is cut into the server's pieces once a session (on the first
-# server: every --np serves the same model); a prompt of L tokens is L pieces of it, from one of the
-# pieces that start a word, a different one for each request in turn (about 80 on gemma-3, then they repeat):
-# consecutive prompts differ from their first token. A few /tokenize calls, none per request; each
-# prompt is made when its request leaves.
+# The server counts for itself (/tokenize), any model, offline (the peers download a tokenizer). Once a
+# session (every --np serves one model) a long text is cut into its pieces; a prompt of L tokens is L
+# pieces from a word start, a different one per request (about 80 on gemma-3, then they repeat), so
+# consecutive prompts differ from their first token. No /tokenize call per request.
 
 def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
     """The plans with the pieces for exact prompts, once a session; each length counted again."""
@@ -5737,8 +5710,8 @@ def taglia(pezzi: tuple, indice: int, lunghezza: int) -> str:
 
 
 def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Optional[int]]:
-    """Request `indice`'s prompt and (--prompt-token) its length: fixed, or drawn by --seme and
-    `indice`; its text starts at `primo_prompt`, so a repeat sends new prompts."""
+    """Request `indice`'s prompt and (--prompt-token) its length, drawn by --seme and `indice`; from
+    `primo_prompt` on, so a repeat sends new prompts."""
     piano_oltre = oltre(piano)
     prefisso = piano_oltre.prefisso or 0  # --prefisso: the same opening, from the first start, then its own text
     comune = taglia(piano_oltre.pezzi, 0, prefisso) if prefisso else ""
@@ -5773,8 +5746,8 @@ def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, 
 
 
 def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
-    """--dataset, read before any load: JSONL (`prompt` or `messages`, optional `max_tokens`, and
-    `timestamp` on every line or none) or ShareGPT (each first human turn); a bad line: exit 2."""
+    """--dataset: JSONL (`prompt` or `messages`, `max_tokens`, `timestamp` on all lines or none) or
+    ShareGPT (each first human turn); a bad line: exit 2."""
     try:
         with open(percorso, encoding="utf-8") as f:
             testo = f.read()
@@ -5833,8 +5806,7 @@ def voce_dataset(riga: str, dove: str, rifiuta) -> tuple:
 
 
 def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
-    """After a run: --token MIN-MAX's tokens, --dataset's requests sent, --prefisso's cached tokens,
-    --prompt-token's lengths and what the chat template added."""
+    """After a run: --token MIN-MAX, --dataset, --prefisso, --prompt-token, what each gave."""
     righe, piano_oltre, ok = [], oltre(prova.piano), prova.esecuzione.riuscite
     if piano_oltre.token_minimo is not None:
         generati = [r.token for r in ok if r.token is not None]
@@ -5862,9 +5834,8 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
 
 
 def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
-    """--prefisso: why requests reused less than half of it. One a slot took before any prompt was
-    computed could not; else the log (-lv 4) says if the server restored a checkpoint or redid the
-    prompt (a sliding-window model, gemma-3, cannot cut its cache back); else what was seen."""
+    """--prefisso: why requests reused under half of it: taken before anyone computed it, or (the
+    log, -lv 4) a restored checkpoint or a redone prompt (sliding-window models, gemma-3)."""
     prefisso, ok = oltre(prova.piano).prefisso, prova.esecuzione.riuscite
     poche = [r for r in ok if r.token_cache is not None and r.token_cache < prefisso / 2]
     if not poche:
@@ -5898,7 +5869,7 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
 
 def cache_ereditata(prova: Prova) -> List[Risultato]:
     """--turni: first turns that reused more than the template's opening before any answer came
-    back: an earlier run on the same server left it (same system prompt, same first questions)."""
+    back: left by an earlier run on the same server."""
     prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)  # None only with no turn at all
     return [r for r in prova.esecuzione.riuscite if oltre(r).turno == 1 and (r.token_cache or 0) > APERTURA_MAX
             and r.inizio < prima_risposta]
@@ -5997,7 +5968,6 @@ def riga_decisioni(configurazione: Configurazione, d: Decisioni) -> str:
 
 
 def con_contesto(comando: List[str], n_ctx: int) -> List[str]:
-    """The server's command with -c n_ctx in place of its own -c (or with it added)."""
     contesto = ("-c", "--ctx-size")
     tenute = [parte for prima, parte in zip([""] + comando, comando)  # neither -c nor its value
               if parte not in contesto and prima not in contesto and not parte.startswith(("-c=", "--ctx-size="))]
@@ -6018,8 +5988,8 @@ SERVER_RAM = (Configurazione(CONVERSAZIONI_RAM), Configurazione(CONVERSAZIONI_RA
 
 
 def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Configurazione, Optional[Decisioni]]], str]:
-    """The question's servers (SERVER_RAM) started one at a time, with what each log says it
-    allocated; a failed start is None with why (a large model may not fit -c 16384)."""
+    """SERVER_RAM started one at a time, with the KV cache each log says; a failed start is None
+    with why (a large model may not fit -c 16384)."""
     if prima.deciso.kv_mib is None:
         return [], "il log del server non scrive la cache KV (questo llama.cpp la scrive da -lv 4)"
     comando, misurate, perche = con_contesto(opzioni.oltre.avvia, CONVERSAZIONI_RAM * TOKEN_RAM), [], ""
@@ -6036,8 +6006,7 @@ def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Conf
 
 def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Optional[Decisioni]]],
               perche_nd: str) -> List[str]:
-    """--spiega with --avvia: the lab's RAM question from measured servers, nothing extrapolated (a
-    sliding-window model's cache does not grow with -c)."""
+    """--spiega with --avvia: the RAM question from measured servers (SWA caches do not scale)."""
     d, chiesto = prima.deciso, CONVERSAZIONI_RAM * TOKEN_RAM
     n_ctx = None if d.n_ctx_slot is None else d.n_ctx_slot * (1 if d.kv_unificata else d.n_slot or 1)
     righe = [f"La domanda del lab: {CONVERSAZIONI_RAM} conversazioni da {TOKEN_RAM} token.",
