@@ -4556,7 +4556,6 @@ class Capacita:
         return ""
 
     def incertezza(self, tiene: Optional[float]) -> List[str]:
-        """Too few requests where it held, or a share within the noise."""
         if tiene is None:
             return []
         prove = self.prove(tiene)
@@ -4574,7 +4573,6 @@ class Capacita:
 
 
 def segno_sovraccarico(prove: List[Prova]) -> str:
-    """'sì' beyond the noise, 'forse' within it, n/d where no run can tell, else 'no'."""
     visti = [v for v in map(sovraccarico, prove) if v]
     if visti:
         return "sì" if any(v.certo for v in visti) else "forse"
@@ -5301,7 +5299,6 @@ def nascoste(testo: str, chiavi: List[str]) -> str:
 
 
 def uscita(codice: int) -> str:
-    """A server's exit code in words; a signal named, with what it usually means."""
     try:
         nome = signal.Signals(-codice).name if codice < 0 else None
     except ValueError:
@@ -5386,7 +5383,6 @@ def welch(a: List[float], b: List[float]) -> Tuple[float, float]:
 
 
 def oltre_il_rumore(a: List[float], b: List[float]) -> str:
-    """Whether B differs from A beyond their repeats' noise, with the test's figures."""
     if len(a) < 2 or len(b) < 2:
         return "indicativa: meno di due prove con questa cifra in un file (con --ripeti 3 si misura il rumore)"
     t, gl = welch(a, b)  # gl may be inf: printed as such
@@ -5433,7 +5429,6 @@ def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Lis
 
 
 def macchina_salvata(salvata) -> str:
-    """Why a saved run's machine was busy, or ''."""
     try:
         return macchina_occupata(Macchina(**salvata)) if isinstance(salvata, dict) else ""
     except TypeError:  # a file of another version
@@ -5441,7 +5436,6 @@ def macchina_salvata(salvata) -> str:
 
 
 def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> Optional[str]:
-    """No run of A has a load of B's: the options that differ, and their values; else None."""
     (nome_a, prove_a), (nome_b, prove_b) = a, b
     if {carico_salvato(p) for p in prove_a} & {carico_salvato(p) for p in prove_b}:
         return None
@@ -5518,7 +5512,6 @@ def somma(contesto: tuple) -> int:
 
 
 def righe_contesto(prova: Prova) -> List[str]:
-    """--dettagli: the most each slot's task held against n_ctx (or the shared buffer)."""
     letture = letture_contesto(prova)
     if not letture:
         return ["  contesto per slot: n/d (/slots non dice quanti token tiene ogni slot)"]
@@ -5550,7 +5543,6 @@ def livello(tenuti: int, n_ctx: int, marche: Dict[str, str]) -> str:
 
 
 def corsie_contesto(prova: Prova) -> List[Tuple[str, int, List[Tratto]]]:
-    """Each slot's context lane, full at its n_ctx; with --kv-unified, one more for the sum."""
     letture = letture_contesto(prova)
     if not any(t for c in letture for t, _ in c.contesto):  # no slot held a token: no picture of it
         return []
@@ -5573,7 +5565,6 @@ class Conversazioni(NamedTuple):
     primo_prompt: int
 
     def messaggio_utente(self, utente: int, turno: int) -> dict:
-        """One of the lab's prompts, behind who asks it."""
         testo = PROMPTS[(utente + turno) % len(PROMPTS)]
         return {"role": "user", "content": f"(utente {self.primo_prompt + utente}, domanda {turno + 1}) {testo}"}
 
@@ -5725,7 +5716,6 @@ def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Op
 
 
 def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, Optional[int]]:
-    """Request `indice`'s JSON (--dataset's, or prompt_di's prompt) and its exact length."""
     dataset, minimo = oltre(piano).dataset, oltre(piano).token_minimo
     if dataset is None:
         prompt, lunghezza = prompt_di(indice, piano, primo_prompt)
@@ -5806,7 +5796,6 @@ def voce_dataset(riga: str, dove: str, rifiuta) -> tuple:
 
 
 def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
-    """After a run: --token MIN-MAX, --dataset, --prefisso, --prompt-token, what each gave."""
     righe, piano_oltre, ok = [], oltre(prova.piano), prova.esecuzione.riuscite
     if piano_oltre.token_minimo is not None:
         generati = [r.token for r in ok if r.token is not None]
@@ -5879,7 +5868,6 @@ APERTURA_MAX = 16  # tokens a new prompt may share with any other: the chat temp
 
 
 def righe_conversazioni(prova: Prova) -> List[str]:
-    """--turni: per turn, conversations, prompt and reused tokens, latency; where each ended."""
     e, piano_oltre, utenti = prova.esecuzione, oltre(prova.piano), prova.piano.parallele
     stream = any(oltre(r).chunk_s is not None for r in e.riuscite)
     condiviso = " condivisi fra gli slot (--kv-unified)" if kv_condivisa(prova) else " per slot"
