@@ -2085,7 +2085,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
 
 
 def leggi_prompt_file(percorso: str, rifiuta) -> str:
-    """--prompt-file: its text, every request's prompt; `rifiuta` (the parser's error) for a file that cannot be read."""
+    """--prompt-file: the text every request sends; `rifiuta` is the parser's error."""
     try:
         with open(percorso, encoding="utf-8") as f:
             testo = f.read().strip()
@@ -2242,7 +2242,7 @@ class SessioneOltre(Sessione):
 
 
 def riga_kv_unificata(info: InfoServer) -> str:
-    """--avvia ... --np 4kv: under the `server:` line (kept as the lab's), that the context is shared."""
+    """--np 4kv: under the lab's `server:` line, the context shared."""
     return f"\n  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"
 
 
@@ -2275,18 +2275,16 @@ def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoS
 
 
 def com_e_il_server(client: Client, risposta_slots: Risposta) -> str:
-    """For a server that is not llama.cpp (neither /slots nor /props): which of llama.cpp's endpoints it
-    answers, and so which of carico's figures this run can give. Three cheap exchanges, once."""
-    def risponde(metodo: str, percorso: str, dati=None) -> bool:
+    """Not llama.cpp (no /slots nor /props): which endpoints it answers, so what a run can give."""
+    def risponde(percorso: str, campo: str) -> bool:
         try:
-            return client.chiama(metodo, percorso, dati).status == 200
+            return client.chiama("POST", percorso, {campo: "a"}).status == 200
         except ErroreRete:
             return False
 
     modelli = modelli_del_server(client)
     si = ([f"/v1/models ({', '.join(modelli)})"] if modelli else []) + [
-        p for p, sì in (("/tokenize", risponde("POST", "/tokenize", {"content": "a"})),
-                        ("/extras/tokenize", risponde("POST", "/extras/tokenize", {"input": "a"}))) if sì]
+        p for p, c in (("/tokenize", "content"), ("/extras/tokenize", "input")) if risponde(p, c)]
     no = ["/slots", "/props", "/metrics"] + (["/v1/models"] if not modelli else []) + (
         ["/tokenize"] if not any(p.endswith("tokenize") for p in si) else [])
     return (f"il server su {client.base} non è llama.cpp ({'/slots: ' + descrivi_errore_http(risposta_slots)}): "
@@ -2298,22 +2296,20 @@ def com_e_il_server(client: Client, risposta_slots: Risposta) -> str:
 
 
 def modelli_del_server(client: Client) -> Optional[List[str]]:
-    """The model ids /v1/models lists (the OpenAI API's; llama.cpp: the alias -a, else the model's path)."""
+    """The model ids /v1/models lists (llama.cpp: the alias -a, else the model's path)."""
     try:
         risposta = client.chiama("GET", "/v1/models")
     except ErroreRete:
         return None
     dati = leggi_json(risposta.corpo) if risposta.status == 200 else None
     elenco = dati.get("data") if isinstance(dati, dict) else None
-    nomi = [m["id"] for m in elenco if isinstance(m, dict) and isinstance(m.get("id"), str)] if isinstance(
-        elenco, list) else []
-    return nomi or None
+    ids = [m.get("id") for m in elenco if isinstance(m, dict)] if isinstance(elenco, list) else []
+    return [i for i in ids if isinstance(i, str)] or None
 
 
 def controlla_modello(client: Client, modello: Optional[str]) -> None:
-    """--modello: refused (exit 2) where the server lists its models and that one is not there. A server
-    with one model answers with it whatever the name (llama.cpp, llama-cpp-python): the run would measure
-    another model than the one named."""
+    """--modello: refused (exit 2) where the server lists its models without it: one with one model
+    answers whatever the name (llama.cpp, llama-cpp-python), and the run would measure another."""
     nomi = modelli_del_server(client) if modello else None
     if nomi and modello not in nomi:
         raise ErroreOpzione(f"--modello {modello}: il server su {client.base} non ha questo modello; /v1/models "
@@ -2322,20 +2318,17 @@ def controlla_modello(client: Client, modello: Optional[str]) -> None:
 
 # Where a request's time went: the server's own times ###########################################
 
-# Two figures, two names. `attesa dello slot` (the files' attesa_slot_s): from the send to when a slot took the
-# request, latency minus prompt and generation; it holds the queue and the trip (the request on its way, read,
-# a slot free but the server finishing a step for the others). `attesa in coda` (--dettagli, the files'
-# attesa_in_coda_s, --spiega, the picture's queue): only the part of it while every slot was busy.
+# Two figures, two names. `attesa dello slot` (attesa_slot_s): latency less prompt and generation,
+# from the send until a slot took it: queue and trip (on its way, read, a slot awaiting a step).
+# `attesa in coda` (--dettagli, --spiega, the picture, attesa_in_coda_s): its part, all slots busy.
 
 def attesa_dello_slot(r: Risultato) -> Optional[float]:
-    """From the send to when its slot took it (in_slot): the queue and the trip."""
     slot = in_slot(r)
     return None if slot is None else slot[0] - r.inizio
 
 
 def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int, float]:
-    """The `attesa in coda`: seconds each request waited while every slot was busy, from the server's timings:
-    its time in the queue, without the trip (the steps as in picchi_dai_tempi). None known without the slots."""
+    """Each request's `attesa in coda`, from the server's timings (steps as in picchi_dai_tempi)."""
     if not n_slot:
         return {}
     pieni = []  # the spans when every slot was busy
@@ -2355,16 +2348,15 @@ def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int,
 
 
 def in_coda_davvero(prova: Prova) -> List[Risultato]:
-    """The successful requests that waited in the server's queue (for a slot, all of them busy)."""
+    """The successful requests that waited with every slot busy."""
     ok = prova.esecuzione.riuscite
     attese = attese_a_slot_pieni(ok, prova.info.n_slot)
     return [r for r in ok if attese.get(r.indice, 0.0) > 0]
 
 
 # --stream: the time to the first token, and between tokens ######################################
-# Defined as vLLM's benchmark defines them, with one difference said plainly: the first token is the
-# first chunk with text. llama.cpp's first chunk carries only the role, and leaves when a slot takes
-# the request, before the prompt is computed: counting it would hide the prefill.
+# As vLLM's benchmark defines them, but the first token is the first chunk with text: llama.cpp's
+# first chunk, only the role, leaves when a slot takes the request and would hide the prefill.
 
 class ErroreNelFlusso(ErroreRichiesta):
     """The server reported an error inside a stream (`data: {"error": ...}`), or cut it short."""
@@ -2375,32 +2367,25 @@ class ErroreNelFlusso(ErroreRichiesta):
 TRONCATA = "il server ha interrotto la risposta"
 
 
-# The stream is read here rather than by http.client, for what stands between a read and the truth at a
-# thousand streams: http.client reads an event a line at a time through its chunked reader, with a
-# settimeout and a poll per line, and it cannot give the kernel's receive time, which needs recvmsg on
-# the socket itself. And not by one thread per stream: a thousand threads, each woken for each chunk and
-# then waiting for the interpreter's lock, cost several cores at 50,000 chunks/s. So: each request is
-# sent in one write (by its worker; the first --parallele by the reader, at the start: see Partenza),
-# then ONE thread (LettoreFlussi) waits on every stream's socket at once (selectors) and reads each as
-# its bytes come, one recv a read, and keeps the read as it came, with its time. On Linux the time is
-# the kernel's (SO_TIMESTAMPNS): when the bytes arrived, however late the reader got to read them (by
-# less than the gap between two chunks: two chunks in one read both get the later one's stamp). Through
-# TLS there is no kernel stamp: the time of the read. A read is all the reader does while the bytes
-# flow: a thousand streams bring 50,000 reads a second, and each read costs 16-20 us of the one core
-# the reader has (measured; over half of it the kernel's, the ACK that a read sends back included);
-# undoing the chunked framing (RFC 9112, 7.1), the stamps and the JSON cost some 13 us more a read, and
-# done as the bytes come they made the reader fall behind by more than a chunk's gap, so that two chunks
-# shared a stamp. So they wait for a moment when no socket has anything to read: then the reader
-# frames a stream that may have ended (see forse_la_fine), and if it has, parses it and wakes its
-# worker, once; about a millisecond of that work at a time (FETTA), with a look at the sockets between.
+# Streams are read here, not by http.client (a line at a time through its chunked reader, a
+# settimeout and a poll each, and no kernel receive time: that needs recvmsg on the socket), nor by
+# a thread per stream (a thousand woken per chunk, queueing for the interpreter's lock, cost several
+# cores at 50,000 chunks/s). Each request leaves in one write (the first --parallele by the reader:
+# see Partenza); ONE thread (LettoreFlussi) waits on every socket (selectors) and keeps each recv as
+# it came, with its time: on Linux the kernel's (SO_TIMESTAMPNS), when the bytes arrived (two chunks
+# in one read share the later stamp); through TLS, the read's. Measured: a thousand streams make
+# 50,000 reads/s at 16-20 us each of the reader's one core (over half in the kernel, the ACK
+# included); the framing (RFC 9112, 7.1), stamps and JSON add some 13 us a read, and done inline
+# they put the reader a chunk's gap behind (shared stamps). So that work waits for moments with
+# nothing to read, a slice (FETTA) at a time: a stream that may have ended (forse_la_fine) is
+# framed, parsed, and its worker woken once.
 SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
 LETTURA = 65536  # bytes a read asks for: a burst of events in one read
-SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # room for one stamp (Windows: none)
+SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one stamp's room
 
 
 def scarto_orologi() -> float:
-    """time.time() - time.perf_counter(), read where the two calls were closest together: a kernel
-    stamp is wall-clock time, the figures are perf_counter's."""
+    """time.time() - time.perf_counter() (kernel stamps are wall-clock): the closest of 5 reads."""
     letture = []
     for _ in range(5):
         a, parete, b = time.perf_counter(), time.time(), time.perf_counter()
@@ -2409,8 +2394,7 @@ def scarto_orologi() -> float:
 
 
 def stampi_del_kernel(sock: socket.socket) -> bool:
-    """Ask Linux to stamp every read of `sock` with when its bytes arrived; False where it cannot (TLS
-    decrypts in user space; other systems)."""
+    """Ask Linux to stamp `sock`'s reads with their arrival; False where not (TLS, not Linux)."""
     if not sys.platform.startswith("linux") or hasattr(sock, "cipher"):
         return False
     try:
@@ -2421,40 +2405,36 @@ def stampi_del_kernel(sock: socket.socket) -> bool:
 
 
 class Flusso:
-    """One streamed answer in flight: the status and headers, then the body, (time, bytes) a read at a
-    time, the framing taken off (once it may have ended: until then the reads are kept as they came).
-    LettoreFlussi feeds it; its worker waits on `finito`."""
+    """A streamed answer in flight, fed by LettoreFlussi (its worker waits on `finito`): status,
+    headers, then the body a (time, bytes) read at a time, unframed until it may have ended."""
 
     def __init__(self, sock: socket.socket, scadenza: float):
-        self.sock, self.scadenza = sock, scadenza  # scadenza: time.monotonic() when --timeout runs out
+        self.sock, self.scadenza = sock, scadenza  # scadenza: --timeout's end (monotonic)
         self.stampi, self.tls = stampi_del_kernel(sock), hasattr(sock, "pending")
         self.inviata = 0.0  # when the request left (perf_counter)
-        self.richiesta, self.timeout = b"", 0.0  # with a Partenza: what the reader sends at the start
+        self.richiesta, self.timeout = b"", 0.0  # Partenza: what the reader sends at the start
         self.status: Optional[int] = None
-        self.blocchi: List[Tuple[float, bytes]] = []  # the body: (when its bytes arrived, the bytes)
-        # Reads not yet framed, flat: read at, the kernel's stamp (b"": none), the bytes; read at, ... (no
-        # tuple a read: a thousand streams' reads kept as tuples would wake the garbage collector, whose
-        # passes over them stop every thread for tens of ms)
+        self.blocchi: List[Tuple[float, bytes]] = []  # the body: (arrived at, bytes)
+        # Reads not yet framed, flat (read at, stamp or b"", bytes, ...): a tuple a read, at a
+        # thousand streams, wakes the garbage collector: its passes stop all threads tens of ms
         self.letture: list = []
-        self.scarto, self.fine_trovata = 0.0, False  # see scarto_orologi; whether the framing found the end
-        self.esito: Optional[Tuple[dict, List[float], float]] = None  # leggi_flusso's, for an answer 200
-        self.eccezione: Optional[BaseException] = None  # what ended it before its end: a timeout, a reset...
+        self.scarto, self.fine_trovata = 0.0, False  # scarto_orologi's; the framing found the end
+        self.esito: Optional[Tuple[dict, List[float], float]] = None  # leggi_flusso's, on a 200
+        self.eccezione: Optional[BaseException] = None  # what cut it short: a timeout, a reset...
         self.finito = threading.Event()
-        self._buffer, self._coda = b"", b""  # bytes not yet framed; the body's last bytes (see _fatto)
-        self._a_pezzi, self._mancano, self._pezzo = False, None, 0  # the body's framing, from the headers
-        self.solo_letture = False  # a chunked body on a socket the kernel stamps: LettoreFlussi._leggi's short way
+        self._buffer, self._coda = b"", b""  # bytes not yet framed; the body's tail (_fatto)
+        self._a_pezzi, self._mancano, self._pezzo = False, None, 0  # the framing, from the headers
+        self.solo_letture = False  # chunked and stamped by the kernel: _leggi's short way
 
     def letto(self, t: float, stampo: bytes, dati: bytes) -> bool:
-        """One read, as it came (at `t`, with the kernel's stamp if any): kept, and framed at once only while
-        the headers are awaited or the body is not chunked. True when the answer may have ended: the reader
-        then frames it as soon as it has a moment (see inquadra)."""
+        """One read (at `t`, the kernel's stamp or b""), kept; framed at once only before the
+        headers or for a body not chunked. True when the answer may have ended (framed later)."""
         self.letture += (t, stampo, dati)
         if self.status is not None and self._a_pezzi:
             return forse_la_fine(dati)
         if self.status is None and self.stampi and not self._buffer:
-            # A first read with the usual headers (a thousand streams start together): they are taken off
-            # here, the body framed later with the reads after it, as the short way does (solo_letture: only
-            # where the kernel stamps each read, the time a read keeps); anything else goes the general way
+            # The usual first read (a thousand streams start together): headers off here, the body
+            # framed later as the short way does (where the kernel stamps reads); else the long way
             fine = dati.find(b"\r\n\r\n")
             if fine > 0 and dati.startswith(b"HTTP/1.1 200 ") and (
                     b"\r\ntransfer-encoding: chunked\r\n" in dati[:fine + 2].lower()):
@@ -2467,8 +2447,7 @@ class Flusso:
         return self.inquadra()
 
     def inquadra(self, scade: float = float("inf")) -> bool:
-        """The reads kept so far framed, each with when its bytes arrived (until time.perf_counter() passes
-        `scade`: at least one read; the others stay kept); True once the answer has ended."""
+        """Frame the kept reads (one at least) until perf_counter() passes `scade`; True: ended."""
         letture, self.letture = self.letture, []
         for i in range(0, len(letture), 3):
             if i and time.perf_counter() >= scade:
@@ -2480,9 +2459,9 @@ class Flusso:
         return self.fine_trovata
 
     def arrivati(self, t: float, dati: bytes) -> bool:
-        """One read's bytes (b"": the server closed), arrived at `t`; True when the answer has ended."""
+        """One read's bytes (b"": closed), arrived at `t`; True once the answer ended."""
         if not dati:
-            if self.status is None:  # as http.client's RemoteDisconnected: a reset, for the sentinel too
+            if self.status is None:  # a reset (the sentinel's too), as http.client's
                 raise ConnectionResetError("connessione chiusa dal server prima della risposta")
             return True  # the end of a body without a length; else cut short (leggi_flusso says so)
         if self.status is None:
@@ -2502,7 +2481,7 @@ class Flusso:
         return finito or self._fatto(dati)
 
     def _testata(self) -> bytes:
-        """The status line and headers, once they are all here (1xx answers skipped): what follows them."""
+        """Status and headers once all here (1xx skipped): the bytes after them."""
         while True:
             fine = self._buffer.find(b"\r\n\r\n")
             if fine < 0:
@@ -2516,7 +2495,7 @@ class Flusso:
                 raise ErroreRete("risposta HTTP non valida (BadStatusLine)")
             if int(parti[1]) >= 200:
                 break
-        campi = dict((k.strip().lower(), v.strip()) for k, _, v in (r.partition(":") for r in righe[1:]))
+        campi = {k.strip().lower(): v.strip() for k, _, v in (r.partition(":") for r in righe[1:])}
         self._a_pezzi = "chunked" in campi.get("transfer-encoding", "").lower()
         lunghezza = campi.get("content-length", "")
         self._mancano = int(lunghezza) if lunghezza.isdigit() and not self._a_pezzi else None
@@ -2526,8 +2505,8 @@ class Flusso:
         return dopo
 
     def _togli_pezzi(self, dati: bytes) -> Tuple[bytes, bool]:
-        """chunked: the payload in what has arrived so far, and whether the last (empty) chunk came. Read
-        with a position, not by cutting the buffer after each piece: a late read may bring dozens."""
+        """chunked: the payload so far, and whether the last chunk came. Read by position, not
+        cutting the buffer per chunk: a late read may bring dozens."""
         buffer = self._buffer + dati if self._buffer else dati
         pos, carico_utile = 0, []
         while True:
@@ -2561,9 +2540,8 @@ class Flusso:
         return b"".join(carico_utile), False
 
     def _fatto(self, dati: bytes) -> bool:
-        """Whether `data: [DONE]` has come, as a whole line: the stream's end even on a connection the
-        server keeps open. Looked for only when the bytes "[DONE]" have just arrived, and only in the body's
-        last bytes (these and the 256 before): a long answer joined whole again would hold the reader."""
+        """Whether `data: [DONE]` came as a whole line (the end, even on a connection kept open),
+        sought as "[DONE]" comes in the last bytes (these and 256 more): a whole answer is slow."""
         coda = self._coda + dati
         self._coda = coda[-16:]
         if b"[DONE]" not in coda:
@@ -2574,7 +2552,7 @@ class Flusso:
                 tutti = False
                 break
             ultimi = pezzo + ultimi
-        righe = ultimi.split(b"\n")[0 if tutti else 1:-1]  # (a line cut by the tail is not one; one counts once ended)
+        righe = ultimi.split(b"\n")[0 if tutti else 1:-1]  # whole lines only
         return any(r.strip().startswith(b"data:") and r.strip()[5:].strip() == b"[DONE]" for r in righe)
 
     def corpo(self) -> bytes:
@@ -2582,64 +2560,59 @@ class Flusso:
 
 
 def forse_la_fine(dati: bytes) -> bool:
-    """Whether a read of a chunked body may have ended it: it ends as the last chunk does, brings [DONE], or is
-    too short to tell (under 16 bytes: the tail of a [DONE] cut between two reads, a `\n\n` in a chunk of its
-    own after it, on a connection the server keeps open). Framing tells for sure (Flusso.inquadra)."""
+    """Whether a chunked body's read may end it (framing tells): it ends as the last chunk, has
+    [DONE], or is under 16 bytes (a [DONE] cut between reads, its `\n\n` in a chunk of its own)."""
     return len(dati) < 16 or dati.endswith(b"\r\n\r\n") or b"[DONE]" in dati
 
 
 class LettoreFlussi:
-    """One thread that reads every stream in flight: it waits on all their sockets at once (selectors),
-    reads each as its bytes come, ends a stream at its end, its error or its deadline, and then wakes
-    that stream's worker, once. The thread starts with the first stream and ends a second after the last."""
+    """One thread reads every stream in flight as its bytes come (selectors), ends each at its
+    end, error or deadline, wakes its worker once; it runs from the first stream to 1 s after."""
 
-    RIPOSO = 1.0  # seconds without streams before the thread ends: a run's next stream finds it there
+    RIPOSO = 1.0  # idle seconds before the thread ends: a run's next stream finds it there
 
     def __init__(self, client: Client):
         self._client, self._lock = client, threading.Lock()
         self._nuovi: List[Flusso] = []  # handed over by the workers, not yet in the selector
         self._thread: Optional[threading.Thread] = None
-        self._sveglia: Optional[Tuple[socket.socket, socket.socket]] = None  # wakes the thread for new streams
+        self._sveglia: Optional[Tuple[socket.socket, socket.socket]] = None  # for new streams
         self._svegliato = False  # a wake-up byte is already on its way
 
     def avvia(self) -> None:
-        """The thread started now, if it is not running: before the clock, so that it is ready for the first read."""
+        """The thread started if it is not running: before the clock, ready for the first read."""
         with self._lock:
             self._avvia()
 
-    def _avvia(self) -> None:
+    def _avvia(self, sveglia: bool = False) -> None:
         if self._thread is None:
             self._sveglia, self._svegliato = socket.socketpair(), False
             self._sveglia[0].setblocking(False)
             self._thread = threading.Thread(target=self._gira, args=(self._sveglia,), name="flussi", daemon=True)
             self._thread.start()
+        if sveglia and not self._svegliato:  # one byte wakes it; more would be read and thrown away
+            self._svegliato = True
+            self._sveglia[1].send(b"\0")
 
     def segui(self, flusso: Flusso, partenza: Optional[Partenza] = None) -> None:
-        """Read `flusso` until its end; `flusso.finito` is set then. Its request is sent already, or (with a
-        Partenza) the reader sends it at the start."""
+        """Read `flusso` to its end, then set `flusso.finito`. Its request is sent already, or (with
+        a Partenza) the reader sends it at the start."""
         with self._lock:
             if partenza is not None and not partenza.partita:
                 partenza.in_attesa.append(flusso)
                 partenza.pronte.release()
                 return
             self._nuovi.append(flusso)
-            self._avvia()
-            if not self._svegliato:  # one byte wakes it; more would only be read and thrown away
-                self._svegliato = True
-                self._sveglia[1].send(b"\0")
+            self._avvia(sveglia=True)
 
     def parti(self, partenza: Partenza, t0: Optional[float]) -> None:
-        """The start: the streams waiting for it are sent now, by the reader (none once the run is stopped)."""
+        """The start: the reader sends the streams waiting for it (none once the run is stopped)."""
         with self._lock:
             if partenza.partita:
                 return
             partenza.t0, partenza.partita = t0 if t0 is not None else time.perf_counter(), True
             self._nuovi += partenza.in_attesa
             if partenza.in_attesa:
-                self._avvia()
-                if not self._svegliato:
-                    self._svegliato = True
-                    self._sveglia[1].send(b"\0")
+                self._avvia(sveglia=True)
 
     def _gira(self, sveglia: Tuple[socket.socket, socket.socket]) -> None:
         import collections
@@ -2650,7 +2623,7 @@ class LettoreFlussi:
         selettore.register(sveglia[0], selectors.EVENT_READ, None)
         scadenze: List[Tuple[float, int]] = []  # (deadline, stream's number), nearest first
         attivi: Dict[int, Flusso] = {}  # number -> the stream, while it is read
-        # read out, maybe ended: (the stream, its _chiudi), framed and parsed a slice at a time when nothing is to read
+        # maybe ended: (the stream, its _chiudi), framed a slice at a time when nothing is to read
         da_chiudere: collections.deque = collections.deque()
         numeri, riposa_da = itertools.count(), time.monotonic()
 
@@ -2666,7 +2639,7 @@ class LettoreFlussi:
                     if not (nuovi or attivi or da_chiudere) and time.monotonic() - riposa_da >= self.RIPOSO:
                         self._thread = None
                         return
-                for flusso in nuovi:  # the start's requests first, sent one right after the other (see Partenza)
+                for flusso in nuovi:  # the start's requests first, back to back (see Partenza)
                     flusso.numero, flusso.scarto = next(numeri), scarto
                     if flusso.richiesta:
                         self._un_passo(selettore, attivi, flusso, self._invia)
@@ -2692,7 +2665,7 @@ class LettoreFlussi:
                             sveglia[0].recv(4096)
                     else:
                         self._leggi(selettore, attivi, da_chiudere, chiave.data)
-                if da_chiudere and not pronti:  # a moment with nothing to read: a slice of an end's work
+                if da_chiudere and not pronti:  # nothing to read: a slice of an end's work
                     flusso, passi = da_chiudere[0]
                     try:
                         next(passi)
@@ -2712,27 +2685,26 @@ class LettoreFlussi:
                 s.close()
 
     def _un_passo(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso, passo) -> bool:
-        """`passo(flusso)`, a step before the stream is read; False, with the stream ended by its error, if it raised."""
+        """`passo(flusso)`; if it raised, False, the stream ended by its error."""
         try:
             passo(flusso)
             return True
         except NonInviata as exc:
             self._fine(selettore, attivi, flusso, exc)
-        except (OSError, ValueError) as exc:  # a send that failed, a socket closed meanwhile (Ctrl+C)
+        except (OSError, ValueError) as exc:  # a failed send; a socket closed by Ctrl+C
             self._fine(selettore, attivi, flusso, exc if isinstance(exc, OSError) else OSError(str(exc)))
         return False
 
     def _invia(self, flusso: Flusso) -> None:
-        """A request made ready before the start, on a socket already non-blocking: its time, then its bytes
-        in one system call (a request larger than the socket's buffer waits for the server to take the rest,
-        within the deadline)."""
+        """A request made ready before the start: its time, then its bytes in one call (what exceeds
+        the socket's buffer waits for the server, within the deadline)."""
         if self._client.annullato.is_set():  # Ctrl+C before the start: nothing is sent
             raise NonInviata(NON_INVIATA)
         flusso.scadenza = time.monotonic() + flusso.timeout  # --timeout counts from the send
         flusso.inviata = time.perf_counter()
         try:
             inviati = flusso.sock.send(flusso.richiesta)
-        except OSError as exc:  # the buffer full: the whole request again (TLS asks for the same bytes)
+        except OSError as exc:  # buffer full: all again (TLS wants the same bytes)
             if not da_riprovare(exc):
                 raise
             inviati = 0
@@ -2742,9 +2714,9 @@ class LettoreFlussi:
         flusso.richiesta = b""
 
     def _leggi(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
-        """What the socket has now: one read (TLS: until nothing is left decrypted), given to the stream; a
-        stream that may have ended is no longer read, and waits in `da_chiudere` to be framed."""
-        if flusso.solo_letture:  # the read of nearly every chunk, written out: at 50,000 a second each call counts
+        """One read (TLS: until nothing decrypted is left) for the stream; one that may have ended
+        waits, unread, in `da_chiudere` to be framed."""
+        if flusso.solo_letture:  # nearly every chunk's read, inline: at 50,000/s each call counts
             try:
                 dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
             except BlockingIOError:
@@ -2769,26 +2741,23 @@ class LettoreFlussi:
                 if forse_finito:
                     self._da_inquadrare(selettore, attivi, da_chiudere, flusso)
                     return
-                if not (flusso.tls and flusso.sock.pending()):  # TLS: bytes it decrypted and we have not read
+                if not (flusso.tls and flusso.sock.pending()):  # TLS: decrypted bytes not yet read
                     return
         except Exception as exc:  # the stream's error, for its worker to raise
             self._fine(selettore, attivi, flusso, exc)
 
     def _da_inquadrare(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
-        """A stream that may have ended: no longer read, nor under its deadline (all its bytes may be here), until
-        it is framed (see _chiudi)."""
+        """Until framed (_chiudi), a stream that may have ended is unread, free of its deadline."""
         with contextlib.suppress(KeyError, ValueError, OSError):  # (as in _fine)
             selettore.unregister(flusso.sock)
         attivi.pop(flusso.numero, None)
         da_chiudere.append((flusso, self._chiudi(selettore, attivi, flusso)))
 
     def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> Generator[None, None, bool]:
-        """A stream that may have ended, framed: if it has, parsed (an answer 200) and its worker woken; if
-        not, it returns True: it is read on, under its deadline again. Ended already (Ctrl+C): nothing to do.
-        A generator: each next() does a slice of about FETTA (at least one read framed), so that the reader
-        looks at the sockets in between: a long answer framed and parsed in one go would hold it for tens of
-        ms (4,000 tokens: some 50 ms here), and the other streams' chunks would come two to a read, with the
-        later one's stamp."""
+        """A stream that may have ended, framed: if it has, parsed (a 200) and its worker woken; if
+        not, True: read on, under its deadline again. Each next() is a slice of about FETTA (a read
+        at least), the sockets looked at in between: 4,000 tokens in one go held the reader some 50
+        ms here, and other streams' chunks came two to a read, with one stamp."""
         import selectors
 
         if flusso.finito.is_set():
@@ -2819,8 +2788,7 @@ class LettoreFlussi:
 
 
 def leggi_con_tempo(flusso: Flusso) -> Optional[Tuple[float, bytes, bytes]]:
-    """One read of a stream's socket: (when it was read, the kernel's stamp or b"", the bytes), b"" when
-    the server closed, None when there was nothing to read after all."""
+    """One read: (read at, stamp or b"", the bytes: b"" if closed); None if nothing came."""
     try:
         if flusso.stampi:
             dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
@@ -2835,13 +2803,14 @@ def leggi_con_tempo(flusso: Flusso) -> Optional[Tuple[float, bytes, bytes]]:
 
 
 def da_riprovare(exc: OSError) -> bool:
-    """Whether a non-blocking socket's call failed only because it would have waited (TLS: for either way)."""
+    """Whether a non-blocking call failed only because it would wait (TLS: either way)."""
     ssl = sys.modules.get("ssl")  # imported by https (see con_tls)
-    return isinstance(exc, BlockingIOError) or bool(ssl) and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError))
+    tls = (ssl.SSLWantReadError, ssl.SSLWantWriteError) if ssl else ()
+    return isinstance(exc, (BlockingIOError, *tls))
 
 
 def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) -> float:
-    """When a read's bytes arrived: the kernel's stamp (wall-clock time, less `scarto`), else the read's time."""
+    """When the bytes arrived: the kernel's stamp (wall clock less `scarto`), else the read's."""
     if len(stampo) >= 16:
         secondi, nano = int.from_bytes(stampo[:8], sys.byteorder), int.from_bytes(stampo[8:16], sys.byteorder)
         arrivo = secondi + nano / 1e9 - scarto
