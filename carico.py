@@ -2934,11 +2934,10 @@ PEZZO = 128  # events parsed in one json.loads
 
 
 def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None, Tuple[dict, List[float], float]]:
-    """Gather the `data:` lines as they come, each with the time of the read that completed it, up to
-    `[DONE]`; then fold the chunks into one completion (the last chunks carry finish_reason, usage and
-    timings). Returns it, when each chunk with text arrived, and when the end did: a generator that
-    yields after each FETTA of work (the reader reads in between)."""
-    righe, resto, t = [], b"", 0.0  # (time, the line's data); an incomplete line waits for the next read
+    """The `data:` lines to `[DONE]`, each at the time of the read that completed it, folded in one
+    completion (the last chunks carry finish_reason, usage, timings); returns it, each text chunk's
+    time and the end's. It yields after each FETTA of work, for the reader to read in between."""
+    righe, resto, t = [], b"", 0.0  # (time, data) a line; a partial line waits for the next read
     scade = time.perf_counter() + FETTA
     for t, blocco in blocchi:
         if time.perf_counter() >= scade:
@@ -2955,9 +2954,9 @@ def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None
                     break
         if fatto:
             break
-    fino = len(righe) - 1 if righe and righe[-1][1] == b"[DONE]" else len(righe)  # the events, [DONE] not one
+    fino = len(righe) - 1 if righe and righe[-1][1] == b"[DONE]" else len(righe)  # the events
     completamento = {"choices": [{}]}
-    tempi, testo = [], []  # when each chunk with text arrived; the text (a conversation sends it back)
+    tempi, testo = [], []  # each text chunk's time; the text (a conversation sends it back)
     chunk = 0  # the JSON events read
     dati = [dato for _, dato in righe[:fino]]
     for inizio in range(0, len(dati), PEZZO):
@@ -2994,8 +2993,8 @@ NON_JSON = object()  # an event that is not JSON (None is JSON: null)
 
 
 def eventi_json(dati: List[bytes]) -> list:
-    """Each event's JSON: PEZZO of them in one json.loads, a list of them (one call per event costs as much
-    again as the parsing); one at a time only when that fails, NON_JSON for an event that is not."""
+    """Each event's JSON, all in one json.loads of a list (a call each costs as much again as the
+    parsing); one at a time only when that fails, NON_JSON for one that is not JSON."""
     with contextlib.suppress(ValueError):  # UnicodeDecodeError included
         eventi = json.loads((b"[" + b",".join(dati) + b"]").decode("utf-8"))
         if len(eventi) == len(dati):  # else an event was not one JSON value ("1,2"): one at a time
@@ -3010,7 +3009,6 @@ def eventi_json(dati: List[bytes]) -> list:
 
 
 def tpot(r: Risultato) -> Optional[float]:
-    """Time per output token after the first, in seconds: (latency - first token) / (tokens - 1)."""
     primo = oltre(r).primo_token
     if primo is None or r.token is None or r.token < 2:
         return None
@@ -3018,15 +3016,13 @@ def tpot(r: Risultato) -> Optional[float]:
 
 
 def itl(r: Risultato) -> List[float]:
-    """The gaps between successive chunks with text, in seconds, as they are (like vLLM: a chunk
-    that carries two tokens makes one gap, not two halves)."""
+    """The gaps between chunks with text, as vLLM's: a chunk of two tokens is one gap, not two."""
     chunk = oltre(r).chunk_s or ()
     return [b - a for a, b in zip(chunk, chunk[1:])]
 
 
 def token_per_chunk(r: Risultato) -> Optional[float]:
-    """How many tokens one chunk with text carried, on average: the server's count over the chunks.
-    llama.cpp sends one token a chunk; other servers may send several."""
+    """Tokens per chunk with text, on average (llama.cpp sends one; other servers may send more)."""
     chunk = oltre(r).chunk_s
     return r.token / len(chunk) if chunk and r.token and not oltre(r).token_stimati else None
 
@@ -3037,15 +3033,14 @@ TETTO_RITMO = 256  # --ritmo without --parallele: at most this many in flight (a
 
 
 def orari(piano_oltre: PianoOltre) -> Iterator[float]:
-    """When to send each request, in seconds from the start of the run. --arrivi costanti: every
-    1/ritmo s. Poisson (the default): gaps drawn from an exponential distribution of mean 1/ritmo,
-    as independent users arrive; the same --seme and rate give the same schedule, each rate of a sweep its own."""
+    """Each send's time from the start: every 1/ritmo s (--arrivi costanti), or Poisson's gaps of
+    mean 1/ritmo, as independent users; one --seme and rate give one schedule, each rate its own."""
     import random
 
     if piano_oltre.arrivi == "costanti":
         yield from (i / piano_oltre.ritmo for i in itertools.count())
     seme = piano_oltre.seme
-    caso = random.Random(None if seme is None else f"{seme}:{piano_oltre.ritmo:g}")  # a rate's own draws, not one's scaled
+    caso = random.Random(None if seme is None else f"{seme}:{piano_oltre.ritmo:g}")
     t = 0.0
     while True:
         yield t
@@ -3053,31 +3048,28 @@ def orari(piano_oltre: PianoOltre) -> Iterator[float]:
 
 
 class Programma(NamedTuple):
-    """Sends a run's requests by the clock rather than all at once. With --ritmo each request has a
-    planned time (open loop: a slow answer does not delay the next send); with --durata alone a new
-    request leaves as soon as one of the --parallele in flight ends (closed loop), until the time is
-    up. The first request always leaves. --parallele stays the cap: a request that finds it full
-    waits for a place, and is counted. With neither (--prompt-token), the same closed loop up to
-    --richieste: each prompt is made as its request leaves."""
+    """A run's requests sent by the clock. --ritmo: each at its planned time (open loop: a slow
+    answer does not delay the next); --durata alone: one as soon as one of the --parallele in flight
+    ends (closed loop) until time is up; neither (--prompt-token): that loop up to --richieste. The
+    first always leaves; --parallele stays the cap: one finding it full waits, and is counted."""
     piano: Piano
     primo_prompt: int
 
     def lancia(self, futuri: list, esecutore, client: Client, t0: float) -> EsecuzioneOltre:
-        """Submit each request at its time, appending its future to `futuri`, until --richieste or
-        --durata ends. Each wait runs to the planned time measured from t0, so one late send does not
-        push back the ones after it: the schedule is kept on the clock."""
+        """Submit each request at its time (its future to `futuri`) to --richieste or --durata;
+        each wait runs to the planned time from t0: a late send does not push back the next ones."""
         piano, piano_oltre = self.piano, self.piano.oltre
         posti = threading.Semaphore(piano.parallele)
-        tempi = (orari(piano_oltre) if piano_oltre.ritmo else
-                 (t for _, _, t in itertools.cycle(piano_oltre.dataset)) if piano_oltre.traccia else itertools.repeat(None))
+        tempi = (orari(piano_oltre) if piano_oltre.ritmo else (t for _, _, t in itertools.cycle(
+            piano_oltre.dataset)) if piano_oltre.traccia else itertools.repeat(None))
         durata = piano_oltre.durata
         trattenute, ultimo, non_inviate, in_ritardo = 0, None, 0, 0
         for i, previsto in enumerate(tempi):
-            if i == piano.richieste or (previsto is not None and durata is not None and previsto >= durata):
+            if i == piano.richieste or None not in (previsto, durata) and previsto >= durata:
                 break
             if previsto is not None and client.annullato.wait(max(0.0, t0 + previsto - time.perf_counter())):
                 break  # the server went away (Ctrl+C interrupts the wait itself)
-            # --durata is a promise: no request leaves after it, and no wait for a place lasts past it
+            # --durata is a promise: no request leaves after it, no wait for a place outlasts it
             preso = posti.acquire(blocking=False)
             trattenuta = not preso and previsto is not None
             if not preso:  # --parallele already in flight: wait for a place
@@ -3086,7 +3078,7 @@ class Programma(NamedTuple):
             if client.annullato.is_set() or not preso or finita:
                 if preso:
                     posti.release()
-                if previsto is not None and not client.annullato.is_set():  # what the schedule did not send, and why
+                if previsto is not None and not client.annullato.is_set():  # the unsent, and why
                     mancate = 1 + sum(1 for _ in itertools.takewhile(lambda t: t < durata, tempi))
                     non_inviate, in_ritardo = (mancate, 0) if not preso else (0, mancate)  # the cap; else carico late
                 break
@@ -3097,32 +3089,35 @@ class Programma(NamedTuple):
         return EsecuzioneOltre(trattenute, ultimo, non_inviate, in_ritardo)
 
     def invia_al_tempo(self, client: Client, indice: int, previsto: Optional[float], t0: float) -> Risultato:
-        """One request, its prompt made here, as it leaves: never all of them alive at once (and the
-        scheduler's thread only keeps the time)."""
+        """One request, its prompt made as it leaves (never all alive at once)."""
         domanda, lunghezza = domanda_di(indice, self.piano, self.primo_prompt)
         r = invia(client, indice, domanda, self.piano.timeout, t0)
         return r._replace(oltre=oltre(r)._replace(previsto=previsto, prompt_esatto=lunghezza))
 
 
+def ritardo_invio(r: Risultato) -> Optional[float]:
+    """How late a request left against the schedule (--ritmo, a trace)."""
+    return None if oltre(r).previsto is None else r.inizio - oltre(r).previsto
+
+
 def ritardi_invio(e: Esecuzione) -> List[float]:
-    """How late each request left against the schedule (--ritmo), in seconds."""
-    return [r.inizio - oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None]
+    return [x for x in map(ritardo_invio, e.risultati) if x is not None]
 
 
 def ritmo_di(tempi: List[float]) -> Optional[float]:
     """Events per second of a list of times: the gaps between the first and the last."""
-    return (len(tempi) - 1) / (max(tempi) - min(tempi)) if len(tempi) > 1 and max(tempi) > min(tempi) else None
+    durata = max(tempi) - min(tempi) if tempi else 0
+    return (len(tempi) - 1) / durata if durata > 0 else None
 
 
 def invii_al_secondo(prova: Prova) -> Optional[float]:
-    """The requests sent per second: the arrival rate the server saw. Under --durata, over the window they
-    were scheduled in, the duration (8 in 6 s are 1.33 a second, whenever the last of them left)."""
-    finestra = finestra_durata(prova)
-    return len(prova.esecuzione.risultati) / finestra if finestra else ritmo_di([r.inizio for r in prova.esecuzione.risultati])
+    """Requests sent a second, as the server saw; --durata: over its window (8 in 6 s: 1.33)."""
+    finestra, risultati = finestra_durata(prova), prova.esecuzione.risultati
+    return len(risultati) / finestra if finestra else ritmo_di([r.inizio for r in risultati])
 
 
 def finestra_durata(prova: Prova) -> Optional[float]:
-    """--durata: the window the requests were scheduled in, the duration or, after a Ctrl+C, up to the stop."""
+    """--durata's window: the duration or, after a Ctrl+C, up to the stop."""
     durata, fermata = oltre(prova.piano).durata, prova.esecuzione.interrotta_a
     return min(durata, fermata) if durata and fermata else durata
 
@@ -3168,18 +3163,18 @@ def righe_ritmo(prova: Prova) -> List[str]:
 
 
 def ritardo_perdonato(prova: Prova) -> float:
-    """The lateness against the schedule that still counts as on time, for ritmo_tenuto and attese_del_tetto
-    alike: 10 ms or a tenth of the mean gap (--ritmo's; a trace's, from its mean rate), whichever is larger."""
-    ritmo = oltre(prova.piano).ritmo or ritmo_di([oltre(r).previsto for r in prova.esecuzione.risultati
-                                                  if oltre(r).previsto is not None])  # a trace: its mean rate
+    """Lateness still on time (ritmo_tenuto, attese_del_tetto): max(10 ms, mean gap / 10)."""
+    previsti = [p for p in (oltre(r).previsto for r in prova.esecuzione.risultati) if p is not None]
+    ritmo = oltre(prova.piano).ritmo or ritmo_di(previsti)  # a trace: its mean rate
     return max(0.010, 0.1 / ritmo) if ritmo else 0.010
 
 
 def ritmo_tenuto(prova: Prova) -> bool:
-    """Whether the sends kept to the schedule: none held by the cap, and the p99 lateness within ritardo_perdonato."""
-    p99 = percentile(ritardi_invio(prova.esecuzione), 99)
-    mancate = oltre(prova.esecuzione).non_inviate + oltre(prova.esecuzione).in_ritardo
-    return not oltre(prova.esecuzione).trattenute and not mancate and (p99 is None or p99 <= ritardo_perdonato(prova))
+    """The schedule kept: no send held by the cap or missed, p99 lateness in ritardo_perdonato."""
+    o, p99 = oltre(prova.esecuzione), percentile(ritardi_invio(prova.esecuzione), 99)
+    if o.trattenute or o.non_inviate or o.in_ritardo:
+        return False
+    return p99 is None or p99 <= ritardo_perdonato(prova)
 
 
 def note_ritmo(prova: Prova) -> List[str]:
@@ -3210,10 +3205,9 @@ def note_ritmo(prova: Prova) -> List[str]:
 
 
 def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
-    """With the --parallele cap full under a schedule: was the cap the limit? True when the server had slots
-    the cap never let it use (fewer in flight than its slots); False when the server was (the cap at or above
-    its slots, every one of them seen busy: a higher cap only moves the wait into the server's queue); None
-    when it cannot be told (the server's slots unknown, or never all seen busy)."""
+    """The --parallele cap full under a schedule: was it the limit? True: the server had slots
+    unused; False: the server was (the cap at or above its slots, all seen busy: a higher cap only
+    moves the wait into its queue); None: cannot tell (slots unknown, or never all seen busy)."""
     n_slot, picco = prova.info.n_slot, prova.riepilogo.picco
     if n_slot is None:
         return None
@@ -3223,7 +3217,7 @@ def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
 
 
 def chi_ha_frenato(prova: Prova) -> str:
-    """The advice when the cap was full, said only as far as il_tetto_ha_frenato can tell."""
+    """The advice when the cap was full, as far as il_tetto_ha_frenato can tell."""
     tetto, n_slot, parallele = il_tetto_ha_frenato(prova), prova.info.n_slot, prova.piano.parallele
     if tetto:
         return (f"il server aveva slot liberi (il tetto ne teneva in volo {parallele}, il server ha {n_slot} slot): alza "
@@ -3240,19 +3234,17 @@ def chi_ha_frenato(prova: Prova) -> str:
 
 
 def attese_del_tetto(prova: Prova) -> Dict[int, float]:
-    """--ritmo with the --parallele cap full: each request the cap held in the client, and how late it
-    left against the schedule (beyond ritardo_perdonato, as ritmo_tenuto). Its user waited that long too."""
+    """--ritmo, the cap full: how late each request it held left, beyond ritardo_perdonato (its user
+    waited that long too)."""
     e = prova.esecuzione
     if not oltre(e).trattenute:
         return {}
     soglia = ritardo_perdonato(prova)
-    ritardi = {r.indice: r.inizio - oltre(r).previsto for r in e.riuscite if oltre(r).previsto is not None}
-    return {i: ritardo for i, ritardo in ritardi.items() if ritardo > soglia}
+    return {r.indice: ritardo_invio(r) for r in e.riuscite if (ritardo_invio(r) or 0.0) > soglia}
 
 
 def latenza_dal_previsto(r: Risultato) -> float:
-    """--ritmo: seconds from when the schedule meant to send a request to its answer. A request the
-    client sent late waited that long too: this is the latency its user saw (no coordinated omission)."""
+    """--ritmo: from the planned send to the answer, as its user saw (no coordinated omission)."""
     previsto = oltre(r).previsto
     return r.latenza if previsto is None else r.fine - previsto
 
@@ -3264,8 +3256,7 @@ CHIAVI_SLO = {"latenza": "latenza", "ttft": "primo token", "tpot": "TPOT"}
 
 
 def percentile(valori: List[float], p: Union[int, float]) -> Optional[float]:
-    """The p-th percentile, by statistics.quantiles(method="inclusive"): the method used everywhere. A
-    percentile with decimals (99.9) is a cut of a finer grid (n=1000), by the same method."""
+    """The p-th percentile by METODO, used everywhere; one with decimals (99.9) on a finer grid."""
     import statistics
 
     if len(valori) < 2:
@@ -3282,17 +3273,17 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     valori = {"latenza": [r.latenza for r in ok]}
     if oltre(prova.piano).ritmo or oltre(prova.piano).traccia:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
-    valori["attesa in coda"] = list(attese_a_slot_pieni(ok, prova.info.n_slot).values())  # every slot busy
-    if oltre(prova.esecuzione).trattenute:  # the cap's wait, in the client before the send: a wait too
-        valori["attesa del tetto"] = [r.inizio - oltre(r).previsto for r in ok if oltre(r).previsto is not None]
+    valori["attesa in coda"] = list(attese_a_slot_pieni(ok, prova.info.n_slot).values())
+    if oltre(prova.esecuzione).trattenute:  # the cap's wait in the client: a wait too
+        valori["attesa del tetto"] = [x for x in map(ritardo_invio, ok) if x is not None]
     if any(oltre(r).chunk_s is not None for r in ok):  # --stream
-        valori["primo token"] = [oltre(r).primo_token for r in ok if oltre(r).primo_token is not None]
+        valori["primo token"] = [t for t in (oltre(r).primo_token for r in ok) if t is not None]
         valori["TPOT"] = [t for t in map(tpot, ok) if t is not None]
         valori["ITL"] = [g for r in ok for g in itl(r)]
     return valori
 
 
-PERCENTILI_DETTAGLI = (50, 90, 99)  # --dettagli's, unless --percentili; --json keeps these and the chosen
+PERCENTILI_DETTAGLI = (50, 90, 99)  # unless --percentili; --json keeps these and the chosen
 
 
 def riassunto(valori: List[float], percentili: Sequence[int] = PERCENTILI_DETTAGLI) -> Dict[str, Optional[float]]:
@@ -3307,19 +3298,18 @@ def tipo_errore(errore: str) -> str:
 
 
 def cadenze(prova: Prova) -> dict:
-    """The run's counts (the requests answered, their prompt tokens, the tokens generated, all tokens) and,
-    `_s` after the name, each per second over the run's total time: computed once, for --dettagli and for
-    vLLM's names. A count nobody gave is None (an answer without usage), and so is its rate."""
+    """The run's counts (requests answered, prompt tokens, tokens generated, all) and each a second
+    of its total time (`_s`), for --dettagli and vLLM's names; None where nobody gave it."""
     ok, durata = prova.esecuzione.riuscite, prova.riepilogo.tempo_totale
     prompt = [r.token_prompt for r in ok]
     conti = {"richieste": len(ok), "token_prompt": None if None in prompt else sum(prompt),
-             "token_generati": prova.riepilogo.token}  # None when an answer did not say, as in the summary
+             "token_generati": prova.riepilogo.token}
     conti["token"] = None if None in conti.values() else conti["token_prompt"] + conti["token_generati"]
     return {**conti, **{f"{nome}_s": n / durata if durata and n is not None else None for nome, n in conti.items()}}
 
 
 def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percentili: Sequence[int] = ()) -> dict:
-    """What --dettagli prints, as data: always in --json."""
+    """What --dettagli prints, as data (--json has it always)."""
     from collections import Counter
 
     fallite = Counter(tipo_errore(r.errore) for r in prova.esecuzione.risultati if not r.riuscita)
@@ -3339,17 +3329,16 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
     return dati
 
 
-# vLLM's `bench serve` result names each figure `<mean|median|std|pNN>_<ttft|tpot|itl|e2el>_ms`: the
-# same statistics here (population std, percentiles by linear interpolation, as numpy's default), so
-# that a script written for vLLM's results reads carico's. Where carico differs, on purpose: TTFT is the
-# first chunk with text and ITL the gaps between chunks with text (see --stream); total_input_tokens is
-# what the server counted (usage.prompt_tokens, the chat template included; vLLM sums its dataset's
-# prompt lengths); a figure nobody measured is None, not vLLM's 0 (TTFT, TPOT and ITL need --stream).
+# vLLM's `bench serve` names each figure `<mean|median|std|pNN>_<ttft|tpot|itl|e2el>_ms`; the same
+# statistics here (population std, percentiles by linear interpolation as numpy's), so that a script
+# for vLLM's results reads carico's. Unlike vLLM, on purpose: TTFT and ITL count chunks with text
+# (--stream); total_input_tokens is usage.prompt_tokens (chat template in; vLLM sums its prompts'
+# lengths); a figure nobody measured is None, not 0 (TTFT, TPOT and ITL need --stream).
 FIGURE_VLLM = {"ttft": "primo token", "tpot": "TPOT", "itl": "ITL", "e2el": "latenza"}
 
 
 def riassunto_vllm(prova: Prova, percentili: Sequence[int] = (99,)) -> dict:
-    """A run's summary under the names of vLLM's `bench serve` result (duration in s, times in ms)."""
+    """A run's summary under vLLM's `bench serve` names (duration in s, times in ms)."""
     import statistics
 
     c = cadenze(prova)
@@ -3360,17 +3349,16 @@ def riassunto_vllm(prova: Prova, percentili: Sequence[int] = (99,)) -> dict:
             "total_token_throughput": c["token_s"]}
     valori = valori_figure(prova)
     for nome, figura in FIGURE_VLLM.items():
-        millisecondi = [v * 1000 for v in valori.get(figura, [])]
-        dati.update({f"mean_{nome}_ms": media(millisecondi),
-                     f"median_{nome}_ms": statistics.median(millisecondi) if millisecondi else None,
-                     f"std_{nome}_ms": statistics.pstdev(millisecondi) if millisecondi else None})
-        dati.update({f"p{p}_{nome}_ms": percentile(millisecondi, p) for p in percentili})
+        in_ms = [v * 1000 for v in valori.get(figura, [])]
+        dati.update({f"mean_{nome}_ms": media(in_ms),
+                     f"median_{nome}_ms": statistics.median(in_ms) if in_ms else None,
+                     f"std_{nome}_ms": statistics.pstdev(in_ms) if in_ms else None,
+                     **{f"p{p}_{nome}_ms": percentile(in_ms, p) for p in percentili}})
     return dati
 
 
 def righe_dettagli(prova: Prova, percentili: Optional[Sequence[int]] = None) -> List[str]:
-    """--dettagli: a table of min, mean, p50, p90, p99 and max per figure, then the rates, the failures
-    by kind, and what changes what throughput means."""
+    """--dettagli: min, mean, percentiles, max per figure; the rates; failures by kind; caveats."""
     percentili = percentili or PERCENTILI_DETTAGLI
     d = dati_dettagli(prova, percentili=percentili)
     colonne = ("min", "media", *(f"p{p}" for p in percentili), "max")
@@ -3404,12 +3392,12 @@ def riga_slo(prova: Prova, slo: Dict[str, float]) -> str:
 
 
 def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], Optional[float], Optional[float], bool]:
-    """The requests that met every objective: how many, their share of all, and the goodput (their
-    requests and their tokens per second over the run's total time), as vLLM and aiperf define it.
-    A request of one token has no time between tokens, and meets a TPOT objective. When --ritmo's
-    schedule was not kept, latency and first token count from the planned send time (the last value)."""
-    dal_previsto = bool(oltre(prova.piano).ritmo or oltre(prova.piano).traccia) and not ritmo_tenuto(prova)
-    ritardo = (lambda r: latenza_dal_previsto(r) - r.latenza) if dal_previsto else (lambda r: 0.0)  # noqa: E731
+    """The requests meeting every objective: how many, their share, the goodput (their requests and
+    tokens a second of the total time) as vLLM and aiperf define it; 1 token meets a TPOT objective.
+    Schedule not kept: latency and first token count from the planned send (the last value says)."""
+    o = oltre(prova.piano)
+    dal_previsto = bool(o.ritmo or o.traccia) and not ritmo_tenuto(prova)
+    ritardo = lambda r: latenza_dal_previsto(r) - r.latenza if dal_previsto else 0.0  # noqa: E731
     misura = {"latenza": lambda r: r.latenza + ritardo(r),
               "ttft": lambda r: None if oltre(r).primo_token is None else oltre(r).primo_token + ritardo(r),
               "tpot": lambda r: 0.0 if r.token == 1 else tpot(r)}
@@ -3424,14 +3412,14 @@ def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], 
 
 
 def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
-    """--riscaldamento: n requests before the measured ones, with prompts of their own (or the
-    --prompt-file one), left out of every figure; sent as the lab's run sends its own."""
+    """--riscaldamento: n requests before the run, prompts of their own (or --prompt-file's), sent
+    as the lab's and left out of every figure."""
     print(f"riscaldamento: {quante(n, 'richiesta', 'richieste')} prima della prova, escluse dalle cifre",
           file=sys.stderr, flush=True)
     testo = oltre(piano).testo
     domande = [domanda_chat(testo if testo is not None else f"(riscaldamento {i + 1}) {prompt_per(i)}", piano)
                for i in range(n)]
-    # All sent at once, as the lab's are: a plan without extras, the requests already made with them.
+    # At once as the lab's: a plan without extras, the requests made with them.
     esecuzione = esegui_carico(client, piano._replace(richieste=n, oltre=None), info, domande=domande)
     if esecuzione.interruzione:
         raise Interruzione(esecuzione.interruzione)
