@@ -2308,8 +2308,8 @@ def modelli_del_server(client: Client) -> Optional[List[str]]:
 
 
 def controlla_modello(client: Client, modello: Optional[str]) -> None:
-    """--modello: refused (exit 2) where the server lists its models without it: one with one model
-    answers whatever the name (llama.cpp, llama-cpp-python), and the run would measure another."""
+    """--modello refused where the server lists its models without it: one with one model answers
+    whatever the name (llama.cpp, llama-cpp-python), and the run would measure another."""
     nomi = modelli_del_server(client) if modello else None
     if nomi and modello not in nomi:
         raise ErroreOpzione(f"--modello {modello}: il server su {client.base} non ha questo modello; /v1/models "
@@ -2367,18 +2367,15 @@ class ErroreNelFlusso(ErroreRichiesta):
 TRONCATA = "il server ha interrotto la risposta"
 
 
-# Streams are read here, not by http.client (a line at a time through its chunked reader, a
-# settimeout and a poll each, and no kernel receive time: that needs recvmsg on the socket), nor by
-# a thread per stream (a thousand woken per chunk, queueing for the interpreter's lock, cost several
-# cores at 50,000 chunks/s). Each request leaves in one write (the first --parallele by the reader:
-# see Partenza); ONE thread (LettoreFlussi) waits on every socket (selectors) and keeps each recv as
-# it came, with its time: on Linux the kernel's (SO_TIMESTAMPNS), when the bytes arrived (two chunks
-# in one read share the later stamp); through TLS, the read's. Measured: a thousand streams make
-# 50,000 reads/s at 16-20 us each of the reader's one core (over half in the kernel, the ACK
-# included); the framing (RFC 9112, 7.1), stamps and JSON add some 13 us a read, and done inline
-# they put the reader a chunk's gap behind (shared stamps). So that work waits for moments with
-# nothing to read, a slice (FETTA) at a time: a stream that may have ended (forse_la_fine) is
-# framed, parsed, and its worker woken once.
+# Streams are read here, not by http.client (a line at a time, a settimeout and a poll each, no
+# kernel receive time: that needs recvmsg), nor by a thread each (a thousand woken per chunk,
+# queueing for the GIL, cost several cores at 50,000 chunks/s). Each request goes in one write (see
+# Partenza); ONE thread (LettoreFlussi) waits on every socket (selectors) and keeps each recv as it
+# came, with the kernel's time (SO_TIMESTAMPNS; two chunks in one read share the later stamp; TLS:
+# the read's). Measured: 50,000 reads/s cost 16-20 us each of its one core (over half the kernel's,
+# ACK included); framing (RFC 9112, 7.1), stamps and JSON add ~13 us a read and, done inline, put
+# the reader a chunk's gap behind (shared stamps). So they wait for moments with nothing to read, a
+# FETTA at a time: a stream that may have ended (forse_la_fine) is framed, parsed, its worker woken.
 SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
 LETTURA = 65536  # bytes a read asks for: a burst of events in one read
 SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one stamp's room
@@ -2405,8 +2402,7 @@ def stampi_del_kernel(sock: socket.socket) -> bool:
 
 
 class Flusso:
-    """A streamed answer in flight, fed by LettoreFlussi (its worker waits on `finito`): status,
-    headers, then the body a (time, bytes) read at a time, unframed until it may have ended."""
+    """A streamed answer in flight: LettoreFlussi feeds it, its worker waits on `finito`."""
 
     def __init__(self, sock: socket.socket, scadenza: float):
         self.sock, self.scadenza = sock, scadenza  # scadenza: --timeout's end (monotonic)
@@ -2427,8 +2423,7 @@ class Flusso:
         self.solo_letture = False  # chunked and stamped by the kernel: _leggi's short way
 
     def letto(self, t: float, stampo: bytes, dati: bytes) -> bool:
-        """One read (at `t`, the kernel's stamp or b""), kept; framed at once only before the
-        headers or for a body not chunked. True when the answer may have ended (framed later)."""
+        """One read, kept; framed now only before the headers or if not chunked; True: may end."""
         self.letture += (t, stampo, dati)
         if self.status is not None and self._a_pezzi:
             return forse_la_fine(dati)
@@ -2566,8 +2561,7 @@ def forse_la_fine(dati: bytes) -> bool:
 
 
 class LettoreFlussi:
-    """One thread reads every stream in flight as its bytes come (selectors), ends each at its
-    end, error or deadline, wakes its worker once; it runs from the first stream to 1 s after."""
+    """The one thread that reads every stream in flight (see above)."""
 
     RIPOSO = 1.0  # idle seconds before the thread ends: a run's next stream finds it there
 
@@ -2594,8 +2588,7 @@ class LettoreFlussi:
             self._sveglia[1].send(b"\0")
 
     def segui(self, flusso: Flusso, partenza: Optional[Partenza] = None) -> None:
-        """Read `flusso` to its end, then set `flusso.finito`. Its request is sent already, or (with
-        a Partenza) the reader sends it at the start."""
+        """Read `flusso` to its end (`finito`); its request sent, or (Partenza) sent at start."""
         with self._lock:
             if partenza is not None and not partenza.partita:
                 partenza.in_attesa.append(flusso)
@@ -2689,10 +2682,10 @@ class LettoreFlussi:
         try:
             passo(flusso)
             return True
-        except NonInviata as exc:
+        except (NonInviata, OSError) as exc:  # a failed send
             self._fine(selettore, attivi, flusso, exc)
-        except (OSError, ValueError) as exc:  # a failed send; a socket closed by Ctrl+C
-            self._fine(selettore, attivi, flusso, exc if isinstance(exc, OSError) else OSError(str(exc)))
+        except ValueError as exc:  # a socket closed by Ctrl+C meanwhile
+            self._fine(selettore, attivi, flusso, OSError(str(exc)))
         return False
 
     def _invia(self, flusso: Flusso) -> None:
@@ -2714,8 +2707,7 @@ class LettoreFlussi:
         flusso.richiesta = b""
 
     def _leggi(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
-        """One read (TLS: until nothing decrypted is left) for the stream; one that may have ended
-        waits, unread, in `da_chiudere` to be framed."""
+        """One read (TLS: till none is left decrypted); a stream maybe ended: to da_chiudere."""
         if flusso.solo_letture:  # nearly every chunk's read, inline: at 50,000/s each call counts
             try:
                 dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
@@ -2754,10 +2746,9 @@ class LettoreFlussi:
         da_chiudere.append((flusso, self._chiudi(selettore, attivi, flusso)))
 
     def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> Generator[None, None, bool]:
-        """A stream that may have ended, framed: if it has, parsed (a 200) and its worker woken; if
-        not, True: read on, under its deadline again. Each next() is a slice of about FETTA (a read
-        at least), the sockets looked at in between: 4,000 tokens in one go held the reader some 50
-        ms here, and other streams' chunks came two to a read, with one stamp."""
+        """Frame a stream that may have ended: if so, parse it (a 200), wake its worker; else True:
+        read on. Each next() is a FETTA slice (a read at least): 4,000 tokens in one go held the
+        reader some 50 ms here, and other streams' chunks came two to a read, under one stamp."""
         import selectors
 
         if flusso.finito.is_set():
@@ -2934,9 +2925,9 @@ PEZZO = 128  # events parsed in one json.loads
 
 
 def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None, Tuple[dict, List[float], float]]:
-    """The `data:` lines to `[DONE]`, each at the time of the read that completed it, folded in one
-    completion (the last chunks carry finish_reason, usage, timings); returns it, each text chunk's
-    time and the end's. It yields after each FETTA of work, for the reader to read in between."""
+    """The `data:` lines to `[DONE]`, each at its read's time, folded in one completion (the last
+    chunks carry finish_reason, usage, timings), with each text chunk's time and the end's. It
+    yields after each FETTA of work, for the reader to read in between."""
     righe, resto, t = [], b"", 0.0  # (time, data) a line; a partial line waits for the next read
     scade = time.perf_counter() + FETTA
     for t, blocco in blocchi:
@@ -2993,8 +2984,8 @@ NON_JSON = object()  # an event that is not JSON (None is JSON: null)
 
 
 def eventi_json(dati: List[bytes]) -> list:
-    """Each event's JSON, all in one json.loads of a list (a call each costs as much again as the
-    parsing); one at a time only when that fails, NON_JSON for one that is not JSON."""
+    """Each event's JSON, in one json.loads of a list (a call each costs as much again); one at a
+    time only if that fails, NON_JSON for one that is not JSON."""
     with contextlib.suppress(ValueError):  # UnicodeDecodeError included
         eventi = json.loads((b"[" + b",".join(dati) + b"]").decode("utf-8"))
         if len(eventi) == len(dati):  # else an event was not one JSON value ("1,2"): one at a time
@@ -3048,16 +3039,14 @@ def orari(piano_oltre: PianoOltre) -> Iterator[float]:
 
 
 class Programma(NamedTuple):
-    """A run's requests sent by the clock. --ritmo: each at its planned time (open loop: a slow
-    answer does not delay the next); --durata alone: one as soon as one of the --parallele in flight
-    ends (closed loop) until time is up; neither (--prompt-token): that loop up to --richieste. The
-    first always leaves; --parallele stays the cap: one finding it full waits, and is counted."""
+    """Requests sent by the clock: --ritmo at planned times (open loop: a slow answer does not delay
+    the next); else one as each in flight ends (closed loop), to --durata or --richieste. The first
+    always leaves; --parallele stays the cap: one finding it full waits, and is counted."""
     piano: Piano
     primo_prompt: int
 
     def lancia(self, futuri: list, esecutore, client: Client, t0: float) -> EsecuzioneOltre:
-        """Submit each request at its time (its future to `futuri`) to --richieste or --durata;
-        each wait runs to the planned time from t0: a late send does not push back the next ones."""
+        """Submit each request at its time from t0: a late send does not push back the next."""
         piano, piano_oltre = self.piano, self.piano.oltre
         posti = threading.Semaphore(piano.parallele)
         tempi = (orari(piano_oltre) if piano_oltre.ritmo else (t for _, _, t in itertools.cycle(
@@ -3205,9 +3194,8 @@ def note_ritmo(prova: Prova) -> List[str]:
 
 
 def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
-    """The --parallele cap full under a schedule: was it the limit? True: the server had slots
-    unused; False: the server was (the cap at or above its slots, all seen busy: a higher cap only
-    moves the wait into its queue); None: cannot tell (slots unknown, or never all seen busy)."""
+    """The --parallele cap full under a schedule: was it the limit? False: the server was (the cap
+    at or above its slots, all seen busy: a higher cap only moves the wait into its queue)."""
     n_slot, picco = prova.info.n_slot, prova.riepilogo.picco
     if n_slot is None:
         return None
@@ -3268,7 +3256,7 @@ def percentile(valori: List[float], p: Union[int, float]) -> Optional[float]:
 
 
 def valori_figure(prova: Prova) -> Dict[str, List[float]]:
-    """The values of each figure of --dettagli over the successful requests, in seconds."""
+    """Each --dettagli figure's values (s) over the successful requests."""
     ok = prova.esecuzione.riuscite
     valori = {"latenza": [r.latenza for r in ok]}
     if oltre(prova.piano).ritmo or oltre(prova.piano).traccia:
@@ -3287,7 +3275,6 @@ PERCENTILI_DETTAGLI = (50, 90, 99)  # unless --percentili; --json keeps these an
 
 
 def riassunto(valori: List[float], percentili: Sequence[int] = PERCENTILI_DETTAGLI) -> Dict[str, Optional[float]]:
-    """min, mean, the percentiles, max of a figure (None when it has no values)."""
     return {"min": min(valori, default=None), "media": media(valori),
             **{f"p{p}": percentile(valori, p) for p in percentili}, "max": max(valori, default=None), "n": len(valori)}
 
@@ -3298,8 +3285,7 @@ def tipo_errore(errore: str) -> str:
 
 
 def cadenze(prova: Prova) -> dict:
-    """The run's counts (requests answered, prompt tokens, tokens generated, all) and each a second
-    of its total time (`_s`), for --dettagli and vLLM's names; None where nobody gave it."""
+    """The run's counts and (`_s`) each a second of its total time; None where nobody gave it."""
     ok, durata = prova.esecuzione.riuscite, prova.riepilogo.tempo_totale
     prompt = [r.token_prompt for r in ok]
     conti = {"richieste": len(ok), "token_prompt": None if None in prompt else sum(prompt),
@@ -3392,9 +3378,8 @@ def riga_slo(prova: Prova, slo: Dict[str, float]) -> str:
 
 
 def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], Optional[float], Optional[float], bool]:
-    """The requests meeting every objective: how many, their share, the goodput (their requests and
-    tokens a second of the total time) as vLLM and aiperf define it; 1 token meets a TPOT objective.
-    Schedule not kept: latency and first token count from the planned send (the last value says)."""
+    """The requests meeting every objective, their share, the goodput (their requests and tokens a
+    second) as vLLM and aiperf define it. Schedule not kept: timed from the planned send (last)."""
     o = oltre(prova.piano)
     dal_previsto = bool(o.ritmo or o.traccia) and not ritmo_tenuto(prova)
     ritardo = lambda r: latenza_dal_previsto(r) - r.latenza if dal_previsto else 0.0  # noqa: E731
@@ -3412,8 +3397,7 @@ def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], 
 
 
 def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
-    """--riscaldamento: n requests before the run, prompts of their own (or --prompt-file's), sent
-    as the lab's and left out of every figure."""
+    """--riscaldamento: n requests of their own before the run, left out of every figure."""
     print(f"riscaldamento: {quante(n, 'richiesta', 'richieste')} prima della prova, escluse dalle cifre",
           file=sys.stderr, flush=True)
     testo = oltre(piano).testo
