@@ -2348,7 +2348,6 @@ def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int,
 
 
 def in_coda_davvero(prova: Prova) -> List[Risultato]:
-    """The successful requests that waited with every slot busy."""
     ok = prova.esecuzione.riuscite
     attese = attese_a_slot_pieni(ok, prova.info.n_slot)
     return [r for r in ok if attese.get(r.indice, 0.0) > 0]
@@ -2391,7 +2390,7 @@ def scarto_orologi() -> float:
 
 
 def stampi_del_kernel(sock: socket.socket) -> bool:
-    """Ask Linux to stamp `sock`'s reads with their arrival; False where not (TLS, not Linux)."""
+    """Ask Linux to stamp `sock`'s reads with their arrival; False where it cannot."""
     if not sys.platform.startswith("linux") or hasattr(sock, "cipher"):
         return False
     try:
@@ -2467,8 +2466,8 @@ class Flusso:
         if self._a_pezzi:
             dati, finito = self._togli_pezzi(dati)
         else:
-            dati = dati[:self._mancano] if self._mancano is not None else dati
             if self._mancano is not None:
+                dati = dati[:self._mancano]
                 self._mancano -= len(dati)
             finito = self._mancano == 0
         if dati:
@@ -2567,7 +2566,7 @@ class LettoreFlussi:
 
     def __init__(self, client: Client):
         self._client, self._lock = client, threading.Lock()
-        self._nuovi: List[Flusso] = []  # handed over by the workers, not yet in the selector
+        self._nuovi: List[Flusso] = []  # from the workers, not yet in the selector
         self._thread: Optional[threading.Thread] = None
         self._sveglia: Optional[Tuple[socket.socket, socket.socket]] = None  # for new streams
         self._svegliato = False  # a wake-up byte is already on its way
@@ -2616,7 +2615,7 @@ class LettoreFlussi:
         selettore.register(sveglia[0], selectors.EVENT_READ, None)
         scadenze: List[Tuple[float, int]] = []  # (deadline, stream's number), nearest first
         attivi: Dict[int, Flusso] = {}  # number -> the stream, while it is read
-        # maybe ended: (the stream, its _chiudi), framed a slice at a time when nothing is to read
+        # maybe ended: (the stream, its _chiudi)
         da_chiudere: collections.deque = collections.deque()
         numeri, riposa_da = itertools.count(), time.monotonic()
 
@@ -2678,7 +2677,7 @@ class LettoreFlussi:
                 s.close()
 
     def _un_passo(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso, passo) -> bool:
-        """`passo(flusso)`; if it raised, False, the stream ended by its error."""
+        """False, the stream ended, if `passo(flusso)` raised."""
         try:
             passo(flusso)
             return True
@@ -2747,8 +2746,7 @@ class LettoreFlussi:
 
     def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> Generator[None, None, bool]:
         """Frame a stream that may have ended: if so, parse it (a 200), wake its worker; else True:
-        read on. Each next() is a FETTA slice (a read at least): 4,000 tokens in one go held the
-        reader some 50 ms here, and other streams' chunks came two to a read, under one stamp."""
+        read on. A FETTA a next() (a read at least): 4,000 tokens at once held the reader 50 ms."""
         import selectors
 
         if flusso.finito.is_set():
@@ -2920,14 +2918,14 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
     return Risultato(indice, inizio, fine - t0, **cifre_completamento(dati, [t - flusso.inviata for t in chunk]))
 
 
-FETTA = 0.001  # seconds of a stream's end work (framing, parsing) between two looks at the sockets
+FETTA = 0.001  # seconds of end work (framing, parsing) between two looks at the sockets
 PEZZO = 128  # events parsed in one json.loads
 
 
 def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None, Tuple[dict, List[float], float]]:
     """The `data:` lines to `[DONE]`, each at its read's time, folded in one completion (the last
-    chunks carry finish_reason, usage, timings), with each text chunk's time and the end's. It
-    yields after each FETTA of work, for the reader to read in between."""
+    chunks carry finish_reason, usage, timings), with each text chunk's time and the end's. Yields
+    after each FETTA of work (the reader reads in between)."""
     righe, resto, t = [], b"", 0.0  # (time, data) a line; a partial line waits for the next read
     scade = time.perf_counter() + FETTA
     for t, blocco in blocchi:
@@ -3094,7 +3092,7 @@ def ritardi_invio(e: Esecuzione) -> List[float]:
 
 
 def ritmo_di(tempi: List[float]) -> Optional[float]:
-    """Events per second of a list of times: the gaps between the first and the last."""
+    """Events per second over a list of times."""
     durata = max(tempi) - min(tempi) if tempi else 0
     return (len(tempi) - 1) / durata if durata > 0 else None
 
@@ -3222,8 +3220,7 @@ def chi_ha_frenato(prova: Prova) -> str:
 
 
 def attese_del_tetto(prova: Prova) -> Dict[int, float]:
-    """--ritmo, the cap full: how late each request it held left, beyond ritardo_perdonato (its user
-    waited that long too)."""
+    """--ritmo, the cap full: how late each request it held left (beyond ritardo_perdonato)."""
     e = prova.esecuzione
     if not oltre(e).trattenute:
         return {}
@@ -3239,12 +3236,12 @@ def latenza_dal_previsto(r: Risultato) -> float:
 
 # --dettagli, --slo, --esatti: every figure, exact to the token #################################
 
-METODO = 'statistics.quantiles(method="inclusive")'  # the one percentile method, see `percentile`
+METODO = 'statistics.quantiles(method="inclusive")'  # see `percentile`
 CHIAVI_SLO = {"latenza": "latenza", "ttft": "primo token", "tpot": "TPOT"}
 
 
 def percentile(valori: List[float], p: Union[int, float]) -> Optional[float]:
-    """The p-th percentile by METODO, used everywhere; one with decimals (99.9) on a finer grid."""
+    """The p-th percentile, by METODO everywhere; one with decimals (99.9) on a finer grid."""
     import statistics
 
     if len(valori) < 2:
@@ -3298,15 +3295,16 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
     """What --dettagli prints, as data (--json has it always)."""
     from collections import Counter
 
-    fallite = Counter(tipo_errore(r.errore) for r in prova.esecuzione.risultati if not r.riuscita)
-    per_chunk = [t for t in map(token_per_chunk, prova.esecuzione.risultati) if t is not None]
+    risultati = prova.esecuzione.risultati
+    fallite = Counter(tipo_errore(r.errore) for r in risultati if not r.riuscita)
+    per_chunk = [t for t in map(token_per_chunk, risultati) if t is not None]
     tutti = sorted(set(PERCENTILI_DETTAGLI) | set(percentili))
     c = cadenze(prova)  # no request answered: no rate, n/d (vLLM's names say 0 requests/s)
     al_secondo = {k: c[k + "_s"] if c["richieste"] else None for k in ("richieste", "token_prompt", "token_generati")}
     dati = {"metodo_percentili": METODO, "figure_s": {nome: riassunto(v, tutti) for nome, v in valori_figure(prova).items()},
             "al_secondo": al_secondo, "fallite_per_tipo": dict(fallite), "fermate_prima_di_token": len(fermate_prima(prova)),
             "tagliate_dal_contesto": len(tagliate_dal_contesto(prova)),
-            "token_dalla_cache": sum(r.token_cache or 0 for r in prova.esecuzione.risultati),
+            "token_dalla_cache": sum(r.token_cache or 0 for r in risultati),
             "token_per_chunk": {"min": min(per_chunk), "media": media(per_chunk),
                                 "max": max(per_chunk)} if per_chunk else None}
     if slo:
@@ -3324,7 +3322,7 @@ FIGURE_VLLM = {"ttft": "primo token", "tpot": "TPOT", "itl": "ITL", "e2el": "lat
 
 
 def riassunto_vllm(prova: Prova, percentili: Sequence[int] = (99,)) -> dict:
-    """A run's summary under vLLM's `bench serve` names (duration in s, times in ms)."""
+    """Under vLLM's names: duration in s, times in ms."""
     import statistics
 
     c = cadenze(prova)
