@@ -3694,13 +3694,14 @@ class Punto(NamedTuple):
 def anomale(prove: List[Prova]) -> List[Tuple[Prova, float]]:
     """--ripeti: each whole run whose throughput is under half the median of its siblings' (the point's other
     whole runs), with that median: something slowed it that the others did not meet (a load beside the server).
-    Left out of the point's figures, and said with its evidence (righe_ripetute)."""
+    Left out of the point's figures, and said with its evidence (righe_ripetute). Only with two siblings or
+    more: of two runs apart, either may be the odd one."""
     import statistics
 
     valori = [(p, p.riepilogo.throughput) for p in prove if not p.esecuzione.interruzione]
     valori = [(p, v) for p, v in valori if v is not None]
     mediane = [(p, v, statistics.median(w for j, (_, w) in enumerate(valori) if j != i))
-               for i, (p, v) in enumerate(valori) if len(valori) > 1]
+               for i, (p, v) in enumerate(valori) if len(valori) > 2]
     return [(p, mediana) for p, v, mediana in mediane if v < 0.5 * mediana]
 
 

@@ -208,6 +208,7 @@ def test_una_ripetuta_sotto_meta_della_mediana_esclusa():
     ([44, 40, 24], [40.0] * 4),  # the slowest above half the median of the others (21)
     ([6.3, 6.1, 6.5], [8.8, 11.4, 5.1, 7.8]),  # the sheet's quiet run: speeds from 5.1 to 11.4 t/s in each repeat
     ([42.0], [40.0] * 4),  # one run: no siblings
+    ([40, 16], [40.0] * 4),  # two runs apart: either may be the odd one (a shared machine slowed one of two)
 ])
 def test_ripetute_vicine_tutte_nella_media(throughput, tps):
     """SILENT: repeats within a factor of two of each other, or speeds in a slot that merely differ, are noise."""
