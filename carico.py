@@ -80,7 +80,8 @@ ATTESA_PRONTO = 120.0  # how long to wait for a server that is still loading its
 
 # 1. The records that flow ######################################################################
 # Piano (what to send) -> Risultato (one request) + Campione (one /slots reading) -> Esecuzione (the
-# run) -> Prova (the run and its server) -> the report. `oltre`: what the extras add (after the banner).
+# run) -> Prova (the run and its server) -> the report. The extras keep their own record in each one's
+# `oltre` slot: the lab's code never reads it (the extras read it with oltre(), after the banner).
 
 class Piano(NamedTuple):
     """What to send: the lab's three numbers, and how often to read /slots."""
@@ -89,7 +90,7 @@ class Piano(NamedTuple):
     max_token: int = 32  # each request's max_tokens (--token)
     intervallo: float = 0.5  # seconds between two readings of /slots
     timeout: float = TIMEOUT_RICHIESTA  # the longest wait for one whole answer, queue included
-    oltre: Optional[PianoOltre] = None  # --stream, --ritmo, --durata...
+    oltre: object = None  # the extras' slot
 
 
 class Risultato(NamedTuple):
@@ -105,7 +106,7 @@ class Risultato(NamedTuple):
     token_prompt: Optional[int] = None  # the prompt's tokens, from usage
     token_cache: Optional[int] = None  # timings.cache_n: prompt tokens the server took from a cache (notes)
     finish_reason: Optional[str] = None  # stop (EOS: fewer tokens than asked, notes) or length
-    oltre: Optional[RisultatoOltre] = None  # the streamed chunks, the schedule, the conversation...
+    oltre: object = None  # the extras' slot
 
     @property
     def latenza(self) -> float:
@@ -130,7 +131,7 @@ class Esecuzione(NamedTuple):
     campioni: List[Campione]
     n_richieste: int  # the requests the run numbered: the plan's (with --durata, those sent)
     interruzione: Optional[int] = None  # the exit code when Ctrl+C (130) or SIGTERM (143) cut it short
-    oltre: Optional[EsecuzioneOltre] = None  # --ritmo: requests the cap held back
+    oltre: object = None  # the extras' slot
     server_andato: Optional[Tuple[float, str]] = None  # the server stopped answering: when (s from the start), why
     interrotta_a: Optional[float] = None  # with `interruzione`: when the run was stopped (s from the start)
     lasciate: int = 0  # with `interruzione`: the requests in flight it closed (the server may go on with them)
@@ -148,7 +149,7 @@ class InfoServer(NamedTuple):
     metrics_disponibile: bool = False  # /metrics answers: requests_deferred can be read too
     avvisi: tuple = ()  # Italian lines for stderr: what could not be seen
     props: Optional[dict] = None  # /props as the server gave it, for --json
-    kv_unificata: bool = False  # the slots share one context (--kv-unified): known when --avvia started it
+    kv_unificata: Optional[bool] = None  # the slots share one context (--kv-unified); None: not known (by hand)
     llama_cpp: Optional[bool] = None  # /slots or /props answered as llama.cpp's (False: another server)
 
 
@@ -157,7 +158,7 @@ class Prova(NamedTuple):
     info: InfoServer
     esecuzione: Esecuzione
     piano: Piano = Piano()
-    configurazione: Optional[Configurazione] = None  # --avvia: the -np the server was started with
+    configurazione: object = None  # --avvia: the -np the server was started with (the extras')
     macchina: Optional[Macchina] = None  # how busy the machine was just before
     occupati_prima: Optional[int] = None  # the server's slots already busy then (guarda_il_server)
     macchina_dopo: Optional[Macchina] = None  # and just after: what worked beside the server during the run
@@ -169,16 +170,14 @@ class Prova(NamedTuple):
 
 # 2. One request ################################################################################
 
-def prompt_per(indice: int, piano: Piano = Piano()) -> str:
-    """Request i's prompt: the lab's i-th; past the eighth, the same behind a number (--prompt-file: its text)."""
-    if oltre(piano).testo is not None:  # --prompt-file: see "Oltre il lab"
-        return oltre(piano).testo
+def prompt_per(indice: int) -> str:
+    """Request i's prompt: the lab's i-th; past the eighth, the same behind a number."""
     base = PROMPTS[indice % len(PROMPTS)]
     return base if indice < len(PROMPTS) else f"{indice}. {base}"
 
 
 def domanda_chat(prompt: str, piano: Piano) -> dict:
-    """The JSON that one request sends to /v1/chat/completions."""
+    """The JSON body one request POSTs to /v1/chat/completions."""
     return {
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": piano.max_token,
@@ -187,31 +186,79 @@ def domanda_chat(prompt: str, piano: Piano) -> dict:
         # No prompt cache, neither the slot's nor the one in the server's RAM: a rerun of the same
         # prompts computes them again, and is never flattered by the run before.
         "cache_prompt": False,
-        **campi_oltre(oltre(piano)),  # --modello, --esatti, --stream: see "Oltre il lab"
     }
 
 
-def invia(client: Client, indice: int, domanda: dict, timeout: float, t0: float) -> Risultato:
-    """One request, timed from send to whole answer. Never raises: a failure is a Risultato with
-    its error text, so that one bad request does not stop the others."""
+class Risposta(NamedTuple):
+    status: int
+    corpo: bytes
+
+
+def scambio_http(client: Client, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:
+    """One HTTP exchange on a new connection (`dati`: a JSON body): status and whole body, all within `timeout`
+    seconds. No answer, connecting or reading, is an ErroreRete in Italian. Client.chiama is this function."""
+    import http.client  # here, not at the top: see the note under the imports
+
+    timeout = client.timeout_info if timeout is None else timeout
+    if client.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
+        raise NonInviata(NON_INVIATA)
+    scadenza = time.monotonic() + timeout
+    corpo = None if dati is None else json.dumps(dati).encode("utf-8")
+    intestazioni = dict(client._intestazioni, **({"Content-Type": "application/json"} if corpo else {}))
+    connessione, sock, pezzi = http.client.HTTPConnection(client.host, client._porta, timeout=timeout), None, None
+    try:
+        # http.client sends on it and does not connect again; it may close it once the answer says
+        # `Connection: close` (llama.cpp's does), so carico lets it go by its own name.
+        sock = connessione.sock = client._connetti(scadenza)
+        connessione.request(metodo, percorso, corpo, intestazioni)
+        sock.settimeout(max(0.001, scadenza - time.monotonic()))
+        risposta = connessione.getresponse()  # the headers: the wait for the answer is here
+        client.sentinella.risposta()
+        # The end of the body is a read too: an answer done after the deadline is late. Once the body
+        # is whole, http.client may already have closed the socket (3.13 does, on Content-Length).
+        pezzi = []
+        while not risposta.isclosed():
+            resto = scadenza - time.monotonic()
+            if resto <= 0:
+                raise socket.timeout
+            sock.settimeout(resto)
+            pezzo = risposta.read1(65536)
+            if not pezzo:
+                break
+            pezzi.append(pezzo)
+        if risposta.length:  # bytes the Content-Length promised and the server did not send
+            raise ErroreRete("risposta troncata: la connessione si è chiusa a metà")
+        return Risposta(risposta.status, b"".join(pezzi))
+    except (OSError, http.client.HTTPException) as exc:
+        if getattr(exc, "errno", None) == errno.EBADF:  # a socket carico closed itself: its fault, not the server's
+            raise
+        if pezzi is not None and isinstance(exc, socket.timeout):
+            raise ErroreRete(f"risposta non completa entro {timeout:g} s") from None
+        raise client.errore_di_rete(percorso, exc, descrivi_errore_rete(exc, timeout)) from None
+    finally:
+        if sock is not None:
+            client.lascia(sock)
+        connessione.close()
+
+
+def invia(client: Client, indice: int, domanda: dict, timeout: float, t0: float, cifre=None) -> Risultato:
+    """POST one request, timed from send to whole answer. Never raises: a failure is a Risultato with
+    its error text, so that one bad request does not stop the others. (`cifre`: the extras' reading.)"""
     inizio = time.perf_counter() - t0
     try:
-        if domanda.get("stream"):  # --stream: the answer comes in chunks, read as they arrive: see "Oltre il lab"
-            return ricevi_flusso(client, indice, domanda, timeout, t0)
-        with client.apri("POST", CHAT, domanda, timeout) as risposta:
-            if risposta.status != 200:
-                return Risultato(indice, inizio, time.perf_counter() - t0,
-                                 errore=descrivi_errore_http(Risposta(risposta.status, risposta.leggi())))
-            dati = leggi_json(risposta.leggi())
+        risposta = scambio_http(client, "POST", CHAT, domanda, timeout)
         fine = time.perf_counter() - t0
+        if risposta.status != 200:
+            return Risultato(indice, inizio, fine, errore=descrivi_errore_http(risposta))
+        dati = leggi_json(risposta.corpo)
         if dati is None:
             raise ErroreRichiesta("risposta non JSON dal server")
-        return Risultato(indice, inizio, fine, **cifre_completamento(dati))
+        return Risultato(indice, inizio, fine, **(cifre or cifre_completamento)(dati))
     except Exception as exc:  # a worker never raises
         return fallita(client, indice, inizio, time.perf_counter() - t0, exc)
 
 
-def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
+def cifre_completamento(dati) -> dict:
     """The figures of a chat completion: tokens from `usage` (else `timings.predicted_n`), speed and
     the slot's times from `timings`. A missing field stays None (printed n/d), never guessed."""
     if not isinstance(dati, dict) or not isinstance(dati.get("choices"), list):
@@ -219,22 +266,15 @@ def cifre_completamento(dati, chunk_s: Optional[List[float]] = None) -> dict:
     usage = dati.get("usage") if isinstance(dati.get("usage"), dict) else {}
     timings = dati.get("timings") if isinstance(dati.get("timings"), dict) else {}
     token = numero(usage.get("completion_tokens"), int)
-    token = token if token is not None else numero(timings.get("predicted_n"), int)
     token_prompt = numero(usage.get("prompt_tokens"), int)
     scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
     finish = scelta.get("finish_reason")
-    messaggio = scelta.get("message") if isinstance(scelta.get("message"), dict) else {}
-    # --stream from a server that gives neither: one token per chunk with text, said as an estimate.
-    stimati = token is None and chunk_s is not None
-    # What the extras read (see "Oltre il lab"): the chunks' times, the text (a conversation sends it back).
-    risultato_oltre = RisultatoOltre(tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"),
-                              token_stimati=stimati)
-    return dict(token=len(chunk_s) if stimati else token,
+    return dict(token=token if token is not None else numero(timings.get("predicted_n"), int),
                 tps=velocita_nello_slot(timings), prompt_ms=numero(timings.get("prompt_ms")),
                 predicted_ms=numero(timings.get("predicted_ms")),
                 token_prompt=token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
                 token_cache=numero(timings.get("cache_n"), int),
-                finish_reason=finish if isinstance(finish, str) else None, oltre=risultato_oltre)
+                finish_reason=finish if isinstance(finish, str) else None)
 
 
 # 3. What the server says about itself, and the /slots sampler ################################
@@ -247,7 +287,7 @@ def interroga_server(client: Client, attesa: float, stderr, con_props: bool = Fa
     info = InfoServer(len(slots), numero(slots[0].get("n_ctx"), int), conta_occupati(slots) is not None,
                       llama_cpp=True) if slots else None
     if info is None or not info.slots_disponibile or con_props:
-        info = info_da_props(client, risposta, info)  # /slots off, another server, --json: see "Oltre il lab"
+        info = info_da_props(client, risposta, info)  # seam: /slots off, another server, --json: after the banner
     metrics = chiedi(client, "/metrics")
     return info._replace(metrics_disponibile=metrics.status == 200 and b"llamacpp:" in metrics.corpo)
 
@@ -311,38 +351,33 @@ class Campionatore:
 
 # 4. The pool that fires the requests ###########################################################
 
-def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: int = 0,
-                  osservatore: Union[Diretta, Osservatore, None] = None,
-                  domande: Optional[List[dict]] = None) -> Esecuzione:
-    """Fire the requests (`domande`, else the plan's from prompt `primo_prompt` on: a second run on the same
-    server sends new ones), all submitted at once to `parallele` workers, while /slots is sampled; the clock
-    starts at the first request. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled."""
+def esegui_carico(client: Client, piano: Piano, info: InfoServer, osservatore=None, lancio=None) -> Esecuzione:
+    """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled; the clock
+    starts at the first request. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled.
+    `osservatore`: who watches the readings (the live line); `lancio`: how the extras send theirs instead."""
     import concurrent.futures  # here, not at the top: see the note under the imports
 
-    if domande is None:
-        domande = [domanda_chat(prompt_per(primo_prompt + i, piano), piano) for i in range(piano.richieste or 0)]
+    domande = [] if lancio else [domanda_chat(prompt_per(i), piano) for i in range(piano.richieste)]
     futuri = []  # each request's future, in the order they were submitted
-    al_campione = osservatore.seguendo(futuri, piano) if osservatore else None  # the live line: see "Oltre il lab"
+    al_campione = osservatore.seguendo(futuri, piano) if osservatore else None
     campionatore = Campionatore(client, piano.intervallo, info, al_campione=al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
-    esecuzione_oltre = interruzione = partenza = None
+    esecuzione_oltre = interruzione = None
     t0 = None  # the clock's start: a Ctrl+C before it stopped nothing measured
     client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
-        if domande and not oltre(piano).da_lanciare:
-            pronti = avvia_i_lavoratori(esecutore, min(piano.parallele, len(domande)))  # before the clock
-            if oltre(piano).stream:  # and the first streams made ready, sent at the start: see "Oltre il lab"
-                partenza = Partenza(client)
-                partenza.prepara(esecutore, domande, pronti, piano.timeout, futuri)
+        if lancio:  # seam: the extras' way (--stream, --ritmo, --turni...), class Lancio after the banner
+            lancio.prepara(esecutore, futuri)
+        else:
+            avvia_i_lavoratori(esecutore, min(piano.parallele, len(domande)))  # before the clock
         t0 = time.perf_counter()
-        if partenza:
-            partenza.parti(t0)
+        if lancio:
+            lancio.parti(t0)
         campionatore.avvia(t0)
-        if not oltre(piano).da_lanciare:  # the lab: all submitted now, `parallele` at a time
-            for i, domanda in enumerate(domande[len(futuri):], len(futuri)):
-                futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0))
-        else:  # --ritmo, --durata (by the clock), --turni (conversations): see "Oltre il lab"
-            esecuzione_oltre = lanciatore(piano, primo_prompt).lancia(futuri, esecutore, client, t0)
+        for i, domanda in enumerate(domande):  # the lab: all submitted now, `parallele` at a time
+            futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0))
+        if lancio:
+            esecuzione_oltre = lancio.lancia(futuri, esecutore, t0)
         concurrent.futures.wait(futuri)
     except Interruzione as exc:
         interruzione = exc.codice
@@ -350,8 +385,8 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, primo_prompt: 
     finally:
         fermata = time.perf_counter()  # Ctrl+C, or every request done: what an interrupted run's report says
         with segnali() as notati:  # a Ctrl+C now waits: the report must not be lost
-            if partenza:
-                partenza.ferma()
+            if lancio:
+                lancio.ferma()
             esecutore.shutdown(wait=True, cancel_futures=True)
             campionatore.ferma()
             if osservatore:
@@ -382,7 +417,7 @@ class Riepilogo(NamedTuple):
     occupati_dai_tempi: Optional[int]  # the most slots the server's own timings prove busy together (0: all refused)
     coda_letta: Optional[int]  # the most requests_deferred one /metrics reading saw
     coda_dai_tempi: Optional[int]  # the most requests the timings prove waiting for a slot together
-    token_stimati: bool = False  # --stream without usage: some tokens counted as the chunks with text
+    token_stimati: bool = False  # --stream without usage: some tokens are chunks (set by the extras, as the next)
     interrotte: int = 0  # --stream: of the failed, the answers the server ended without a finish_reason
     interrotta_a: Optional[float] = None  # Ctrl+C: when the run was stopped (tempo_totale: the last answer)
 
@@ -416,37 +451,34 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
     return Riepilogo(len(ok), len(esecuzione.risultati) - len(ok), esecuzione.n_richieste - len(esecuzione.risultati),
                      totale, media(latenze), max(latenze, default=None), token,
                      token / totale if token is not None and totale else None, max(occupati, default=None),
-                     dai_tempi[0], max(in_coda, default=None), dai_tempi[1],
-                     any(oltre(r).token_stimati for r in ok),  # --stream: see "Oltre il lab"
-                     sum(tipo_errore(r.errore) == TRONCATA for r in esecuzione.risultati if not r.riuscita),
-                     esecuzione.interrotta_a)
+                     dai_tempi[0], max(in_coda, default=None), dai_tempi[1], interrotta_a=esecuzione.interrotta_a)
 
 
-def stampa_prova(prova: Prova) -> None:
+def stampa_prova(righe: List[str], note: List[str]) -> None:
     """Write one run's lines as soon as it ends (its `server:` line went out when it started, in
-    Sessione.prova); then, on stderr, notes on what its figures mean."""
-    print("\n".join(rapporto(prova)), flush=True)
-    for testo in note(prova):
+    Sessione.prova, which gives rapporto's lines and the notes); then, on stderr, what its figures mean."""
+    print("\n".join(righe), flush=True)
+    for testo in note:
         nota(testo)
 
 
-def rapporto(prova: Prova) -> List[str]:
+def rapporto(prova: Prova, riga=None, s: Optional[Riepilogo] = None, parallele: Optional[str] = None) -> List[str]:
     """The lab's lines after the `server:` line: one per request, a blank line, the summary. After
-    an interruption the requests that did not end get a line that says so."""
-    e, piano = prova.esecuzione, prova.piano
+    an interruption the requests that did not end get a line that says so. (The extras give their `riga`,
+    summary `s` and `parallele`: SessioneOltre.rapporto.)"""
+    e, riga, s = prova.esecuzione, riga or riga_richiesta, s or prova.riepilogo
     larghezza = len(str(max(e.n_richieste - 1, 0)))
     per_indice = {r.indice: r for r in e.risultati}
     righe, tagliate = [], tagliate_dal_contesto(prova)
     for i in range(e.n_richieste):
         if i in per_indice and not (e.server_andato and rifiutata(per_indice[i])):
-            righe.append(riga_richiesta(per_indice[i], larghezza) + segno_tagliata(per_indice[i], tagliate))
+            righe.append(riga(per_indice[i], larghezza) + segno_tagliata(per_indice[i], tagliate))
         elif i not in per_indice and e.interruzione:
             righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
-    tetto = " (tetto predefinito)" if oltre(piano).tetto_predefinito else ""  # --ritmo's cap: see "Oltre il lab"
-    parallele = f"{piano.parallele}{tetto}"
+    parallele = parallele or str(prova.piano.parallele)
     if e.server_andato:  # refused, unsent, why: see "A server that goes away"
-        return righe + righe_server_andato(prova, larghezza, parallele)
-    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info) + riga_tagliate(prova)
+        return righe + righe_server_andato(prova, larghezza, parallele, s)
+    return righe + [""] + righe_riepilogo(s, e.n_richieste, parallele, prova.info) + riga_tagliate(prova)
 
 
 def fmt(valore, formato: str) -> str:
@@ -459,32 +491,27 @@ def riga_server(info: InfoServer) -> str:
     return f"server: {fmt(info.n_slot, 'd')} slot, n_ctx per slot = {fmt(info.n_ctx_slot, 'd')}"
 
 
-def riga_richiesta(r: Risultato, larghezza: int = 1) -> str:
+def riga_richiesta(r: Risultato, larghezza: int = 1, stima: str = "") -> str:  # stima: --stream's ~
     inizio_riga = f"  req {r.indice:>{larghezza}}: {r.latenza:6.2f} s"
     if not r.riuscita:
         return f"{inizio_riga}   errore: {r.errore}"
-    stima = "~" if oltre(r).token_stimati else ""  # --stream without usage
-    riga = f"{inizio_riga} {stima + fmt(r.token, 'd'):>4} token  ({fmt(r.tps, '.1f')} t/s nel proprio slot)"
-    if oltre(r).chunk_s:  # --stream: the first chunk with text, see "Oltre il lab"
-        riga += f"  primo token {oltre(r).chunk_s[0]:.2f} s"
-    return riga
+    return f"{inizio_riga} {stima + fmt(r.token, 'd'):>4} token  ({fmt(r.tps, '.1f')} t/s nel proprio slot)"
 
 
 def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServer,
                     perche_non_completate: str = "interrotto") -> List[str]:
     fino = "" if s.interrotta_a is None else f" (fino all'ultima risposta; prova interrotta a {s.interrotta_a:.2f} s)"
+    stima = "~" if s.token_stimati and s.token is not None else ""
+    generati = f"{stima}{fmt(s.token, 'd')} token generati" + (": stima, un token per chunk con testo" if stima else "")
+    if s.interrotta_a is not None and s.token is not None:  # Ctrl+C: the figures' span is not how long the run lasted
+        generati += ", solo dalle richieste completate: un limite inferiore"  # nor all it generated
     righe = [
         f"richieste={richieste} parallele={parallele} slot={fmt(info.n_slot, 'd')}"
         f"  picco slot occupati insieme={fmt(s.picco, 'd')}",
         f"tempo totale {fmt(s.tempo_totale, '.2f s')}{fino}  |  latenza media {fmt(s.latenza_media, '.2f s')},"
         f" max {fmt(s.latenza_max, '.2f s')}",
-        f"throughput aggregato {fmt(s.throughput, '.2f token/s')}  ({fmt(s.token, 'd')} token generati)",
+        f"throughput aggregato {stima}{fmt(s.throughput, '.2f token/s')}  ({generati})",
     ]
-    if s.token_stimati and s.token is not None:  # --stream without usage: said as an estimate, see "Oltre il lab"
-        righe[-1] = (f"throughput aggregato ~{fmt(s.throughput, '.2f token/s')}  (~{s.token} token generati: stima, "
-                     "un token per chunk con testo)")
-    if s.interrotta_a is not None and s.token is not None:  # Ctrl+C: the figures' span is not how long the run lasted,
-        righe[2] = righe[2][:-1] + ", solo dalle richieste completate: un limite inferiore)"  # nor all it generated
     if info.metrics_disponibile:  # the lab's question: "what does llamacpp:requests_deferred say?"
         fonte = "requests_deferred" if (s.coda_letta or 0) >= (s.coda_dai_tempi or 0) else "dai tempi del server"
         righe.append(f"picco richieste in coda ({fonte})={fmt(s.picco_coda, 'd')}")
@@ -563,17 +590,17 @@ class Opzioni(NamedTuple):
     url: str = "http://127.0.0.1:8080"
     api_key: Optional[str] = None  # --api-key, or the LLAMA_API_KEY variable
     attesa_pronto: float = ATTESA_PRONTO  # --attesa: how long to wait for a server loading its model
-    oltre: Optional[OpzioniOltre] = None  # --ripeti, --grafico, --json, --avvia...: see "Oltre il lab"
+    oltre: object = None  # the extras' slot
 
 
 def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzioni]:
     """The plans of the load (the lab: one) and the other options, from the flags, read in one parse. A flag
     beyond the lab's four, or a list of values, is checked after the banner; a bad flag ends here with exit 2."""
-    parser = ParserItaliano(prog="carico.py", description=__doc__, epilog=EPILOGO, add_help=False,
+    parser = ParserItaliano(prog="carico.py", description=__doc__, add_help=False,
                             usage="%(prog)s [--url URL] [--richieste N] [--parallele N] [--token N] [altre opzioni]",
                             formatter_class=formato_aiuto)
-    parser.nomi = []
-    il_lab = ("il lab", None, [
+    parser.nomi, gruppo = [], parser.add_argument_group("il lab")
+    for nomi, parametri in [
         (("--url",), dict(type=url_server, default="http://127.0.0.1:8080",
                           help="radice del server llama.cpp (default: %(default)s)")),
         (("--richieste",), dict(type=positivo(int, "un numero intero", 100000, " (ogni richiesta è preparata prima "
@@ -583,16 +610,15 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
                                 help="quante richieste tenere in volo insieme (default: 4)")),
         (("--token",), dict(type=lista_di(token_o_fascia), default=[32], metavar="N",
                             help="token da generare per richiesta, max_tokens; MIN-MAX: a caso (default: 32)")),
-    ])
-    for titolo, descrizione, opzioni in (il_lab, *OPZIONI_OLTRE):  # then --ripeti, --stream...: see "Oltre il lab"
-        gruppo = parser.add_argument_group(titolo, descrizione)
-        for nomi, parametri in opzioni:
-            parser.nomi += gruppo.add_argument(*nomi, **parametri).option_strings
+    ]:
+        parser.nomi += gruppo.add_argument(*nomi, **parametri).option_strings
+    SessioneOltre.aggiungi_opzioni(parser)  # seam: --ripeti, --stream... and the help's epilog, after the banner
     a = parser.parse_args(argv)
     chiave = chiave_dall_ambiente(parser)  # the LLAMA_API_KEY variable
     piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
     opzioni, date = Opzioni(a.url, a.api_key or chiave, a.attesa), a.parallele  # (a trace's cap is set below)
-    piani, opzioni = leggi_opzioni_oltre(parser, a, piano, opzioni) if oltre_il_lab(parser, a) else ([piano], opzioni)
+    # seam: None for the lab's four flags; else the extras' plans (a sweep: one per point) and options
+    piani, opzioni = SessioneOltre.dalle_opzioni(parser, a, piano, opzioni) or ([piano], opzioni)
     oltre_le_richieste = [p for p in piani if date and p.richieste and p.parallele > p.richieste]
     if oltre_le_richieste:  # nobody waits in the client, and at most that many reach the server together
         n, massimo = piani[0].richieste, oltre_le_richieste[-1].parallele
@@ -612,7 +638,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("carico.py: interrotto", file=sys.stderr)
         return 130
     with segnali(al_segnale):
-        return (Sessione if opzioni.oltre is None else SessioneOltre)(piani, opzioni).esegui()
+        return (Sessione if opzioni.oltre is None else SessioneOltre)(piani, opzioni).esegui()  # seam: see above
 
 
 class Sessione:
@@ -646,25 +672,23 @@ class Sessione:
         """The lab: one server, one run."""
         self.prova(*self.collega(), self.piani[0])
 
-    def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
+    def collega(self) -> Tuple[Client, InfoServer]:
         """A client for the server at --url, and what the server says about itself."""
         client = Client(self.opzioni.url, self.opzioni.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
-        con_props = bool(oltre(self.opzioni).file_json)  # --json saves /props
-        info = interroga_server(client, self.opzioni.attesa_pronto, sys.stderr, con_props)
+        info = interroga_server(client, self.opzioni.attesa_pronto, sys.stderr, self.con_props)
         for avviso in info.avvisi:
             nota(avviso)
-        return client, info._replace(kv_unificata=bool(configurazione and configurazione.kv_unificata))
+        return client, info
 
-    def prova(self, client: Client, info: InfoServer, piano: Piano, primo_prompt: int = 0,
-              configurazione: Optional[Configurazione] = None) -> Prova:
+    def prova(self, client: Client, info: InfoServer, piano: Piano, configurazione: object = None) -> Prova:
         """One run: look at the machine, write the `server:` line, fire the load, print the report."""
         occupati_prima = guarda_il_server(client, info)
         macchina = guarda_la_macchina(bool(occupati_prima))
-        print(riga_server(info) + (riga_kv_unificata(info) if info.kv_unificata else ""), flush=True)  # step 5
-        esecuzione = esegui_carico(client, piano, info, primo_prompt, osservatore=self.osservatore(client, info))
+        print(self.riga_server(info), flush=True)  # step 5's first line
+        esecuzione = esegui_carico(client, piano, info, self.osservatore(client, info), self.lancio(client, piano))
         prova = Prova(info, esecuzione, piano, configurazione, macchina, occupati_prima)
         self.prove.append(prova)  # before printing: a closed stdout must not lose it
-        stampa_prova(prova)
+        stampa_prova(self.rapporto(prova), self.note(prova))
         # The look before cannot see what started after it. Not after a failed request: one the client gave up on
         # (--timeout) may keep the server at work a few seconds, and the look would blame another load for it.
         if not (esecuzione.interruzione or esecuzione.server_andato or prova.riepilogo.n_fallite):
@@ -686,9 +710,23 @@ class Sessione:
         return self.arresto or self.codice_errore or (self.codice_fallite(fallite) if fallite else 0)
 
     # The hooks: what the lab does at these points; a session with extras does more.
-    def osservatore(self, client: Client, info: InfoServer) -> Optional[Diretta]:
-        """Who watches a run while it lasts: on a terminal, the live line."""
+    con_props = False  # /props asked even when /slots answers (--json keeps it)
+
+    def osservatore(self, client: Client, info: InfoServer):
+        """Who watches a run while it lasts: on a terminal, the live line (seam: class Diretta, after the banner)."""
         return Diretta(sys.stderr, info.n_slot, client.sentinella) if sys.stderr.isatty() else None
+
+    def lancio(self, client: Client, piano: Piano):
+        """How the requests leave: None, esegui_carico's own way."""
+
+    def riga_server(self, info: InfoServer) -> str:
+        return riga_server(info)
+
+    def rapporto(self, prova: Prova) -> List[str]:
+        return rapporto(prova)
+
+    def note(self, prova: Prova) -> List[str]:
+        return note(prova)
 
     def dopo_la_prova(self, prova: Prova) -> None:
         """After a run's lines: in the lab, nothing more."""
@@ -704,7 +742,7 @@ class Sessione:
 # What keeps the tool honest when things go wrong: a server still loading, HTTP with a deadline and
 # its errors, a server that goes away, Ctrl+C, a busy machine, what the figures mean, flags checked.
 
-def aspetta_pronto(client: Client, attesa: float, stderr, avviato: Optional[ServerAvviato] = None) -> None:
+def aspetta_pronto(client: Client, attesa: float, stderr, avviato=None) -> None:
     """Ask /health until the server is ready, up to `attesa` seconds: 503 means it is still loading its
     model; no answer, down (or, just started by --avvia, not listening yet); 401, the key is missing."""
     inizio = time.monotonic()
@@ -798,11 +836,6 @@ def avvia_i_lavoratori(esecutore, quanti: int) -> int:
 
 # HTTP: one exchange on its own connection, within a deadline ###################################
 
-class Risposta(NamedTuple):
-    status: int
-    corpo: bytes
-
-
 class Client:
     """Talks to one server with http.client, one connection per exchange (`Connection: close`: a
     latency never hides a stale keep-alive); no redirects; the host name looked up once. Every socket
@@ -821,46 +854,10 @@ class Client:
         self._indirizzo = None  # the address that answered first (a getaddrinfo tuple)
         self.tls = None  # https: one ssl context for every exchange
         self._aperti, self._lock, self.annullato = set(), threading.Lock(), threading.Event()  # sockets in flight
-        self.pronte: List[socket.socket] = []  # --stream: connections opened before the clock (see "Oltre il lab")
-        self.richieste_pronte: Dict[int, bytes] = {}  # --stream: id of a request's JSON -> its bytes, made before the clock
-        self.flussi = LettoreFlussi(self)  # --stream: one thread reads every stream (see "Oltre il lab")
         self.sentinella = Sentinella(self)  # during a run: is the server still there?
-        self.pezzi: Dict[int, bytes] = {}  # a tokenizer without pieces (/extras/tokenize): each id's, once
+        self.oltre: object = None  # the extras' slot (--stream's connections and reader...)
 
-    def chiama(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:
-        """One exchange: status and whole body. Raises ErroreRete when no answer comes."""
-        with self.apri(metodo, percorso, dati, timeout) as risposta:
-            return Risposta(risposta.status, risposta.leggi())
-
-    @contextlib.contextmanager
-    def apri(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None):
-        """One exchange on a new connection, all of it within `timeout` seconds: yields the answer with its
-        headers read; a network error, connecting or reading, becomes an ErroreRete in Italian."""
-        import http.client  # here, not at the top: see the note under the imports
-
-        timeout = self.timeout_info if timeout is None else timeout
-        if self.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
-            raise NonInviata(NON_INVIATA)
-        scadenza = time.monotonic() + timeout
-        corpo = None if dati is None else json.dumps(dati).encode("utf-8")
-        intestazioni = dict(self._intestazioni, **({"Content-Type": "application/json"} if corpo else {}))
-        connessione, sock = http.client.HTTPConnection(self.host, self._porta, timeout=timeout), None
-        try:
-            # http.client sends on it and does not connect again; it may close it once the answer says
-            # `Connection: close` (llama.cpp's does), so carico lets it go by its own name.
-            sock = connessione.sock = self._connetti(scadenza)
-            connessione.request(metodo, percorso, corpo, intestazioni)
-            risposta = RispostaHttp(connessione, scadenza, timeout)
-            self.sentinella.risposta()
-            yield risposta
-        except (OSError, http.client.HTTPException) as exc:
-            if getattr(exc, "errno", None) == errno.EBADF:  # a socket carico closed itself: its fault, not the server's
-                raise
-            raise self.errore_di_rete(percorso, exc, descrivi_errore_rete(exc, timeout)) from None
-        finally:
-            if sock is not None:
-                self.lascia(sock)
-            connessione.close()
+    chiama = scambio_http  # one exchange: see "2. One request"
 
     def errore_di_rete(self, percorso: str, exc: Exception, testo: str) -> ErroreRete:
         """A failed exchange as an ErroreRete; a refusal is that request's own error, and the sentinel counts it."""
@@ -915,39 +912,6 @@ class Client:
         for sock in aperti:
             with contextlib.suppress(OSError):  # already closed
                 sock.shutdown(socket.SHUT_RDWR)
-
-
-class RispostaHttp:
-    """An answer read within its exchange's deadline (--timeout bounds the whole answer, streamed or not)."""
-
-    def __init__(self, connessione, scadenza: float, timeout: float):
-        self._sock, self._scadenza, self._timeout = connessione.sock, scadenza, timeout
-        self._sock.settimeout(max(0.001, scadenza - time.monotonic()))
-        self._risposta = connessione.getresponse()  # the headers: with no stream, the whole wait is here
-        self.status = self._risposta.status
-
-    def leggi(self) -> bytes:
-        """The whole body, a socket read at a time."""
-        corpo = b"".join(self._letture(lambda: self._risposta.read1(65536)))
-        if self._risposta.length:  # bytes the Content-Length promised and the server did not send
-            raise ErroreRete("risposta troncata: la connessione si è chiusa a metà")
-        return corpo
-
-    def _letture(self, leggi) -> Iterator[bytes]:
-        try:
-            # The end of the body is a read too: an answer done after the deadline is late. Once the body
-            # is whole, http.client may already have closed the socket (3.13 does, on Content-Length).
-            while not self._risposta.isclosed():
-                resto = self._scadenza - time.monotonic()
-                if resto <= 0:
-                    raise socket.timeout
-                self._sock.settimeout(resto)
-                pezzo = leggi()
-                if not pezzo:
-                    return
-                yield pezzo
-        except socket.timeout:
-            raise ErroreRete(f"risposta non completa entro {self._timeout:g} s") from None
 
 
 def con_tls(client: Client, sock: socket.socket, scadenza: float) -> socket.socket:
@@ -1156,7 +1120,7 @@ class Sentinella:
         return True
 
 
-def righe_server_andato(prova: Prova, larghezza: int, parallele: str) -> List[str]:
+def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optional[Riepilogo] = None) -> List[str]:
     """The end of the report of a run the server left: the refused and the unsent requests in one line
     each, the summary, and when and why the sending stopped, with the requests it took and never answered."""
     e = prova.esecuzione
@@ -1171,7 +1135,7 @@ def righe_server_andato(prova: Prova, larghezza: int, parallele: str) -> List[st
                          else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
     # Left open (a server stopped with Ctrl+C) or closed (a killed one): sent and taken, never answered.
     in_volo = sum(r.errore in (IN_VOLO, descrivi_errore_rete(ConnectionResetError(), 0)) for r in e.risultati)
-    return righe + [""] + righe_riepilogo(prova.riepilogo, e.n_richieste, parallele, prova.info,
+    return righe + [""] + righe_riepilogo(s or prova.riepilogo, e.n_richieste, parallele, prova.info,
                                           "il server non rispondeva più") + [
         f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s: {e.server_andato[1]}): invii "
         "fermati" + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
@@ -1335,7 +1299,8 @@ def da_a(valori: List[int]) -> str:
     return ND if not valori else str(min(valori)) if min(valori) == max(valori) else f"{min(valori)}-{max(valori)}"
 
 
-def note(prova: Prova) -> List[str]:
+def note(prova: Prova, esatti: bool = False, cache_voluta: bool = False, conversazioni: bool = False,
+         lasciate_generano: bool = True) -> List[str]:  # (what the extras asked: SessioneOltre.note)
     e, s = prova.esecuzione, prova.riepilogo
     testi = []
     if prova.occupati_prima:  # what the server's timings prove counts this run's requests alone
@@ -1356,29 +1321,24 @@ def note(prova: Prova) -> List[str]:
                      "slot occupati, l'attesa dello slot e quella in coda restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
                      "le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
                      "dello slot e quella in coda, gli slot occupati provati dai tempi sono n/d")
-    corte = frase_corte(prova)
+    corte = frase_corte(prova, esatti)
     if corte:
         testi.append(corte)
-    stimate = [r for r in e.riuscite if oltre(r).token_stimati]  # --stream from a server without usage
-    if stimate:
-        testi.append(f"il server non ha detto nel flusso quanti token ha generato (né usage né timings) per "
-                     f"{quante(len(stimate), 'richiesta', 'richieste')}: i loro token (segnati ~) sono i chunk con "
-                     "testo, uno per chunk, una stima (un chunk può portarne più d'uno)")
     chiave = sum(1 for r in e.risultati if (r.errore or "").startswith("HTTP 401"))
     if chiave:  # any request's 401, not only /health's
         testi.append(f"{quante(chiave, 'richiesta rifiutata', 'richieste rifiutate')} con HTTP 401: il server vuole "
                      "una chiave API; passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY (se l'hai già "
                      "passata, controllala)")
     dalla_cache = [r for r in e.risultati if r.token_cache]
-    if dalla_cache and not (oltre(prova.piano).turni or oltre(prova.piano).prefisso is not None):  # the cache as the experiment
+    if dalla_cache and not cache_voluta:  # --turni, --prefisso: the cache is the experiment
         testi.append(f"il server ha preso dalla cache {sum(r.token_cache for r in dalla_cache)} token di prompt "
                     f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
                     "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
                     "Riavvia il server prima di ripetere la prova")
-    kv_piena = frase_kv_piena(prova)  # step 5's cost: a shared buffer that four long requests exhaust
+    kv_piena = None if conversazioni else frase_kv_piena(prova)  # (conversations say it on their lines) step 5's cost: a shared buffer that four long requests exhaust
     if kv_piena:
         testi.append(kv_piena)
-    if e.lasciate and not oltre(prova.piano).stream and prova.configurazione is None:  # --avvia stops its server
+    if e.lasciate and lasciate_generano:  # not a stream, nor a server --avvia stops
         # Measured (b11434, -np 1): a request closed is cancelled a second later (its HTTP thread's poll, which other
         # requests' results postpone: server_response::recv_with_timeout), its slot busy 3-6 s more; a stream, at once.
         lasciate = quante(e.lasciate, "richiesta lasciata", "richieste lasciate")
@@ -1393,22 +1353,22 @@ def fermate_prima(prova: Prova) -> List[Risultato]:
             if r.finish_reason == "stop" and r.token is not None and r.token < prova.piano.max_token]
 
 
-def frase_corte(prova: Prova) -> Optional[str]:
+def frase_corte(prova: Prova, esatti: bool = False) -> Optional[str]:
     """What stderr, --spiega and --dettagli say of answers shorter than --token: half of them or more empty
     (nothing was generated, the figures measure little), or some stopped early; None when none did."""
     vuote = [r for r in prova.esecuzione.riuscite if r.token == 0]
     if vuote and len(vuote) * 2 >= len(prova.esecuzione.riuscite):  # half or more: the template, whatever --esatti
         return frase_vuote(prova, len(vuote))
-    return frase_fermate(prova) if fermate_prima(prova) else None
+    return frase_fermate(prova, esatti) if fermate_prima(prova) else None
 
 
-def frase_fermate(prova: Prova) -> str:
+def frase_fermate(prova: Prova, esatti: bool = False) -> str:
     """What stderr, --spiega and --dettagli say of the requests that stopped before --token."""
     corte, piano = fermate_prima(prova), prova.piano
     frase = (f"{quante(len(corte), 'richiesta', 'richieste')} su {len(prova.esecuzione.risultati)} "
              f"{'si è fermata' if len(corte) == 1 else 'si sono fermate'} prima di --token {piano.max_token} "
              f"(finish_reason stop, {da_a([r.token for r in corte])} token)")
-    if oltre(piano).esatti:
+    if esatti:
         return frase + ": il server non rispetta ignore_eos (--esatti)"
     n_ctx = prova.info.n_ctx_slot
     fuori = n_ctx is not None and any(r.token_prompt is not None and r.token_prompt + piano.max_token > n_ctx
@@ -1493,8 +1453,7 @@ def kv_condivisa(prova: Prova) -> bool:
 def kv_saputa(prova: Prova) -> Optional[bool]:
     """kv_condivisa where carico knows: False from --avvia's log or with one slot; None by hand with more slots
     (/slots and /props give each slot's n_ctx, the same whether the slots share -c or split it)."""
-    deciso = prova.configurazione and prova.configurazione.deciso
-    if kv_condivisa(prova) or prova.info.n_slot == 1 or (deciso and deciso.kv_unificata is not None):
+    if kv_condivisa(prova) or prova.info.n_slot == 1 or prova.info.kv_unificata is not None:
         return kv_condivisa(prova)
     return None
 
@@ -1502,7 +1461,7 @@ def kv_saputa(prova: Prova) -> Optional[bool]:
 def frase_kv_piena(prova: Prova) -> Optional[str]:
     """What a 500 "Context size has been exceeded." means, said once after the run, whoever started the server."""
     piene = [r for r in prova.esecuzione.risultati if contesto_finito(r) == "kv"]
-    if not piene or oltre(prova.piano).turni:  # conversations say it on their own lines
+    if not piene:
         return None
     buffer = f"dei suoi {prova.info.n_ctx_slot} token" if prova.info.n_ctx_slot else "del buffer"
     return (f"{quante(len(piene), 'richiesta è fallita', 'richieste sono fallite')} con HTTP 500 \"Context size has been "
@@ -1945,9 +1904,91 @@ VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: Esecuzion
 
 
 def oltre(record):
-    """The extras' record of a lab record (Piano, Risultato, Esecuzione, Opzioni): its `oltre` field, or one
-    with every default where the lab's own run left it None."""
+    """The extras' record in a lab record's `oltre` slot (Piano, Risultato, Esecuzione, Opzioni), or one with
+    every default where the lab's own run left it None; a Client's, made the first time an extra needs it."""
+    if isinstance(record, Client):
+        with record._lock:
+            record.oltre = record.oltre or ClientOltre(record)
     return record.oltre if record.oltre is not None else VUOTI[type(record)]
+
+
+class ClientOltre:
+    """What the extras keep on a Client."""
+
+    def __init__(self, client: Client):
+        self.pronte: List[socket.socket] = []  # --stream: connections opened before the clock
+        self.richieste_pronte: Dict[int, bytes] = {}  # --stream: id of a request's JSON -> its bytes, made before it
+        self.flussi = LettoreFlussi(client)  # --stream: one thread reads every stream
+        self.pezzi: Dict[int, bytes] = {}  # a tokenizer without pieces (/extras/tokenize): each id's, once
+
+
+def prompt_oltre(indice: int, piano: Piano) -> str:
+    """Request i's prompt: --prompt-file's text, else the lab's."""
+    return oltre(piano).testo if oltre(piano).testo is not None else prompt_per(indice)
+
+
+def domanda_oltre(prompt: str, piano: Piano) -> dict:
+    """A request's JSON, the lab's with what the extras add."""
+    return {**domanda_chat(prompt, piano), **campi_oltre(oltre(piano))}
+
+
+def cifre_oltre(dati, chunk_s: Optional[List[float]] = None) -> dict:
+    """cifre_completamento, with the extras' record: the chunks' times (--stream), the text (a conversation sends
+    it back). A stream from a server that gives neither usage nor timings: one token per chunk with text, an estimate."""
+    cifre = cifre_completamento(dati)
+    scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
+    messaggio = scelta.get("message") if isinstance(scelta.get("message"), dict) else {}
+    stimati = cifre["token"] is None and chunk_s is not None
+    return dict(cifre, token=len(chunk_s) if stimati else cifre["token"], oltre=RisultatoOltre(
+        tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"), token_stimati=stimati))
+
+
+def invia_oltre(client: Client, indice: int, domanda: dict, timeout: float, t0: float) -> Risultato:
+    """invia for the extras' requests: a stream read as it arrives (--stream), the answer's text kept."""
+    if not domanda.get("stream"):
+        return invia(client, indice, domanda, timeout, t0, cifre_oltre)
+    inizio = time.perf_counter() - t0
+    try:
+        return ricevi_flusso(client, indice, domanda, timeout, t0)
+    except Exception as exc:  # a worker never raises
+        return fallita(client, indice, inizio, time.perf_counter() - t0, exc)
+
+
+class Lancio:
+    """How the extras send a run's requests (esegui_carico's `lancio`): all at once as the lab's, with their
+    own JSON (`domande`, else the plan's from prompt `primo_prompt` on: a second run on the same server sends
+    new ones) and, with --stream, the first `parallele` made ready before the clock and sent at the start
+    (Partenza); or by the clock (--ritmo, --durata, a trace), or as conversations (--turni): lanciatore."""
+
+    def __init__(self, client: Client, piano: Piano, primo_prompt: int = 0, domande: Optional[List[dict]] = None):
+        self.client, self.piano = client, piano
+        self.lanciatore = lanciatore(piano, primo_prompt) if domande is None and oltre(piano).da_lanciare else None
+        self.domande = [] if self.lanciatore else domande if domande is not None else [
+            domanda_oltre(prompt_oltre(primo_prompt + i, piano), piano) for i in range(piano.richieste or 0)]
+        self.partenza = Partenza(client) if oltre(piano).stream and self.domande else None
+
+    def prepara(self, esecutore, futuri: list) -> None:
+        """Before the clock: the workers started, and with --stream the first requests made ready."""
+        if self.domande:
+            pronti = avvia_i_lavoratori(esecutore, min(self.piano.parallele, len(self.domande)))
+            if self.partenza:
+                self.partenza.prepara(esecutore, self.domande, pronti, self.piano.timeout, futuri)
+
+    def parti(self, t0: float) -> None:
+        if self.partenza:
+            self.partenza.parti(t0)
+
+    def lancia(self, futuri: list, esecutore, t0: float) -> Optional[EsecuzioneOltre]:
+        if self.lanciatore:
+            return self.lanciatore.lancia(futuri, esecutore, self.client, t0)
+        for i, domanda in enumerate(self.domande[len(futuri):], len(futuri)):
+            futuri.append(esecutore.submit(invia_oltre, self.client, i, domanda, self.piano.timeout, t0))
+        return None
+
+    def ferma(self) -> None:
+        """After the run, or when it is stopped before the clock; safe twice."""
+        if self.partenza:
+            self.partenza.ferma()
 
 
 def campi_oltre(piano_oltre: PianoOltre) -> dict:
@@ -2103,9 +2144,25 @@ class SessioneOltre(Sessione):
     """The session when any extra was asked for: it calls the lab's own steps, `collega` and `prova`,
     for each server, point and repeat, and fills the lab's hooks (the live line, after a run, at the end)."""
 
+    @staticmethod
+    def aggiungi_opzioni(parser: ParserItaliano) -> None:
+        """The extras' flags, in their groups after the lab's, and the help's epilog."""
+        parser.epilog = EPILOGO
+        for titolo, descrizione, opzioni in OPZIONI_OLTRE:
+            gruppo = parser.add_argument_group(titolo, descrizione)
+            for nomi, parametri in opzioni:
+                parser.nomi += gruppo.add_argument(*nomi, **parametri).option_strings
+
+    @staticmethod
+    def dalle_opzioni(parser: argparse.ArgumentParser, a: argparse.Namespace, piano: Piano,
+                      opzioni: Opzioni) -> Optional[Tuple[List[Piano], Opzioni]]:
+        """The plans and options of the extras' flags; None when only the lab's four were given."""
+        return leggi_opzioni_oltre(parser, a, piano, opzioni) if oltre_il_lab(parser, a) else None
+
     def __init__(self, piani: List[Piano], opzioni: Opzioni):
         super().__init__(piani, opzioni)
         self.oltre: OpzioniOltre = opzioni.oltre  # what the extras asked for
+        self.con_props = bool(self.oltre.file_json)  # --json saves /props
         self.capacita: List[dict] = []  # --capacita: each server's answer and its points, for --json
         self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
         self.log_da = 0  # where the current run's lines begin in its log
@@ -2186,7 +2243,7 @@ class SessioneOltre(Sessione):
                 self.log_da = os.path.getsize(self.avviato.log.name)
             if self.oltre.ripeti > 1:
                 print(f"prova {ripetizione + 1} di {self.oltre.ripeti}")
-            prove.append(self.prova(client, info, piano, self.inviate, configurazione))
+            prove.append(self.prova(client, info, piano, configurazione))
             self.inviate += prove[-1].esecuzione.n_richieste
         return prove
 
@@ -2198,9 +2255,38 @@ class SessioneOltre(Sessione):
             f.seek(self.log_da)
             return f.read()
 
+    def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
+        client, info = super().collega()
+        c = configurazione  # what --avvia knows of a shared context: asked (4kv), or said by the server's log
+        kv = None if c is None else c.kv_unificata or (c.deciso.kv_unificata if c.deciso else None)
+        return client, info._replace(kv_unificata=kv)
+
     def osservatore(self, client: Client, info: InfoServer) -> Osservatore:
         """Who watches a run's /slots readings: each slot's context, and the live line unless --silenzioso."""
         return Osservatore(None if self.oltre.silenzioso else super().osservatore(client, info))
+
+    def lancio(self, client: Client, piano: Piano) -> Lancio:
+        """The run's requests from the first prompt this server was not sent, with the extras' fields."""
+        return Lancio(client, piano, self.inviate)
+
+    def riga_server(self, info: InfoServer) -> str:
+        """--avvia ... --np 4kv: under the `server:` line (kept as the lab's), that the context is shared."""
+        kv = f"\n  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"
+        return riga_server(info) + (kv if info.kv_unificata else "")
+
+    def rapporto(self, prova: Prova) -> List[str]:
+        """The lab's lines with the extras' marks: --stream's tokens estimated and first token, --ritmo's cap."""
+        tetto = " (tetto predefinito)" if oltre(prova.piano).tetto_predefinito else ""
+        return rapporto(prova, riga_oltre, riepilogo_oltre(prova), f"{prova.piano.parallele}{tetto}")
+
+    def note(self, prova: Prova) -> List[str]:
+        """The lab's notes, told what the extras asked; then --stream's estimated tokens."""
+        piano_oltre, stimate = oltre(prova.piano), [r for r in prova.esecuzione.riuscite if oltre(r).token_stimati]
+        return note(prova, piano_oltre.esatti, piano_oltre.turni is not None or piano_oltre.prefisso is not None,
+                    bool(piano_oltre.turni), not piano_oltre.stream and prova.configurazione is None) + ([
+            f"il server non ha detto nel flusso quanti token ha generato (né usage né timings) per "
+            f"{quante(len(stimate), 'richiesta', 'richieste')}: i loro token (segnati ~) sono i chunk con "
+            "testo, uno per chunk, una stima (un chunk può portarne più d'uno)"] if stimate else [])
 
     def codice_fallite(self, fallite: List[Risultato]) -> int:
         """The exit code when requests failed: 3 when conversations (--turni) ran out of context, as the
@@ -2241,9 +2327,17 @@ class SessioneOltre(Sessione):
             self.arresto = self.arresto or next(iter(notati), None)
 
 
-def riga_kv_unificata(info: InfoServer) -> str:
-    """--np 4kv: under the lab's `server:` line, the context shared."""
-    return f"\n  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"
+def riga_oltre(r: Risultato, larghezza: int = 1) -> str:
+    """A request's line with --stream's marks: ~ before tokens estimated, then the first chunk with text."""
+    riga = riga_richiesta(r, larghezza, "~" if oltre(r).token_stimati else "")
+    return riga + (f"  primo token {oltre(r).chunk_s[0]:.2f} s" if r.riuscita and oltre(r).chunk_s else "")
+
+
+def riepilogo_oltre(prova: Prova) -> Riepilogo:
+    """The lab's summary with --stream's: tokens estimated, answers the server cut short."""
+    e = prova.esecuzione
+    return prova.riepilogo._replace(token_stimati=any(oltre(r).token_stimati for r in e.riuscite), interrotte=sum(
+        tipo_errore(r.errore) == TRONCATA for r in e.risultati if not r.riuscita))
 
 
 # Servers that say less: /slots off, another server; /props for --json #########################
@@ -2812,13 +2906,14 @@ def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, ti
     """Before the clock starts: every request's bytes made, and `quanti_socket` connections opened for the first
     streams (a connect is not part of what a stream measures); with none, what is left is dropped. A
     connection that fails is left to its request."""
+    stato = oltre(client)
     with client._lock:
-        vecchie, client.pronte = client.pronte, []
-    client.richieste_pronte = {id(domanda): richiesta_in_flusso(client, domanda) for domanda in domande}
+        vecchie, stato.pronte = stato.pronte, []
+    stato.richieste_pronte = {id(domanda): richiesta_in_flusso(client, domanda) for domanda in domande}
     for sock in vecchie:
         client.lascia(sock)
     if quanti_socket:
-        client.flussi.avvia()
+        stato.flussi.avvia()
     scadenza = time.monotonic() + timeout
     for _ in range(quanti_socket):
         try:
@@ -2826,7 +2921,7 @@ def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, ti
         except OSError:
             return
         stampi_del_kernel(sock)  # Linux turns stamping on a moment after the first socket asks: ask before the clock
-        client.pronte.append(sock)
+        stato.pronte.append(sock)
 
 
 class Partenza:
@@ -2851,12 +2946,12 @@ class Partenza:
                 return
 
     def parti(self, t0: float) -> None:
-        self.client.flussi.parti(self, t0)
+        oltre(self.client).flussi.parti(self, t0)
 
     def ferma(self) -> None:
         """After the run, or when it is stopped before the clock (then nothing is sent): the connections
         left unused are closed."""
-        self.client.flussi.parti(self, None)
+        oltre(self.client).flussi.parti(self, None)
         apri_in_anticipo(self.client, [], 0)
 
     def invia(self, indice: int, domanda: dict, timeout: float) -> Risultato:
@@ -2884,11 +2979,12 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
     the end, are when their bytes arrived."""
     if client.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
         raise NonInviata(NON_INVIATA)
-    richiesta = client.richieste_pronte.pop(id(domanda), None) or richiesta_in_flusso(client, domanda)
+    stato = oltre(client)
+    richiesta = stato.richieste_pronte.pop(id(domanda), None) or richiesta_in_flusso(client, domanda)
     scadenza, flusso = time.monotonic() + timeout, None
     try:
         with client._lock:
-            sock = client.pronte.pop() if client.pronte else None
+            sock = stato.pronte.pop() if stato.pronte else None
         sock = sock or client._connetti(scadenza)
         try:
             flusso = Flusso(sock, scadenza)
@@ -2899,7 +2995,7 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
             else:  # sent at the start in one system call: the socket made non-blocking now, before the clock
                 sock.setblocking(False)
                 flusso.richiesta, flusso.timeout = richiesta, timeout
-            client.flussi.segui(flusso, partenza)
+            stato.flussi.segui(flusso, partenza)
             flusso.finito.wait()  # the reader always sets it: at the end, an error, the deadline
         finally:
             client.lascia(sock)
@@ -2915,7 +3011,7 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
     dati, chunk, fine = flusso.esito  # parsed by the reader, when it had a moment
     t0 = partenza.t0 if partenza is not None else t0
     inizio = flusso.inviata - t0
-    return Risultato(indice, inizio, fine - t0, **cifre_completamento(dati, [t - flusso.inviata for t in chunk]))
+    return Risultato(indice, inizio, fine - t0, **cifre_oltre(dati, [t - flusso.inviata for t in chunk]))
 
 
 FETTA = 0.001  # seconds of end work (framing, parsing) between two looks at the sockets
@@ -3078,7 +3174,7 @@ class Programma(NamedTuple):
     def invia_al_tempo(self, client: Client, indice: int, previsto: Optional[float], t0: float) -> Risultato:
         """One request, its prompt made as it leaves (never all alive at once)."""
         domanda, lunghezza = domanda_di(indice, self.piano, self.primo_prompt)
-        r = invia(client, indice, domanda, self.piano.timeout, t0)
+        r = invia_oltre(client, indice, domanda, self.piano.timeout, t0)
         return r._replace(oltre=oltre(r)._replace(previsto=previsto, prompt_esatto=lunghezza))
 
 
@@ -3362,7 +3458,7 @@ def righe_dettagli(prova: Prova, percentili: Optional[Sequence[int]] = None) -> 
         righe.append(f"  token per chunk (per richiesta): min {per_chunk['min']:.1f}, media {per_chunk['media']:.1f}, "
                      f"max {per_chunk['max']:.1f}: un intervallo ITL copre più di un token")
     if d["fermate_prima_di_token"]:
-        righe.append(f"  {frase_corte(prova)}")
+        righe.append(f"  {frase_corte(prova, oltre(prova.piano).esatti)}")
     return righe
 
 
@@ -3399,10 +3495,11 @@ def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
     print(f"riscaldamento: {quante(n, 'richiesta', 'richieste')} prima della prova, escluse dalle cifre",
           file=sys.stderr, flush=True)
     testo = oltre(piano).testo
-    domande = [domanda_chat(testo if testo is not None else f"(riscaldamento {i + 1}) {prompt_per(i)}", piano)
+    domande = [domanda_oltre(testo if testo is not None else f"(riscaldamento {i + 1}) {prompt_per(i)}", piano)
                for i in range(n)]
-    # At once as the lab's: a plan without extras, the requests made with them.
-    esecuzione = esegui_carico(client, piano._replace(richieste=n, oltre=None), info, domande=domande)
+    # All sent at once, as the lab's are: a plan without extras, the requests already made with them.
+    semplice = piano._replace(richieste=n, oltre=None)
+    esecuzione = esegui_carico(client, semplice, info, lancio=Lancio(client, semplice, domande=domande))
     if esecuzione.interruzione:
         raise Interruzione(esecuzione.interruzione)
     fallite = [r for r in esecuzione.risultati if not r.riuscita]
@@ -4870,7 +4967,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "macchina_dopo": p.macchina_dopo._asdict() if p.macchina_dopo else None,
             "esclusa_dalla_media": id(p) in escluse,  # see `anomale`
             "slot_occupati_prima": p.occupati_prima,
-            "riepilogo": {**p.riepilogo._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda,
+            "riepilogo": {**riepilogo_oltre(p)._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda,
                           "tagliate_dal_contesto": len(tagliate_dal_contesto(p))},
             "richieste": righe_dati(p),
             "campioni": [c._asdict() for c in p.esecuzione.campioni],
@@ -5004,7 +5101,7 @@ def spiegazione(prova: Prova) -> List[str]:
             frasi.append(f"Il prompt più lungo ne ha usati {max(prompt)}, la risposta più lunga "
                          f"{max(r.token or 0 for r in ok)}: un prompt che non ci sta è rifiutato (HTTP 400), una "
                          "risposta che lo riempie è tagliata.")
-    frasi += [maiuscola(frase) + "." for frase in [frase_corte(prova), *riga_tagliate(prova)] if frase]
+    frasi += [maiuscola(frase) + "." for frase in [frase_corte(prova, oltre(prova.piano).esatti), *riga_tagliate(prova)] if frase]
     # never "al massimo 0 richieste": said once, and not twice when the timings said it
     if s.picco_coda == 0 and info.metrics_disponibile and not attese:
         frasi.append("Nessuna richiesta ha aspettato uno slot: le letture di requests_deferred in /metrics hanno "
@@ -5516,11 +5613,11 @@ class Conversazioni(NamedTuple):
         storie = {}  # each turn's future -> (user, turn from 0, the messages it sent)
 
         def invia_turno(indice: int, domanda: dict, utente: int, turno: int) -> Risultato:
-            r = invia(client, indice, domanda, piano.timeout, t0)
+            r = invia_oltre(client, indice, domanda, piano.timeout, t0)
             return r._replace(oltre=oltre(r)._replace(conversazione=utente, turno=turno + 1))
 
         def manda(utente: int, turno: int, messaggi: list) -> None:
-            domanda = {**domanda_chat("", piano), "messages": messaggi, "cache_prompt": True}
+            domanda = {**domanda_oltre("", piano), "messages": messaggi, "cache_prompt": True}
             futuro = esecutore.submit(invia_turno, len(futuri), domanda, utente, turno)
             futuri.append(futuro)
             storie[futuro] = (utente, turno, messaggi)
@@ -5568,14 +5665,14 @@ def tokenizza_extras(client: Client, testo: str) -> Optional[List[bytes]]:
         ids = dati.get("tokens") if isinstance(dati, dict) else None
         if not isinstance(ids, list) or not all(numero(i, int) is not None for i in ids):
             return None
-        for i in (i for i in ids if i not in client.pezzi):
+        for i in (i for i in ids if i not in oltre(client).pezzi):
             pezzo = leggi_json(client.chiama("POST", "/extras/detokenize", {"tokens": [i]}).corpo)
             if not isinstance(pezzo, dict) or not isinstance(pezzo.get("text"), str):
                 return None
-            client.pezzi[i] = pezzo["text"].encode("utf-8")
+            oltre(client).pezzi[i] = pezzo["text"].encode("utf-8")
     except ErroreRete:
         return None
-    pezzi = [client.pezzi[i] for i in ids]
+    pezzi = [oltre(client).pezzi[i] for i in ids]
     return pezzi[1:] if pezzi and not pezzi[0] else pezzi  # the BOS: an empty piece
 
 
@@ -5647,7 +5744,7 @@ def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Op
     prefisso = piano_oltre.prefisso or 0  # --prefisso: the same opening, from the first start, then its own text
     comune = taglia(piano_oltre.pezzi, 0, prefisso) if prefisso else ""
     if piano_oltre.prompt_token is None:
-        return comune + (" " if prefisso else "") + prompt_per(primo_prompt + indice, piano), None
+        return comune + (" " if prefisso else "") + prompt_oltre(primo_prompt + indice, piano), None
     import random
 
     lunghezza = random.Random(f"{piano_oltre.seme or 0}:{indice}").randint(*piano_oltre.prompt_token)
@@ -5659,7 +5756,7 @@ def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, 
     dataset, minimo = oltre(piano).dataset, oltre(piano).token_minimo
     if dataset is None:
         prompt, lunghezza = prompt_di(indice, piano, primo_prompt)
-        domanda = domanda_chat(prompt, piano)
+        domanda = domanda_oltre(prompt, piano)
         if minimo is not None:  # --token MIN-MAX: by --seme and the request's place in its run, as the lengths
             import random
 
@@ -5667,7 +5764,7 @@ def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, 
         return domanda, lunghezza
     # A trace is replayed as it is (a repeat too: the same requests at the same times); a dataset moves on.
     testo, massimo, _ = dataset[(indice if oltre(piano).traccia else primo_prompt + indice) % len(dataset)]
-    domanda = domanda_chat(testo if isinstance(testo, str) else "", piano)
+    domanda = domanda_oltre(testo if isinstance(testo, str) else "", piano)
     if not isinstance(testo, str):
         domanda["messages"] = [{"role": ruolo, "content": contenuto} for ruolo, contenuto in testo]
     if massimo is not None:

@@ -68,6 +68,8 @@ def test_gli_extra_su_python_3_9(fake, tmp_path, flag):
 
 def test_un_errore_di_carico_non_e_del_server(fake, monkeypatch):
     """A socket carico closed itself (EBADF) is carico's own error, never 'the server does not answer'."""
+    import http.client
+
     import carico
 
     server = fake(n_slot=1)
@@ -75,7 +77,7 @@ def test_un_errore_di_carico_non_e_del_server(fake, monkeypatch):
     def chiuso(*_):
         raise OSError(9, "Bad file descriptor")
 
-    monkeypatch.setattr(carico.RispostaHttp, "leggi", chiuso)
+    monkeypatch.setattr(http.client.HTTPResponse, "read1", chiuso)
     with pytest.raises(OSError):
         carico.Client(server.url).chiama("GET", "/health")
 

@@ -2,9 +2,61 @@
 run reads, and calls cross the seam one way: a session with extras is a Sessione that calls the lab's
 steps and fills its hooks; the lab's Sessione knows nothing of it."""
 
+import ast
 import inspect
+import io
+import sys
+import threading
+import contextlib
 
 import carico
+
+BANNER = "# Oltre il lab ####"
+RIGHE = open(carico.__file__, encoding="utf-8").read().splitlines()
+LINEA_BANNER = next(i + 1 for i, riga in enumerate(RIGHE) if riga.startswith(BANNER))
+
+
+def nomi_in_avanti():
+    """Module-level names the chapter (above the banner) loads that are defined only below it, each with the
+    lines that use it; an attribute of one (SessioneOltre.dalle_opzioni) is a name of its own."""
+    albero = ast.parse("\n".join(RIGHE))
+    sopra, sotto = set(), set()
+    for nodo in albero.body:
+        bersagli = [nodo] if isinstance(nodo, (ast.FunctionDef, ast.ClassDef)) else getattr(
+            nodo, "targets", [getattr(nodo, "target", None)])
+        nomi = {getattr(b, "name", None) or getattr(b, "id", None) for b in bersagli if b is not None}
+        (sopra if nodo.lineno < LINEA_BANNER else sotto).update(nomi - {None})
+    avanti, usati = sotto - sopra, {}
+    for nodo in (n for n in albero.body if n.lineno < LINEA_BANNER):
+        locali = {n.id for n in ast.walk(nodo) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        for n in ast.walk(nodo):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in avanti and n.id not in locali:
+                usati.setdefault(n.id, set()).add(n.lineno)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in avanti:
+                usati.setdefault(f"{n.value.id}.{n.attr}", set()).add(n.lineno)
+    return usati
+
+
+def test_il_capitolo_nomina_al_piu_sei_nomi_degli_extra():
+    """The chapter reaches what is defined after the banner through at most six names (annotations
+    included), and each use says on its line, or the comment line above it, that it is a seam."""
+    usati = nomi_in_avanti()
+    assert len(usati) <= 6, sorted(usati)
+    for nome, linee in usati.items():
+        for linea in linee:
+            intorno = RIGHE[linea - 1] + RIGHE[linea - 2] + RIGHE[linea - 3]
+            assert "seam" in intorno, (nome, linea, RIGHE[linea - 1])
+
+
+def test_il_capitolo_non_legge_il_posto_degli_extra():
+    """The lab's code never reads an extras' record: no oltre() above the banner (each record's `oltre`
+    slot is the extras' alone), and no lab function branches on a stream."""
+    albero = ast.parse("\n".join(RIGHE))
+    chiamate = [n.lineno for nodo in albero.body if nodo.lineno < LINEA_BANNER for n in ast.walk(nodo)
+                if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "oltre"]
+    assert chiamate == []
+    assert 'get("stream")' not in inspect.getsource(carico.invia)
+
 
 COMPLETAMENTO = {"choices": [{"finish_reason": "stop", "message": {"content": "Ciao"}}],
                  "usage": {"completion_tokens": 5, "prompt_tokens": 12},
@@ -16,8 +68,9 @@ def test_il_record_del_lab_tiene_quel_che_il_lab_legge():
     """finish_reason and the cached tokens (read by the notes after every lab run) and the prompt's
     tokens are the answer's own figures, on Risultato; the extras' record keeps only what they read."""
     r = carico.Risultato(0, 0.0, 1.0, **carico.cifre_completamento(COMPLETAMENTO))
-    assert (r.token, r.token_prompt, r.token_cache, r.finish_reason) == (5, 12, 3, "stop")
+    assert (r.token, r.token_prompt, r.token_cache, r.finish_reason, r.oltre) == (5, 12, 3, "stop", None)
     assert not {"token_prompt", "token_cache", "finish_reason"} & set(carico.RisultatoOltre._fields)
+    r = carico.Risultato(0, 0.0, 1.0, **carico.cifre_oltre(COMPLETAMENTO))
     assert carico.oltre(r).testo == "Ciao"  # a conversation (--turni) sends it back: the extras'
 
 

@@ -56,7 +56,7 @@ def risultato(indice, risposta, inizio=0.0, durata=0.0, errore=None, piano=None,
         return carico.Risultato(indice, inizio, inizio + durata, errore=errore)
     timings, usage = RISPOSTE[risposta]
     dati = {"choices": [{"finish_reason": "length", "message": {"content": "x"}}], "timings": timings, "usage": usage}
-    r = carico.Risultato(indice, inizio, inizio + durata, **carico.cifre_completamento(dati, chunk))
+    r = carico.Risultato(indice, inizio, inizio + durata, **carico.cifre_oltre(dati, chunk))
     if piano is not None and piano.oltre is not None:
         r = r._replace(oltre=r.oltre._replace(previsto=inizio if piano.oltre.ritmo else None,
                                               conversazione=0 if piano.oltre.turni else None,
