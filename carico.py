@@ -29,11 +29,16 @@ fallito; 130 Ctrl+C, 143 SIGTERM (quanto misurato è comunque stampato e
 salvato); 141 chi legge l'uscita la chiude prima (| head).
 """
 
-# How to read this file. First the lab, in the order its data flows: 1. the records, 2. one request,
-# 3. the /slots sampler, 4. the pool that fires the requests, 5. the report and the print that writes
-# it, 6. main with the lab's four flags. Then what a careful tool needs: a server still loading,
-# HTTP, its errors in Italian, a server that goes away, signals, /metrics, a busy machine, the notes
-# after a run, the flags checked. Then, after the `# Oltre il lab` banner, each extra.
+# How to read this file. First the lab, what a plain run executes, in the order its data flows:
+# 1. one request, 2. the /slots sampler, 3. the pool, 4. the summary and the report it prints,
+# 5. the records, 6. the report's lines, the peak from the server's timings, 7. main. Then what a
+# careful tool needs: a server still loading, HTTP, errors, signals, a busy machine, the notes after
+# a run, the flags checked. After the `# Oltre il lab` banner, each extra.
+# The seam: the extras keep their records in each lab record's `oltre` slot, which the lab never
+# reads, and fill parameters and Sessione hooks whose default is the lab's code; the chapter names
+# six things defined after the banner, each marked `seam` where it does: SessioneOltre (the extras'
+# flags), Diretta (the live line), info_da_props (no /slots), Sentinella (a server gone),
+# righe_server_andato (its report), ParserItaliano (argparse in Italian).
 
 from __future__ import annotations
 
@@ -78,97 +83,7 @@ TIMEOUT_RICHIESTA = 300.0  # one whole answer: it may wait in the server's queue
 ATTESA_PRONTO = 120.0  # how long to wait for a server that is still loading its model
 
 
-# 1. The records that flow ######################################################################
-# Piano (what to send) -> Risultato (one request) + Campione (one /slots reading) -> Esecuzione (the
-# run) -> Prova (the run and its server) -> the report. The extras keep their own record in each one's
-# `oltre` slot: the lab's code never reads it (the extras read it with oltre(), after the banner).
-
-class Piano(NamedTuple):
-    """What to send: the lab's three numbers, and how often to read /slots."""
-    richieste: Optional[int] = 4  # how many requests in all (None with --durata, --turni: as many as get sent)
-    parallele: int = 4  # how many in flight together: the pool's workers
-    max_token: int = 32  # each request's max_tokens (--token)
-    intervallo: float = 0.5  # seconds between two readings of /slots
-    timeout: float = TIMEOUT_RICHIESTA  # the longest wait for one whole answer, queue included
-    oltre: object = None  # the extras' slot
-
-
-class Risultato(NamedTuple):
-    """One request. Times are seconds from the start of the run (time.perf_counter)."""
-    indice: int
-    inizio: float  # when it was sent
-    fine: float  # when its whole answer had arrived, or it failed
-    token: Optional[int] = None  # tokens generated, from the server's usage
-    tps: Optional[float] = None  # the server's timings.predicted_per_second: the speed in its own slot
-    prompt_ms: Optional[float] = None  # the server's timings.prompt_ms: its slot's time on the prompt
-    predicted_ms: Optional[float] = None  # the server's timings.predicted_ms: its slot's time generating
-    errore: Optional[str] = None  # why it failed, in Italian; None when it succeeded
-    token_prompt: Optional[int] = None  # the prompt's tokens, from usage
-    token_cache: Optional[int] = None  # timings.cache_n: prompt tokens the server took from a cache (notes)
-    finish_reason: Optional[str] = None  # stop (EOS: fewer tokens than asked, notes) or length
-    oltre: object = None  # the extras' slot
-
-    @property
-    def latenza(self) -> float:
-        return self.fine - self.inizio
-
-    @property
-    def riuscita(self) -> bool:
-        return self.errore is None
-
-
-class Campione(NamedTuple):
-    """One reading of /slots (and of /metrics, on a server started with --metrics)."""
-    t: float  # seconds from the start of the run, when the answers arrived
-    occupati: Optional[int]  # busy slots; None when that reading failed
-    in_coda: Optional[int] = None  # llamacpp:requests_deferred: requests waiting for a free slot
-    contesto: Optional[tuple] = None  # each slot's (tokens held, n_ctx): the extras read it, see "Oltre il lab"
-
-
-class Esecuzione(NamedTuple):
-    """One run of the load."""
-    risultati: List[Risultato]  # in request order; those cut short by Ctrl+C are left out
-    campioni: List[Campione]
-    n_richieste: int  # the requests the run numbered: the plan's (with --durata, those sent)
-    interruzione: Optional[int] = None  # the exit code when Ctrl+C (130) or SIGTERM (143) cut it short
-    oltre: object = None  # the extras' slot
-    server_andato: Optional[Tuple[float, str]] = None  # the server stopped answering: when (s from the start), why
-    interrotta_a: Optional[float] = None  # with `interruzione`: when the run was stopped (s from the start)
-    lasciate: int = 0  # with `interruzione`: the requests in flight it closed (the server may go on with them)
-
-    @property
-    def riuscite(self) -> List[Risultato]:
-        return [r for r in self.risultati if r.riuscita]
-
-
-class InfoServer(NamedTuple):
-    """What the server says about itself before the load."""
-    n_slot: Optional[int]
-    n_ctx_slot: Optional[int]
-    slots_disponibile: bool  # /slots answers: busy slots can be read while the load runs
-    metrics_disponibile: bool = False  # /metrics answers: requests_deferred can be read too
-    avvisi: tuple = ()  # Italian lines for stderr: what could not be seen
-    props: Optional[dict] = None  # /props as the server gave it, for --json
-    kv_unificata: Optional[bool] = None  # the slots share one context (--kv-unified); None: not known (by hand)
-    llama_cpp: Optional[bool] = None  # /slots or /props answered as llama.cpp's (False: another server)
-
-
-class Prova(NamedTuple):
-    """One run with what it ran against: what the report, the tables and the files read."""
-    info: InfoServer
-    esecuzione: Esecuzione
-    piano: Piano = Piano()
-    configurazione: object = None  # --avvia: the -np the server was started with (the extras')
-    macchina: Optional[Macchina] = None  # how busy the machine was just before
-    occupati_prima: Optional[int] = None  # the server's slots already busy then (guarda_il_server)
-    macchina_dopo: Optional[Macchina] = None  # and just after: what worked beside the server during the run
-
-    @property
-    def riepilogo(self) -> Riepilogo:
-        return riassumi(self.esecuzione, self.info.n_slot)
-
-
-# 2. One request ################################################################################
+# 1. One request ################################################################################
 
 def prompt_per(indice: int) -> str:
     """Request i's prompt: the lab's i-th; past the eighth, the same behind a number."""
@@ -195,55 +110,15 @@ class Risposta(NamedTuple):
 
 
 def scambio_http(client: Client, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:
-    """One HTTP exchange on a new connection (`dati`: a JSON body): status and whole body, all within `timeout`
-    seconds. No answer, connecting or reading, is an ErroreRete in Italian. Client.chiama is this function."""
-    import http.client  # here, not at the top: see the note under the imports
-
-    timeout = client.timeout_info if timeout is None else timeout
-    if client.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
-        raise NonInviata(NON_INVIATA)
-    scadenza = time.monotonic() + timeout
+    """One HTTP exchange on its own connection, `dati` as the JSON body: status and body within `timeout`."""
     corpo = None if dati is None else json.dumps(dati).encode("utf-8")
-    intestazioni = dict(client._intestazioni, **({"Content-Type": "application/json"} if corpo else {}))
-    connessione, sock, pezzi = http.client.HTTPConnection(client.host, client._porta, timeout=timeout), None, None
-    try:
-        # http.client sends on it and does not connect again; it may close it once the answer says
-        # `Connection: close` (llama.cpp's does), so carico lets it go by its own name.
-        sock = connessione.sock = client._connetti(scadenza)
-        connessione.request(metodo, percorso, corpo, intestazioni)
-        sock.settimeout(max(0.001, scadenza - time.monotonic()))
-        risposta = connessione.getresponse()  # the headers: the wait for the answer is here
-        client.sentinella.risposta()
-        # The end of the body is a read too: an answer done after the deadline is late. Once the body
-        # is whole, http.client may already have closed the socket (3.13 does, on Content-Length).
-        pezzi = []
-        while not risposta.isclosed():
-            resto = scadenza - time.monotonic()
-            if resto <= 0:
-                raise socket.timeout
-            sock.settimeout(resto)
-            pezzo = risposta.read1(65536)
-            if not pezzo:
-                break
-            pezzi.append(pezzo)
-        if risposta.length:  # bytes the Content-Length promised and the server did not send
-            raise ErroreRete("risposta troncata: la connessione si è chiusa a metà")
-        return Risposta(risposta.status, b"".join(pezzi))
-    except (OSError, http.client.HTTPException) as exc:
-        if getattr(exc, "errno", None) == errno.EBADF:  # a socket carico closed itself: its fault, not the server's
-            raise
-        if pezzi is not None and isinstance(exc, socket.timeout):
-            raise ErroreRete(f"risposta non completa entro {timeout:g} s") from None
-        raise client.errore_di_rete(percorso, exc, descrivi_errore_rete(exc, timeout)) from None
-    finally:
-        if sock is not None:
-            client.lascia(sock)
-        connessione.close()
+    with client.connessione(percorso, timeout) as (connessione, risposta_entro):
+        connessione.request(metodo, percorso, corpo, client.intestazioni(corpo))
+        return risposta_entro()
 
 
 def invia(client: Client, indice: int, domanda: dict, timeout: float, t0: float, cifre=None) -> Risultato:
-    """POST one request, timed from send to whole answer. Never raises: a failure is a Risultato with
-    its error text, so that one bad request does not stop the others. (`cifre`: the extras' reading.)"""
+    """POST one request, timed from send to whole answer; never raises (a failure: a Risultato with its error)."""
     inizio = time.perf_counter() - t0
     try:
         risposta = scambio_http(client, "POST", CHAT, domanda, timeout)
@@ -258,39 +133,7 @@ def invia(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
         return fallita(client, indice, inizio, time.perf_counter() - t0, exc)
 
 
-def cifre_completamento(dati) -> dict:
-    """The figures of a chat completion: tokens from `usage` (else `timings.predicted_n`), speed and
-    the slot's times from `timings`. A missing field stays None (printed n/d), never guessed."""
-    if not isinstance(dati, dict) or not isinstance(dati.get("choices"), list):
-        raise ErroreRichiesta("risposta non valida: la risposta non è un completamento di chat (manca choices)")
-    usage = dati.get("usage") if isinstance(dati.get("usage"), dict) else {}
-    timings = dati.get("timings") if isinstance(dati.get("timings"), dict) else {}
-    token = numero(usage.get("completion_tokens"), int)
-    token_prompt = numero(usage.get("prompt_tokens"), int)
-    scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
-    finish = scelta.get("finish_reason")
-    return dict(token=token if token is not None else numero(timings.get("predicted_n"), int),
-                tps=velocita_nello_slot(timings), prompt_ms=numero(timings.get("prompt_ms")),
-                predicted_ms=numero(timings.get("predicted_ms")),
-                token_prompt=token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
-                token_cache=numero(timings.get("cache_n"), int),
-                finish_reason=finish if isinstance(finish, str) else None)
-
-
-# 3. What the server says about itself, and the /slots sampler ################################
-
-def interroga_server(client: Client, attesa: float, stderr, con_props: bool = False) -> InfoServer:
-    """Before any load: is the server ready, how many slots of what context, can /slots and /metrics be read."""
-    aspetta_pronto(client, attesa, stderr)
-    risposta = chiedi(client, "/slots")
-    slots = lista_slot(leggi_json(risposta.corpo)) if risposta.status == 200 else None
-    info = InfoServer(len(slots), numero(slots[0].get("n_ctx"), int), conta_occupati(slots) is not None,
-                      llama_cpp=True) if slots else None
-    if info is None or not info.slots_disponibile or con_props:
-        info = info_da_props(client, risposta, info)  # seam: /slots off, another server, --json: after the banner
-    metrics = chiedi(client, "/metrics")
-    return info._replace(metrics_disponibile=metrics.status == 200 and b"llamacpp:" in metrics.corpo)
-
+# 2. The /slots sampler ########################################################################
 
 def conta_occupati(dati) -> Optional[int]:
     """Busy slots in a /slots answer: `is_processing` true (this server), or `state` not 0 (older ones)."""
@@ -301,8 +144,7 @@ def conta_occupati(dati) -> Optional[int]:
 
 
 class Campionatore:
-    """Reads /slots (and /metrics) every `intervallo` s in a background thread, on a fixed schedule (a slow
-    reading does not stretch the period); a failed one is a gap, not a zero. `al_campione`: the live line."""
+    """Reads /slots (and /metrics) every `intervallo` s in a thread, on a fixed schedule; a failure: a gap."""
 
     def __init__(self, client: Client, intervallo: float, info: InfoServer, timer=time.perf_counter, al_campione=None):
         self.campioni: List[Campione] = []
@@ -349,24 +191,21 @@ class Campionatore:
         return interpreta(risposta.corpo) if risposta.status == 200 else None
 
 
-# 4. The pool that fires the requests ###########################################################
+# 3. The pool that fires the requests ###########################################################
 
 def esegui_carico(client: Client, piano: Piano, info: InfoServer, osservatore=None, lancio=None) -> Esecuzione:
     """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled; the clock
-    starts at the first request. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled.
-    `osservatore`: who watches the readings (the live line); `lancio`: how the extras send theirs instead."""
+    starts at the first request. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled."""
     import concurrent.futures  # here, not at the top: see the note under the imports
-
     domande = [] if lancio else [domanda_chat(prompt_per(i), piano) for i in range(piano.richieste)]
     futuri = []  # each request's future, in the order they were submitted
     al_campione = osservatore.seguendo(futuri, piano) if osservatore else None
     campionatore = Campionatore(client, piano.intervallo, info, al_campione=al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
-    esecuzione_oltre = interruzione = None
-    t0 = None  # the clock's start: a Ctrl+C before it stopped nothing measured
+    esecuzione_oltre = interruzione = t0 = None  # t0, the clock's start (a Ctrl+C before it: nothing measured)
     client.sentinella.arma()  # from now on, refusals mean the server went away
     try:
-        if lancio:  # seam: the extras' way (--stream, --ritmo, --turni...), class Lancio after the banner
+        if lancio:  # seam: the extras' way (--stream, --ritmo...), class Lancio after the banner
             lancio.prepara(esecutore, futuri)
         else:
             avvia_i_lavoratori(esecutore, min(piano.parallele, len(domande)))  # before the clock
@@ -402,7 +241,138 @@ def esegui_carico(client: Client, piano: Piano, info: InfoServer, osservatore=No
                       sum(r.errore == ANNULLATA for r in finite))
 
 
-# 5. The report: the summary's figures, the print, the lines it prints (pure: data -> lines) #####
+# 4. The summary, and the report it prints #####################################################
+
+def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
+    """Mean and max latency over the successful requests; total time from the first request (t = 0) to
+    the last answer; aggregate throughput = tokens generated / total time; the peaks of slots and queue."""
+    ok = esecuzione.riuscite
+    latenze = [r.latenza for r in ok]
+    totale = max((r.fine for r in esecuzione.risultati), default=None)
+    # Every request refused with an HTTP 4xx (the lab's step 4): none reached a slot's work, 0 is exact.
+    rifiutate = len(esecuzione.risultati) == esecuzione.n_richieste > 0 and all(
+        (r.errore or "").startswith("HTTP 4") for r in esecuzione.risultati)
+    token = sum(r.token for r in ok) if (ok or rifiutate) and all(r.token is not None for r in ok) else None
+    occupati = [c.occupati for c in esecuzione.campioni if c.occupati is not None]
+    in_coda = [c.in_coda for c in esecuzione.campioni if c.in_coda is not None]
+    # The peak: the most slots busy together, as one /slots reading saw it or as the server's timings
+    # prove it, whichever is larger (Riepilogo.picco). Readings every 0.5 s miss a run shorter than a
+    # second (on a GPU, every lab run); the timings do not: each answer says how long its slot spent on
+    # it (prompt_ms + predicted_ms), so it was in its slot from `fine` minus that to `fine`.
+    dai_tempi = (0, None) if rifiutate else picchi_dai_tempi(ok, n_slot)
+    return Riepilogo(len(ok), len(esecuzione.risultati) - len(ok), esecuzione.n_richieste - len(esecuzione.risultati),
+                     totale, media(latenze), max(latenze, default=None), token,
+                     token / totale if token is not None and totale else None, max(occupati, default=None),
+                     dai_tempi[0], max(in_coda, default=None), dai_tempi[1], interrotta_a=esecuzione.interrotta_a)
+
+
+def stampa_prova(righe: List[str], note: List[str]) -> None:
+    """Write a run's lines as it ends (its `server:` line went out at its start), then its notes on stderr."""
+    print("\n".join(righe), flush=True)
+    for testo in note:
+        nota(testo)
+
+
+def rapporto(prova: Prova, riga=None, s: Optional[Riepilogo] = None, parallele: Optional[str] = None) -> List[str]:
+    """The lab's lines after `server:`: one per request, a blank line, the summary (the extras give `s`...)."""
+    e, riga, s = prova.esecuzione, riga or riga_richiesta, s or prova.riepilogo
+    larghezza = len(str(max(e.n_richieste - 1, 0)))
+    per_indice = {r.indice: r for r in e.risultati}
+    righe, tagliate = [], tagliate_dal_contesto(prova)
+    for i in range(e.n_richieste):
+        if i in per_indice and not (e.server_andato and rifiutata(per_indice[i])):
+            righe.append(riga(per_indice[i], larghezza) + segno_tagliata(per_indice[i], tagliate))
+        elif i not in per_indice and e.interruzione:
+            righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
+    parallele = parallele or str(prova.piano.parallele)
+    if e.server_andato:  # seam: refused, unsent, why (righe_server_andato, after the banner)
+        return righe + righe_server_andato(prova, larghezza, parallele, s)
+    return righe + [""] + righe_riepilogo(s, e.n_richieste, parallele, prova.info) + riga_tagliate(prova)
+
+
+# 5. The records they pass #####################################################################
+# Piano (what to send) -> Risultato (one request) + Campione (one /slots reading) -> Esecuzione (the
+# run) -> Prova (the run and its server) -> Riepilogo (its summary). `oltre`: the extras' slot.
+
+class Piano(NamedTuple):
+    richieste: Optional[int] = 4  # how many requests in all (None with --durata, --turni: as many as get sent)
+    parallele: int = 4  # how many in flight together: the pool's workers
+    max_token: int = 32  # each request's max_tokens (--token)
+    intervallo: float = 0.5  # seconds between two readings of /slots
+    timeout: float = TIMEOUT_RICHIESTA  # the longest wait for one whole answer, queue included
+    oltre: object = None  # the extras' slot
+
+
+class Risultato(NamedTuple):
+    """One request. Times are seconds from the start of the run (time.perf_counter)."""
+    indice: int
+    inizio: float  # when it was sent
+    fine: float  # when its whole answer had arrived, or it failed
+    token: Optional[int] = None  # tokens generated, from the server's usage
+    tps: Optional[float] = None  # the server's timings.predicted_per_second: the speed in its own slot
+    prompt_ms: Optional[float] = None  # the server's timings.prompt_ms: its slot's time on the prompt
+    predicted_ms: Optional[float] = None  # the server's timings.predicted_ms: its slot's time generating
+    errore: Optional[str] = None  # why it failed, in Italian; None when it succeeded
+    token_prompt: Optional[int] = None  # the prompt's tokens, from usage
+    token_cache: Optional[int] = None  # timings.cache_n: prompt tokens the server took from a cache (notes)
+    finish_reason: Optional[str] = None  # stop (EOS: fewer tokens than asked, notes) or length
+    oltre: object = None  # the extras' slot
+
+    @property
+    def latenza(self) -> float:
+        return self.fine - self.inizio
+
+    @property
+    def riuscita(self) -> bool:
+        return self.errore is None
+
+
+class Campione(NamedTuple):
+    t: float  # seconds from the start of the run, when the answers arrived
+    occupati: Optional[int]  # busy slots; None when that reading failed
+    in_coda: Optional[int] = None  # llamacpp:requests_deferred: requests waiting for a free slot
+    contesto: Optional[tuple] = None  # each slot's (tokens held, n_ctx): the extras read it, see "Oltre il lab"
+
+
+class Esecuzione(NamedTuple):
+    risultati: List[Risultato]  # in request order; those cut short by Ctrl+C are left out
+    campioni: List[Campione]
+    n_richieste: int  # the requests the run numbered: the plan's (with --durata, those sent)
+    interruzione: Optional[int] = None  # the exit code when Ctrl+C (130) or SIGTERM (143) cut it short
+    oltre: object = None  # the extras' slot
+    server_andato: Optional[Tuple[float, str]] = None  # the server stopped answering: when (s from the start), why
+    interrotta_a: Optional[float] = None  # with `interruzione`: when the run was stopped (s from the start)
+    lasciate: int = 0  # with `interruzione`: the requests in flight it closed (the server may go on with them)
+
+    @property
+    def riuscite(self) -> List[Risultato]:
+        return [r for r in self.risultati if r.riuscita]
+
+
+class InfoServer(NamedTuple):
+    n_slot: Optional[int]
+    n_ctx_slot: Optional[int]
+    slots_disponibile: bool  # /slots answers: busy slots can be read while the load runs
+    metrics_disponibile: bool = False  # /metrics answers: requests_deferred can be read too
+    avvisi: tuple = ()  # Italian lines for stderr: what could not be seen
+    props: Optional[dict] = None  # /props as the server gave it, for --json
+    kv_unificata: Optional[bool] = None  # the slots share one context (--kv-unified); None: not known (by hand)
+    llama_cpp: Optional[bool] = None  # /slots or /props answered as llama.cpp's (False: another server)
+
+
+class Prova(NamedTuple):
+    info: InfoServer
+    esecuzione: Esecuzione
+    piano: Piano = Piano()
+    configurazione: object = None  # --avvia: the -np the server was started with (the extras')
+    macchina: Optional[Macchina] = None  # how busy the machine was just before
+    occupati_prima: Optional[int] = None  # the server's slots already busy then (guarda_il_server)
+    macchina_dopo: Optional[Macchina] = None  # and just after: what worked beside the server during the run
+
+    @property
+    def riepilogo(self) -> Riepilogo:
+        return riassumi(self.esecuzione, self.info.n_slot)
+
 
 class Riepilogo(NamedTuple):
     n_riuscite: int
@@ -430,55 +400,10 @@ class Riepilogo(NamedTuple):
         return max((v for v in (self.coda_letta, self.coda_dai_tempi) if v is not None), default=None)
 
 
+# 6. The report's lines (pure: data -> lines), and the peak from the server's timings ##########
+
 def media(valori: List[float]) -> Optional[float]:
-    """The mean, the one way every figure takes it; None (printed n/d) for no values."""
     return sum(valori) / len(valori) if valori else None
-
-
-def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
-    """Mean and max latency over the successful requests; total time from the first request (t = 0) to
-    the last answer; aggregate throughput = tokens generated / total time; the peaks of slots and queue."""
-    ok = esecuzione.riuscite
-    latenze = [r.latenza for r in ok]
-    totale = max((r.fine for r in esecuzione.risultati), default=None)
-    # Every request refused with an HTTP 4xx (the lab's step 4): none reached a slot's work, 0 is exact.
-    rifiutate = len(esecuzione.risultati) == esecuzione.n_richieste > 0 and all(
-        (r.errore or "").startswith("HTTP 4") for r in esecuzione.risultati)
-    token = sum(r.token for r in ok) if (ok or rifiutate) and all(r.token is not None for r in ok) else None
-    occupati = [c.occupati for c in esecuzione.campioni if c.occupati is not None]
-    in_coda = [c.in_coda for c in esecuzione.campioni if c.in_coda is not None]
-    dai_tempi = (0, None) if rifiutate else picchi_dai_tempi(ok, n_slot)
-    return Riepilogo(len(ok), len(esecuzione.risultati) - len(ok), esecuzione.n_richieste - len(esecuzione.risultati),
-                     totale, media(latenze), max(latenze, default=None), token,
-                     token / totale if token is not None and totale else None, max(occupati, default=None),
-                     dai_tempi[0], max(in_coda, default=None), dai_tempi[1], interrotta_a=esecuzione.interrotta_a)
-
-
-def stampa_prova(righe: List[str], note: List[str]) -> None:
-    """Write one run's lines as soon as it ends (its `server:` line went out when it started, in
-    Sessione.prova, which gives rapporto's lines and the notes); then, on stderr, what its figures mean."""
-    print("\n".join(righe), flush=True)
-    for testo in note:
-        nota(testo)
-
-
-def rapporto(prova: Prova, riga=None, s: Optional[Riepilogo] = None, parallele: Optional[str] = None) -> List[str]:
-    """The lab's lines after the `server:` line: one per request, a blank line, the summary. After
-    an interruption the requests that did not end get a line that says so. (The extras give their `riga`,
-    summary `s` and `parallele`: SessioneOltre.rapporto.)"""
-    e, riga, s = prova.esecuzione, riga or riga_richiesta, s or prova.riepilogo
-    larghezza = len(str(max(e.n_richieste - 1, 0)))
-    per_indice = {r.indice: r for r in e.risultati}
-    righe, tagliate = [], tagliate_dal_contesto(prova)
-    for i in range(e.n_richieste):
-        if i in per_indice and not (e.server_andato and rifiutata(per_indice[i])):
-            righe.append(riga(per_indice[i], larghezza) + segno_tagliata(per_indice[i], tagliate))
-        elif i not in per_indice and e.interruzione:
-            righe.append(f"  req {i:>{larghezza}}: non completata (interrotto)")
-    parallele = parallele or str(prova.piano.parallele)
-    if e.server_andato:  # refused, unsent, why: see "A server that goes away"
-        return righe + righe_server_andato(prova, larghezza, parallele, s)
-    return righe + [""] + righe_riepilogo(s, e.n_richieste, parallele, prova.info) + riga_tagliate(prova)
 
 
 def fmt(valore, formato: str) -> str:
@@ -502,7 +427,8 @@ def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServ
                     perche_non_completate: str = "interrotto") -> List[str]:
     fino = "" if s.interrotta_a is None else f" (fino all'ultima risposta; prova interrotta a {s.interrotta_a:.2f} s)"
     stima = "~" if s.token_stimati and s.token is not None else ""
-    generati = f"{stima}{fmt(s.token, 'd')} token generati" + (": stima, un token per chunk con testo" if stima else "")
+    generati = f"{stima}{fmt(s.token, 'd')} token generati" + (
+        ": stima, un token per chunk con testo" if stima else "")
     if s.interrotta_a is not None and s.token is not None:  # Ctrl+C: the figures' span is not how long the run lasted
         generati += ", solo dalle richieste completate: un limite inferiore"  # nor all it generated
     righe = [
@@ -527,14 +453,11 @@ def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServ
     return righe
 
 
-# Readings every 0.5 s miss a run shorter than a second (on a GPU, every lab run). The server's
-# timings do not: each answer says how long its slot spent on it (prompt_ms + predicted_ms), up to
-# when the answer left. So a request was in its slot from `fine` minus that to `fine`; before, it waited.
+# The peak from the server's timings (see riassumi): each request in its slot, and waiting before it.
 MARGINE = 0.02  # seconds trimmed from each end of those intervals: the client reads an answer a little late
 
 
 def servizio(r: Risultato) -> Optional[float]:
-    """Seconds the server's slot spent on a request: its prompt_ms + predicted_ms (None: not said)."""
     return None if r.prompt_ms is None or r.predicted_ms is None else (r.prompt_ms + r.predicted_ms) / 1000
 
 
@@ -553,8 +476,7 @@ def accorcia(estremi: Optional[Tuple[float, float]]) -> Optional[Tuple[float, fl
 
 
 def gradini(nello_slot: list, in_attesa: list = ()) -> List[Tuple[float, float, int, int]]:
-    """One pass over the server's intervals: (from, to, slots busy, requests waiting), a step from each time
-    where a count changes to the next; at one instant, what closes before what opens. None is no interval."""
+    """(from, to, in a slot, waiting) at each change of the counts; at one instant, closing first."""
     eventi = sorted((t, passo, tipo) for tipo, intervalli in enumerate((nello_slot, in_attesa))
                     for da, a in filter(None, intervalli) for t, passo in ((da, 1), (a, -1)))
     aperti = [0, 0]  # in a slot, waiting
@@ -567,14 +489,12 @@ def gradini(nello_slot: list, in_attesa: list = ()) -> List[Tuple[float, float, 
 
 
 def gradini_dai_tempi(ok: List[Risultato]) -> List[Tuple[float, float, int, int]]:
-    """The steps of the successful requests, each in its slot and, before, waiting for it (MARGINE inside)."""
     slot = [(r.inizio, i) for r, i in zip(ok, map(in_slot, ok)) if i]  # (sent, (start, end) in its slot)
     return gradini([accorcia(i) for _, i in slot], [accorcia((inviata, i[0])) for inviata, i in slot])
 
 
 def picchi_dai_tempi(ok: List[Risultato], n_slot: Optional[int]) -> Tuple[Optional[int], Optional[int]]:
-    """The most slots busy together (the largest overlap of the slot intervals, never above the slots) and
-    the most requests waiting together while every slot was busy (with one free, the wait was HTTP)."""
+    """The most slots busy together, and the most requests waiting while all were (one free: HTTP's wait)."""
     scalini = gradini_dai_tempi(ok)
     if not scalini:
         return None, None
@@ -583,10 +503,42 @@ def picchi_dai_tempi(ok: List[Risultato], n_slot: Optional[int]) -> Tuple[Option
     return (occupati if n_slot is None else min(occupati, n_slot)), coda
 
 
-# 6. main #######################################################################################
+# What the server says about itself ###########################################################
+
+def interroga_server(client: Client, attesa: float, stderr, con_props: bool = False) -> InfoServer:
+    """Before any load: is the server ready, how many slots of what context, can /slots and /metrics be read."""
+    aspetta_pronto(client, attesa, stderr)
+    risposta = chiedi(client, "/slots")
+    slots = lista_slot(leggi_json(risposta.corpo)) if risposta.status == 200 else None
+    info = InfoServer(len(slots), numero(slots[0].get("n_ctx"), int), conta_occupati(slots) is not None,
+                      llama_cpp=True) if slots else None
+    if info is None or not info.slots_disponibile or con_props:
+        info = info_da_props(client, risposta, info)  # seam: /slots off, another server, --json
+    metrics = chiedi(client, "/metrics")
+    return info._replace(metrics_disponibile=metrics.status == 200 and b"llamacpp:" in metrics.corpo)
+
+
+def cifre_completamento(dati) -> dict:
+    """A chat completion's figures: tokens, speed, the slot's times; a missing one is None, never guessed."""
+    if not isinstance(dati, dict) or not isinstance(dati.get("choices"), list):
+        raise ErroreRichiesta("risposta non valida: la risposta non è un completamento di chat (manca choices)")
+    usage = dati.get("usage") if isinstance(dati.get("usage"), dict) else {}
+    timings = dati.get("timings") if isinstance(dati.get("timings"), dict) else {}
+    token = numero(usage.get("completion_tokens"), int)
+    token_prompt = numero(usage.get("prompt_tokens"), int)
+    scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
+    finish = scelta.get("finish_reason")
+    return dict(token=token if token is not None else numero(timings.get("predicted_n"), int),
+                tps=velocita_nello_slot(timings), prompt_ms=numero(timings.get("prompt_ms")),
+                predicted_ms=numero(timings.get("predicted_ms")),
+                token_prompt=token_prompt if token_prompt is not None else numero(timings.get("prompt_n"), int),
+                token_cache=numero(timings.get("cache_n"), int),
+                finish_reason=finish if isinstance(finish, str) else None)
+
+
+# 7. main #######################################################################################
 
 class Opzioni(NamedTuple):
-    """What the flags say beyond what to send: which server, and how to reach it."""
     url: str = "http://127.0.0.1:8080"
     api_key: Optional[str] = None  # --api-key, or the LLAMA_API_KEY variable
     attesa_pronto: float = ATTESA_PRONTO  # --attesa: how long to wait for a server loading its model
@@ -594,11 +546,9 @@ class Opzioni(NamedTuple):
 
 
 def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzioni]:
-    """The plans of the load (the lab: one) and the other options, from the flags, read in one parse. A flag
-    beyond the lab's four, or a list of values, is checked after the banner; a bad flag ends here with exit 2."""
-    parser = ParserItaliano(prog="carico.py", description=__doc__, add_help=False,
-                            usage="%(prog)s [--url URL] [--richieste N] [--parallele N] [--token N] [altre opzioni]",
-                            formatter_class=formato_aiuto)
+    """The plans (the lab: one) and the options, from one parse of the flags; a bad flag: exit 2."""
+    parser = ParserItaliano(prog="carico.py", description=__doc__, add_help=False,  # seam: after the banner
+                            usage="%(prog)s [--url URL] [--richieste N] [--parallele N] [--token N] [altre opzioni]")
     parser.nomi, gruppo = [], parser.add_argument_group("il lab")
     for nomi, parametri in [
         (("--url",), dict(type=url_server, default="http://127.0.0.1:8080",
@@ -617,8 +567,7 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
     chiave = chiave_dall_ambiente(parser)  # the LLAMA_API_KEY variable
     piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
     opzioni, date = Opzioni(a.url, a.api_key or chiave, a.attesa), a.parallele  # (a trace's cap is set below)
-    # seam: None for the lab's four flags; else the extras' plans (a sweep: one per point) and options
-    piani, opzioni = SessioneOltre.dalle_opzioni(parser, a, piano, opzioni) or ([piano], opzioni)
+    piani, opzioni = SessioneOltre.dalle_opzioni(parser, a, piano, opzioni) or ([piano], opzioni)  # seam
     oltre_le_richieste = [p for p in piani if date and p.richieste and p.parallele > p.richieste]
     if oltre_le_richieste:  # nobody waits in the client, and at most that many reach the server together
         n, massimo = piani[0].richieste, oltre_le_richieste[-1].parallele
@@ -628,7 +577,6 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Read the flags (a bad one: exit 2), turn Ctrl+C into an Interruzione, run, return the exit code."""
     for flusso in (sys.stdout, sys.stderr):
         if hasattr(flusso, "reconfigure"):  # a terminal that cannot encode Unicode gets '?', not an error
             flusso.reconfigure(errors="replace")
@@ -642,9 +590,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 class Sessione:
-    """One invocation of the lab: ask the server what it is, run the load, print it. What was measured is
-    printed whatever stops it; `codice()` decides the exit code, once. With extras, the session is a
-    Sessione that runs more (see "The session's extra steps"): it calls these steps and fills the hooks."""
+    """One invocation: ask the server, run, print what was measured whatever stops it; `codice()`: the exit."""
 
     def __init__(self, piani: List[Piano], opzioni: Opzioni):
         self.piani = piani  # the lab: one plan; a sweep: one per point
@@ -669,11 +615,9 @@ class Sessione:
         return self.codice()
 
     def corri(self) -> None:
-        """The lab: one server, one run."""
         self.prova(*self.collega(), self.piani[0])
 
     def collega(self) -> Tuple[Client, InfoServer]:
-        """A client for the server at --url, and what the server says about itself."""
         client = Client(self.opzioni.url, self.opzioni.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
         info = interroga_server(client, self.opzioni.attesa_pronto, sys.stderr, self.con_props)
         for avviso in info.avvisi:
@@ -738,13 +682,10 @@ class Sessione:
         return 1
 
 
-# What a careful tool needs #####################################################################
-# What keeps the tool honest when things go wrong: a server still loading, HTTP with a deadline and
-# its errors, a server that goes away, Ctrl+C, a busy machine, what the figures mean, flags checked.
+# What a careful tool needs: a server still loading, HTTP with a deadline, errors, Ctrl+C... ####
 
 def aspetta_pronto(client: Client, attesa: float, stderr, avviato=None) -> None:
-    """Ask /health until the server is ready, up to `attesa` seconds: 503 means it is still loading its
-    model; no answer, down (or, just started by --avvia, not listening yet); 401, the key is missing."""
+    """Ask /health until the server is ready (503: still loading the model), up to `attesa` seconds."""
     inizio = time.monotonic()
     avvisato = None  # when the user was last told that we wait
     while True:
@@ -760,7 +701,7 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato=None) -> None:
             risposta = client.chiama("GET", "/health")
         except ErroreRete as exc:
             if avviato is None:
-                raise ErroreUtente(perche_non_risponde(client, exc)) from None
+                raise ErroreUtente(perche_non_risponde(client, exc)) from None  # seam: why, after the banner
             risposta = None  # just started: not listening yet
         finally:
             if zitto:
@@ -796,17 +737,13 @@ def chiedi(client: Client, percorso: str, dati=None) -> Risposta:
     return risposta
 
 
-# What an answer may hold: numbers that are not, old servers' /slots, a speed of 0.0
-
 def numero(valore, tipo=float):  # a JSON number as `tipo` (int: whole numbers only); None for anything else
     ammessi = (int,) if tipo is int else (int, float)
     return tipo(valore) if isinstance(valore, ammessi) and not isinstance(valore, bool) and abs(valore) < float("inf") else None
 
 
 def velocita_nello_slot(timings: dict) -> Optional[float]:
-    """timings.predicted_per_second, when it is a speed. A 1-token answer has no generation step to time:
-    llama.cpp samples that token with the prompt, and sends predicted_ms 0.001, predicted_per_second 0.0
-    (measured). That 0.0 is not a speed: n/d, and left out of every mean and ratio."""
+    """timings.predicted_per_second; a 1-token answer's 0.0 (no generation step, measured) is not a speed."""
     tps = numero(timings.get("predicted_per_second"))
     return tps if tps is not None and tps > 0 else None
 
@@ -821,8 +758,7 @@ def lista_slot(dati) -> Optional[List[dict]]:
 
 
 def avvia_i_lavoratori(esecutore, quanti: int) -> int:
-    """Start `quanti` of the pool's workers and wait until each is running: the clock then starts on
-    threads that exist, not on one started per submit inside the measured time."""
+    """Start `quanti` workers and wait until each runs: the clock starts on threads that exist."""
     pronti = threading.Barrier(quanti + 1)
     try:
         for _ in range(quanti):
@@ -837,9 +773,7 @@ def avvia_i_lavoratori(esecutore, quanti: int) -> int:
 # HTTP: one exchange on its own connection, within a deadline ###################################
 
 class Client:
-    """Talks to one server with http.client, one connection per exchange (`Connection: close`: a
-    latency never hides a stale keep-alive); no redirects; the host name looked up once. Every socket
-    in flight is in a set, so that Ctrl+C (`annulla`) stops a connect or a read at once."""
+    """One server, one connection per exchange (no stale keep-alive); sockets kept so that Ctrl+C stops them."""
 
     def __init__(self, base: str, api_key: Optional[str] = None, timeout_info: float = TIMEOUT_INFO):
         parti = urllib.parse.urlsplit(base)
@@ -854,13 +788,59 @@ class Client:
         self._indirizzo = None  # the address that answered first (a getaddrinfo tuple)
         self.tls = None  # https: one ssl context for every exchange
         self._aperti, self._lock, self.annullato = set(), threading.Lock(), threading.Event()  # sockets in flight
-        self.sentinella = Sentinella(self)  # during a run: is the server still there?
+        self.sentinella = Sentinella(self)  # seam: is the server still there? (after the banner)
         self.oltre: object = None  # the extras' slot (--stream's connections and reader...)
 
-    chiama = scambio_http  # one exchange: see "2. One request"
+    chiama = scambio_http  # one exchange: see "1. One request"
+
+    def intestazioni(self, corpo: Optional[bytes]) -> Dict[str, str]:
+        return dict(self._intestazioni, **({"Content-Type": "application/json"} if corpo else {}))
+
+    @contextlib.contextmanager
+    def connessione(self, percorso: str, timeout: Optional[float] = None):
+        """A connection, and its answer read by the deadline; a network error is an ErroreRete in Italian."""
+        import http.client  # here, not at the top: see the note under the imports
+        timeout = self.timeout_info if timeout is None else timeout
+        if self.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
+            raise NonInviata(NON_INVIATA)
+        scadenza = time.monotonic() + timeout
+        connessione, sock = http.client.HTTPConnection(self.host, self._porta, timeout=timeout), None
+
+        def risposta_entro() -> Risposta:
+            sock.settimeout(max(0.001, scadenza - time.monotonic()))
+            risposta = connessione.getresponse()  # the headers: without a stream, the whole wait is here
+            self.sentinella.risposta()
+            pezzi = []
+            try:  # the end is a read too (late after the deadline); http.client may close the socket then
+                while not risposta.isclosed():
+                    resto = scadenza - time.monotonic()
+                    if resto <= 0:
+                        raise socket.timeout
+                    sock.settimeout(resto)
+                    pezzi.append(risposta.read1(65536))
+                    if not pezzi[-1]:
+                        break
+            except socket.timeout:
+                raise ErroreRete(f"risposta non completa entro {timeout:g} s") from None
+            if risposta.length:  # bytes the Content-Length promised and the server did not send
+                raise ErroreRete("risposta troncata: la connessione si è chiusa a metà")
+            return Risposta(risposta.status, b"".join(pezzi))
+
+        try:
+            # http.client sends on it and does not connect again; it may close it once the answer says
+            # `Connection: close` (llama.cpp's does), so carico lets it go by its own name.
+            sock = connessione.sock = self._connetti(scadenza)
+            yield connessione, risposta_entro
+        except (OSError, http.client.HTTPException) as exc:
+            if getattr(exc, "errno", None) == errno.EBADF:  # a socket carico closed itself: its fault, not the server's
+                raise
+            raise self.errore_di_rete(percorso, exc, descrivi_errore_rete(exc, timeout)) from None
+        finally:
+            if sock is not None:
+                self.lascia(sock)
+            connessione.close()
 
     def errore_di_rete(self, percorso: str, exc: Exception, testo: str) -> ErroreRete:
-        """A failed exchange as an ErroreRete; a refusal is that request's own error, and the sentinel counts it."""
         eccezione = ErroreRete(testo)
         eccezione.rifiuto = self.sentinella.rifiuto(percorso, exc)
         return eccezione
@@ -894,16 +874,6 @@ class Client:
             self._aperti.discard(sock)
         sock.close()
 
-    def in_ascolto(self) -> bool:
-        """Whether anything accepts a connection at the server's port (a bare TCP knock, within 2 s)."""
-        try:
-            socket.create_connection((self.host, self._porta), timeout=2.0).close()
-            return True
-        except socket.timeout:
-            return True  # slow is not gone
-        except OSError:
-            return False
-
     def annulla(self) -> None:
         """Shut every socket in flight, connecting ones included, from any thread; later ones fail too."""
         self.annullato.set()
@@ -915,8 +885,7 @@ class Client:
 
 
 def con_tls(client: Client, sock: socket.socket, scadenza: float) -> socket.socket:
-    """https: TLS on a connected socket, with one ssl context per client. The handshake gets a few
-    seconds at most: a server that speaks plain http never answers it."""
+    """https: TLS on a connected socket, with a few seconds for the handshake (plain http never answers it)."""
     if client.tls is None:
         import ssl
 
@@ -928,7 +897,6 @@ def con_tls(client: Client, sock: socket.socket, scadenza: float) -> socket.sock
 
 
 def leggi_json(corpo: bytes):
-    """A body as JSON, or None when it is not JSON."""
     try:
         return json.loads(corpo)  # bytes: json finds the UTF encoding itself
     except ValueError:  # UnicodeDecodeError included
@@ -939,18 +907,11 @@ def nota(testo: str) -> None:
     print(f"carico.py: nota: {testo}", file=sys.stderr, flush=True)
 
 
-# The errors carico.py raises ####################################################################
-# (the lab's path catches them: a request's error on its line, the user's on one line, Ctrl+C.)
+# The errors carico.py raises, and what went wrong in Italian ##################################
 
 class ErroreUtente(Exception):
     """A problem the user can fix (server down, wrong key...): one Italian line, exit 1."""
     codice = 1
-
-
-class ErroreOpzione(ErroreUtente):
-    """A flag wrong for this server (--modello it does not list): one Italian line, exit 2, as a bad flag. A flag
-    the server cannot honour (--prompt-token without a tokenizer) is the server's limit: ErroreUtente, exit 1."""
-    codice = 2
 
 
 class ServerAndato(ErroreUtente):
@@ -977,15 +938,6 @@ class NonInviata(ErroreRete):
     """A request that was never sent: Ctrl+C or a server gone had already stopped the run."""
 
 
-# Plumbing: the errors, and what went wrong in Italian #########################################
-
-def perche_os(exc: Exception) -> str:
-    """Why a file could not be read, written or run, in Italian for the usual reasons (the system's text else)."""
-    perche = {errno.ENOENT: "non esiste", errno.EACCES: "permesso negato", errno.EISDIR: "è una cartella",
-              errno.ENOTDIR: "una parte del percorso non è una cartella", errno.ENOSPC: "il disco è pieno"}
-    return perche.get(getattr(exc, "errno", None)) or getattr(exc, "strerror", None) or str(exc)
-
-
 def descrivi_errore_rete(exc: Exception, timeout: float) -> str:
     """One Italian phrase for a failed exchange; never the exception's repr (no tracebacks)."""
     import http.client
@@ -1010,8 +962,7 @@ def testo_errore(status: int, errore: dict) -> str:
 
 
 def descrivi_errore_http(risposta: Risposta) -> str:
-    """An answer that is not 200, from llama.cpp's error body {"error": {"code", "message", "type"}};
-    for another body, its first words."""
+    """An answer that is not 200: llama.cpp's error {"error": {...}}, or the first words of another body."""
     dati = leggi_json(risposta.corpo)
     errore = dati.get("error") if isinstance(dati, dict) else None
     if isinstance(errore, dict):
@@ -1031,8 +982,7 @@ def messaggio_chiave(client: Client) -> str:
 
 
 def fallita(client: Client, indice: int, inizio: float, fine: float, exc: Exception) -> Risultato:
-    """The Risultato of a request that raised. What the server or the network said is printed as
-    it is; anything else is a bug of carico.py, and says so rather than blame the server."""
+    """A request that raised: what the server or the network said, as it is; else carico's own bug, said so."""
     if client.annullato.is_set() and not getattr(exc, "rifiuto", False):
         perso = client.sentinella.andato is not None  # else Ctrl+C: not a measurement
         return Risultato(indice, inizio, fine, errore=NON_INVIATA if isinstance(exc, NonInviata) else
@@ -1042,8 +992,7 @@ def fallita(client: Client, indice: int, inizio: float, fine: float, exc: Except
 
 
 def perche_non_risponde(client: Client, exc: ErroreRete) -> str:
-    """Why a server at --url does not answer /health, and what to do. An https:// URL that gets no TLS
-    answer may point at a server that speaks plain http, as `llama serve` does by default."""
+    """Why a server at --url does not answer /health, and what to do (an https:// URL to plain http)."""
     if client.https and risponde_in_chiaro(client):
         return (f"su {client.base} risponde un server in http semplice, non in https: usa --url "
                 f"{client.base.replace('https://', 'http://', 1)}")
@@ -1060,93 +1009,7 @@ def risponde_in_chiaro(client: Client) -> bool:
         return False
 
 
-# A server that goes away #######################################################################
-# Stopped with Ctrl+C, llama serve closes its port at once but never answers the requests in flight,
-# and keeps their connections open until they close (measured: ../shared/llama-server-api.md); a
-# server that is killed resets them. Either way nothing more will come: waiting out --timeout, or
-# sending more requests to a closed port (a closed loop does, thousands a second), measures nothing.
-
-RIFIUTI_DI_FILA = 3  # exchanges refused (or reset) in a row, with no answer between, before knocking at the port
-
-
-class Sentinella:
-    """During a run, watches the client's exchanges (requests, and the sampler's readings of /slots or
-    /health): after RIFIUTI_DI_FILA refused or reset in a row with no HTTP answer between, it knocks
-    once at the server's port; refused there too, the server is gone: `andato` says when and why, and
-    every exchange in flight is closed at once (Client.annulla), so the run ends within seconds."""
-
-    def __init__(self, client: Client):
-        self._client, self._lock = client, threading.Lock()
-        self.armata = False  # only during a run: a server still starting refuses too
-        self.di_fila, self.percorsi, self.come = 0, set(), set()  # refusals since the last answer: on which paths, how
-        self.andato: Optional[Tuple[float, str]] = None  # (time.perf_counter() when it was found gone, why)
-
-    def arma(self, armata: bool = True) -> None:
-        with self._lock:
-            self.armata, self.di_fila, self.percorsi, self.come, self.andato = armata, 0, set(), set(), None
-
-    def risposta(self) -> None:
-        """An HTTP answer, any status: the server is there."""
-        self.di_fila = 0
-
-    def rifiuto(self, percorso: str, exc: Exception) -> bool:
-        """An exchange that failed; True when it was a refusal (or a reset) that counts."""
-        import http.client
-
-        if not self.armata or self._client.annullato.is_set():
-            return False
-        if isinstance(exc, socket.timeout):  # no answer in time: refused only if the port no longer listens
-            if self._client.in_ascolto():
-                return False
-        elif not isinstance(exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError,
-                                  http.client.IncompleteRead)):
-            return False
-        with self._lock:
-            self.di_fila += 1
-            self.percorsi.add(percorso)
-            self.come.add("rifiutata" if isinstance(exc, ConnectionRefusedError) else
-                          "scaduta" if isinstance(exc, socket.timeout) else "chiusa")
-            if self.di_fila < RIFIUTI_DI_FILA or self.andato is not None:
-                return True
-            # A few resets from a server that is still there; but a killed server resets its connections a
-            # moment before the kernel closes its port: knock again a moment later before believing it.
-            if self._client.in_ascolto() and (time.sleep(0.25) or self._client.in_ascolto()):
-                self.di_fila = 0
-                return True
-            di_fila = f"{self.di_fila} volte di fila, su {', '.join(sorted(self.percorsi))}"
-            self.andato = (time.perf_counter(), f"connessione {' o '.join(sorted(self.come))} {di_fila}, e la porta non è "
-                           "più in ascolto")
-        self._client.annulla()
-        return True
-
-
-def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optional[Riepilogo] = None) -> List[str]:
-    """The end of the report of a run the server left: the refused and the unsent requests in one line
-    each, the summary, and when and why the sending stopped, with the requests it took and never answered."""
-    e = prova.esecuzione
-    inviate = {r.indice for r in e.risultati}
-    rifiutate = [r.indice for r in e.risultati if rifiutata(r)]
-    non_inviate = [] if e.interruzione else [i for i in range(e.n_richieste) if i not in inviate]
-    righe = []
-    for indici, una, molte, perche in ((rifiutate, "rifiutata", "rifiutate", "nessun server in ascolto"),
-                                       (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
-        if indici:
-            righe.append(f"  req {numeri_in_tratti(indici)}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
-                         else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
-    # Left open (a server stopped with Ctrl+C) or closed (a killed one): sent and taken, never answered.
-    in_volo = sum(r.errore in (IN_VOLO, descrivi_errore_rete(ConnectionResetError(), 0)) for r in e.risultati)
-    return righe + [""] + righe_riepilogo(s or prova.riepilogo, e.n_richieste, parallele, prova.info,
-                                          "il server non rispondeva più") + [
-        f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s: {e.server_andato[1]}): invii "
-        "fermati" + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
-                     if in_volo else "")]
-
-
-def numeri_in_tratti(indici: List[int]) -> str:
-    """Request numbers in runs: [0, 2, 4] -> "0, 2, 4", [3, 4, 5, 8] -> "3-5, 8" (a range holds every number in it)."""
-    gruppi = [[i for _, i in g] for _, g in itertools.groupby(enumerate(indici), lambda p: p[1] - p[0])]
-    return ", ".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in gruppi)
-
+# A server that goes away (Sentinella watches for it) ##########################################
 
 def rifiutata(r: Risultato) -> bool:
     """A request whose connection was refused: nothing listened, it never reached a server (see Sentinella)."""
@@ -1170,8 +1033,7 @@ ANNULLATA = "annullata (interruzione)"  # the error of a request closed by Ctrl+
 
 @contextlib.contextmanager
 def segnali(gestore=None):
-    """Ctrl+C and SIGTERM go to `gestore` inside the block; without one they wait, noted (128 + the
-    signal) in the list the block gets, so that what it does is finished. Main thread only."""
+    """Ctrl+C and SIGTERM go to `gestore`; without one they wait, noted in the block's list (main thread)."""
     notati = []
     principale = threading.current_thread() is threading.main_thread()
     gestore = gestore or (lambda numero_segnale, _: notati.append(128 + numero_segnale))
@@ -1186,7 +1048,6 @@ def segnali(gestore=None):
 # /metrics: the server's own queue (llama serve --metrics) #####################################
 
 def richieste_in_coda(corpo: bytes) -> Optional[int]:
-    """llamacpp:requests_deferred in a /metrics answer: the requests waiting for a slot."""
     valore = leggi_metrica(corpo.decode("utf-8", "replace"), "requests_deferred")
     return None if valore is None else int(valore)
 
@@ -1203,8 +1064,7 @@ def leggi_metrica(testo: str, nome: str) -> Optional[float]:
     return None
 
 
-# Is the machine quiet? #########################################################################
-# The lab asks for a quiet machine: the server shares the cores with whatever else runs.
+# Is the machine quiet? The lab asks for it: the server shares the cores with what else runs. ####
 
 SGUARDO_MACCHINA = 0.25  # how long the check watches the CPU before a run
 LIBERA = 0.25  # under this share of all cores busy in that look, the CPU is said to be free; from 0.5, busy
@@ -1217,8 +1077,7 @@ class Macchina(NamedTuple):
 
 
 def guarda_la_macchina(server_al_lavoro: bool = False) -> Macchina:
-    """Look at the machine before a run, and say on stderr when it is already busy (`server_al_lavoro`: the
-    server's slots were, so part of that CPU may be its own)."""
+    """Look at the machine before a run, and say on stderr when it is busy (maybe the server's own work)."""
     macchina = osserva_macchina()
     motivo = macchina_occupata(macchina)
     if motivo:
@@ -1231,9 +1090,7 @@ def guarda_la_macchina(server_al_lavoro: bool = False) -> Macchina:
 
 
 def guarda_il_server(client: Client, info: InfoServer) -> Optional[int]:
-    """Before a run: the slots already busy (/slots), said on stderr when there are any. llama serve goes on
-    generating for requests whose client went away (a Ctrl+C without --stream: measured, up to their last
-    token) or that belong to another client: this run would share the server with them."""
+    """Before a run, the slots already busy (a run stopped without --stream, another client), said on stderr."""
     if not info.slots_disponibile:
         return None
     risposta = chiedi(client, "/slots")
@@ -1250,7 +1107,6 @@ def guarda_il_server(client: Client, info: InfoServer) -> Optional[int]:
 
 
 def osserva_macchina(sguardo: Optional[float] = None) -> Macchina:
-    """The load average, and the CPU share used over `sguardo` seconds (where /proc/stat is)."""
     try:
         carico_medio = os.getloadavg()[0]
     except (AttributeError, OSError):
@@ -1518,7 +1374,6 @@ def chiave_api(testo: str) -> str:
 
 
 def chiave_dall_ambiente(parser: argparse.ArgumentParser) -> Optional[str]:
-    """The LLAMA_API_KEY variable, checked like --api-key."""
     chiave = os.environ.get("LLAMA_API_KEY")
     try:
         return chiave_api(chiave) if chiave else None
@@ -1527,8 +1382,7 @@ def chiave_dall_ambiente(parser: argparse.ArgumentParser) -> Optional[str]:
 
 
 def lista_di(converti):
-    """An argparse type: one value, or a comma-separated list of distinct values (a sweep: one run
-    per value)."""
+    """An argparse type: one value, or a comma-separated list of distinct values (a sweep)."""
     def controlla(testo: str) -> list:
         valori = [converti(voce.strip()) for voce in testo.split(",")]
         doppio = next((v for v in valori if valori.count(v) > 1), None)
@@ -1553,72 +1407,10 @@ def token_o_fascia(testo: str):
     return int(da), int(a)
 
 
-# Plumbing: argparse in Italian ################################################################
-
-class ParserItaliano(argparse.ArgumentParser):
-    """argparse with its few English words said in Italian: `uso:` for `usage:`, and its error
-    messages translated whole, so that a phrase is never half in one language. An option of
-    `llama serve` given to carico.py by mistake is named as such."""
-
-    nomi: Sequence[str] = ()  # the flags' names, for the nearest to a mistyped one (analizza_argomenti gives them)
-
-    ERRORI = (("expected one argument", "richiede un valore"),
-              ("ignored explicit argument (.*)", r"non accetta valori (\1)"),
-              ("expected at most one argument", "accetta al più un valore"),
-              ("expected (\\d+) arguments", r"richiede \1 valori"),
-              ("invalid choice: (.*)", r"scelta non valida: \1"),
-              ("unrecognized arguments: (.*)", r"opzioni non riconosciute: \1"),
-              ("ambiguous option: (\\S+) could match (.*)", r"opzione ambigua: \1 potrebbe essere \2"),
-              ("the following arguments are required: (.*)", r"mancano le opzioni: \1"))
-    # Options of `llama serve` that students give to carico.py: where they belong instead.
-    DEL_SERVER = ("--metrics", "--kv-unified", "-kvu", "-np", "--parallel", "-c", "--ctx-size", "-t", "--threads",
-                  "-m", "--model", "-hf", "-ngl", "--no-slots", "--port", "--host", "-a", "--alias")
-
-    def error(self, message):
-        import re
-
-        opzione = re.match(r"argument (\S+): (.*)$", message, re.S)
-        prefisso, resto = (f"opzione {opzione.group(1)}: ", opzione.group(2)) if opzione else ("", message)
-        resto = next((re.sub(f"^{inglese}$", italiano, resto, flags=re.S) for inglese, italiano in self.ERRORI
-                      if re.match(f"^{inglese}$", resto, flags=re.S)), resto)
-        ignote = re.match(r"unrecognized arguments: (.*)$", message)
-        del_server = [p for p in (ignote.group(1).split() if ignote else []) if p.split("=")[0] in self.DEL_SERVER]
-        if del_server:
-            cosa = "è un'opzione" if len(del_server) == 1 else "sono opzioni"
-            resto += (f": {', '.join(del_server)} {cosa} di llama serve, non di carico.py: va nel comando che avvia "
-                      "il server (o in --avvia \"llama serve ...\"; -np in --np)")
-        elif ignote and not any(p.startswith("-") for p in ignote.group(1).split()):  # a value without its flag
-            esempio = next((f"--url {p}" for p in ignote.group(1).split() if "://" in p), "--richieste 4")
-            resto += f" (ogni valore va subito dopo la sua opzione, per esempio {esempio}; l'elenco: --help)"
-        elif ignote:  # a flag mistyped: the nearest of carico's, if one is near
-            import difflib
-
-            forse = [vicina for p in ignote.group(1).split() if p.startswith("-")
-                     for vicina in difflib.get_close_matches(p.split("=")[0], self.nomi, n=1, cutoff=0.8)]
-            resto += f" (forse {', '.join(dict.fromkeys(forse))}? l'elenco: --help)" if forse else ""
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: errore: {prefisso}{resto}\n")
-
-    def format_usage(self):
-        return super().format_usage().replace("usage: ", "uso: ", 1)
-
-    def format_help(self):
-        return super().format_help().replace("usage: ", "uso: ", 1)
-
-
-def formato_aiuto(prog: str) -> argparse.HelpFormatter:
-    # The width given here, so that argparse does not import shutil (5 ms of start-up) to ask it.
-    try:
-        larghezza = os.get_terminal_size(sys.stdout.fileno()).columns
-    except (OSError, ValueError, AttributeError):
-        larghezza = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 80
-    return argparse.RawDescriptionHelpFormatter(prog, width=max(larghezza, 40) - 2)
-
-
 # Oltre il lab ##################################################################################
 # Below, each extra in its own section: opt-in, and none of it changes the lab's lines. A plain lab
-# run passes only through the extras' empty records, the check that none of their flags was given,
-# the Client's stream reader and, on a terminal, the live line.
+# run passes only through the check that none of their flags was given, the Sentinella that watches
+# the server and, on a terminal, the live line.
 
 EPILOGO = """\
 esempi:
@@ -2338,6 +2130,185 @@ def riepilogo_oltre(prova: Prova) -> Riepilogo:
     e = prova.esecuzione
     return prova.riepilogo._replace(token_stimati=any(oltre(r).token_stimati for r in e.riuscite), interrotte=sum(
         tipo_errore(r.errore) == TRONCATA for r in e.risultati if not r.riuscita))
+
+
+# When something goes wrong: what a lab run meets only then ####################################
+# The lab's chapter reaches these where it meets the trouble, each marked `seam`: a flag that is
+# wrong (argparse in Italian), a server that goes away mid-run (Sentinella watches for it).
+
+# Stopped with Ctrl+C, llama serve closes its port at once but never answers the requests in flight,
+# and keeps their connections open until they close (measured: ../shared/llama-server-api.md); a
+# server that is killed resets them. Either way nothing more will come: waiting out --timeout, or
+# sending more requests to a closed port (a closed loop does, thousands a second), measures nothing.
+
+RIFIUTI_DI_FILA = 3  # exchanges refused (or reset) in a row, with no answer between, before knocking at the port
+
+
+class Sentinella:
+    """During a run, watches the client's exchanges (requests, and the sampler's readings of /slots or
+    /health): after RIFIUTI_DI_FILA refused or reset in a row with no HTTP answer between, it knocks
+    once at the server's port; refused there too, the server is gone: `andato` says when and why, and
+    every exchange in flight is closed at once (Client.annulla), so the run ends within seconds."""
+
+    def __init__(self, client: Client):
+        self._client, self._lock = client, threading.Lock()
+        self.armata = False  # only during a run: a server still starting refuses too
+        self.di_fila, self.percorsi, self.come = 0, set(), set()  # refusals since the last answer: on which paths, how
+        self.andato: Optional[Tuple[float, str]] = None  # (time.perf_counter() when it was found gone, why)
+
+    def arma(self, armata: bool = True) -> None:
+        with self._lock:
+            self.armata, self.di_fila, self.percorsi, self.come, self.andato = armata, 0, set(), set(), None
+
+    def risposta(self) -> None:
+        """An HTTP answer, any status: the server is there."""
+        self.di_fila = 0
+
+    def in_ascolto(self) -> bool:
+        """Whether anything accepts a connection at the server's port (a bare TCP knock, within 2 s)."""
+        try:
+            socket.create_connection((self._client.host, self._client._porta), timeout=2.0).close()
+            return True
+        except socket.timeout:
+            return True  # slow is not gone
+        except OSError:
+            return False
+
+    def rifiuto(self, percorso: str, exc: Exception) -> bool:
+        """An exchange that failed; True when it was a refusal (or a reset) that counts."""
+        import http.client
+
+        if not self.armata or self._client.annullato.is_set():
+            return False
+        if isinstance(exc, socket.timeout):  # no answer in time: refused only if the port no longer listens
+            if self.in_ascolto():
+                return False
+        elif not isinstance(exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError,
+                                  http.client.IncompleteRead)):
+            return False
+        with self._lock:
+            self.di_fila += 1
+            self.percorsi.add(percorso)
+            self.come.add("rifiutata" if isinstance(exc, ConnectionRefusedError) else
+                          "scaduta" if isinstance(exc, socket.timeout) else "chiusa")
+            if self.di_fila < RIFIUTI_DI_FILA or self.andato is not None:
+                return True
+            # A few resets from a server that is still there; but a killed server resets its connections a
+            # moment before the kernel closes its port: knock again a moment later before believing it.
+            if self.in_ascolto() and (time.sleep(0.25) or self.in_ascolto()):
+                self.di_fila = 0
+                return True
+            di_fila = f"{self.di_fila} volte di fila, su {', '.join(sorted(self.percorsi))}"
+            self.andato = (time.perf_counter(), f"connessione {' o '.join(sorted(self.come))} {di_fila}, e la porta non è "
+                           "più in ascolto")
+        self._client.annulla()
+        return True
+
+
+
+class ParserItaliano(argparse.ArgumentParser):
+    """argparse with its few English words said in Italian: `uso:` for `usage:`, and its error
+    messages translated whole, so that a phrase is never half in one language. An option of
+    `llama serve` given to carico.py by mistake is named as such."""
+
+    nomi: Sequence[str] = ()  # the flags' names, for the nearest to a mistyped one (analizza_argomenti gives them)
+
+    def __init__(self, **parametri):
+        super().__init__(formatter_class=formato_aiuto, **parametri)
+
+    ERRORI = (("expected one argument", "richiede un valore"),
+              ("ignored explicit argument (.*)", r"non accetta valori (\1)"),
+              ("expected at most one argument", "accetta al più un valore"),
+              ("expected (\\d+) arguments", r"richiede \1 valori"),
+              ("invalid choice: (.*)", r"scelta non valida: \1"),
+              ("unrecognized arguments: (.*)", r"opzioni non riconosciute: \1"),
+              ("ambiguous option: (\\S+) could match (.*)", r"opzione ambigua: \1 potrebbe essere \2"),
+              ("the following arguments are required: (.*)", r"mancano le opzioni: \1"))
+    # Options of `llama serve` that students give to carico.py: where they belong instead.
+    DEL_SERVER = ("--metrics", "--kv-unified", "-kvu", "-np", "--parallel", "-c", "--ctx-size", "-t", "--threads",
+                  "-m", "--model", "-hf", "-ngl", "--no-slots", "--port", "--host", "-a", "--alias")
+
+    def error(self, message):
+        import re
+
+        opzione = re.match(r"argument (\S+): (.*)$", message, re.S)
+        prefisso, resto = (f"opzione {opzione.group(1)}: ", opzione.group(2)) if opzione else ("", message)
+        resto = next((re.sub(f"^{inglese}$", italiano, resto, flags=re.S) for inglese, italiano in self.ERRORI
+                      if re.match(f"^{inglese}$", resto, flags=re.S)), resto)
+        ignote = re.match(r"unrecognized arguments: (.*)$", message)
+        del_server = [p for p in (ignote.group(1).split() if ignote else []) if p.split("=")[0] in self.DEL_SERVER]
+        if del_server:
+            cosa = "è un'opzione" if len(del_server) == 1 else "sono opzioni"
+            resto += (f": {', '.join(del_server)} {cosa} di llama serve, non di carico.py: va nel comando che avvia "
+                      "il server (o in --avvia \"llama serve ...\"; -np in --np)")
+        elif ignote and not any(p.startswith("-") for p in ignote.group(1).split()):  # a value without its flag
+            esempio = next((f"--url {p}" for p in ignote.group(1).split() if "://" in p), "--richieste 4")
+            resto += f" (ogni valore va subito dopo la sua opzione, per esempio {esempio}; l'elenco: --help)"
+        elif ignote:  # a flag mistyped: the nearest of carico's, if one is near
+            import difflib
+
+            forse = [vicina for p in ignote.group(1).split() if p.startswith("-")
+                     for vicina in difflib.get_close_matches(p.split("=")[0], self.nomi, n=1, cutoff=0.8)]
+            resto += f" (forse {', '.join(dict.fromkeys(forse))}? l'elenco: --help)" if forse else ""
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: errore: {prefisso}{resto}\n")
+
+    def format_usage(self):
+        return super().format_usage().replace("usage: ", "uso: ", 1)
+
+    def format_help(self):
+        return super().format_help().replace("usage: ", "uso: ", 1)
+
+
+def formato_aiuto(prog: str) -> argparse.HelpFormatter:
+    # The width given here, so that argparse does not import shutil (5 ms of start-up) to ask it.
+    try:
+        larghezza = os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        larghezza = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 80
+    return argparse.RawDescriptionHelpFormatter(prog, width=max(larghezza, 40) - 2)
+
+
+def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optional[Riepilogo] = None) -> List[str]:
+    """The end of the report of a run the server left: the refused and the unsent requests in one line
+    each, the summary, and when and why the sending stopped, with the requests it took and never answered."""
+    e = prova.esecuzione
+    inviate = {r.indice for r in e.risultati}
+    rifiutate = [r.indice for r in e.risultati if rifiutata(r)]
+    non_inviate = [] if e.interruzione else [i for i in range(e.n_richieste) if i not in inviate]
+    righe = []
+    for indici, una, molte, perche in ((rifiutate, "rifiutata", "rifiutate", "nessun server in ascolto"),
+                                       (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
+        if indici:
+            righe.append(f"  req {numeri_in_tratti(indici)}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
+                         else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
+    # Left open (a server stopped with Ctrl+C) or closed (a killed one): sent and taken, never answered.
+    in_volo = sum(r.errore in (IN_VOLO, descrivi_errore_rete(ConnectionResetError(), 0)) for r in e.risultati)
+    return righe + [""] + righe_riepilogo(s or prova.riepilogo, e.n_richieste, parallele, prova.info,
+                                          "il server non rispondeva più") + [
+        f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s: {e.server_andato[1]}): invii "
+        "fermati" + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
+                     if in_volo else "")]
+
+
+def numeri_in_tratti(indici: List[int]) -> str:
+    """Request numbers in runs: [0, 2, 4] -> "0, 2, 4", [3, 4, 5, 8] -> "3-5, 8" (a range holds every number in it)."""
+    gruppi = [[i for _, i in g] for _, g in itertools.groupby(enumerate(indici), lambda p: p[1] - p[0])]
+    return ", ".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in gruppi)
+
+
+class ErroreOpzione(ErroreUtente):
+    """A flag wrong for this server (--modello it does not list): one Italian line, exit 2, as a bad flag. A flag
+    the server cannot honour (--prompt-token without a tokenizer) is the server's limit: ErroreUtente, exit 1."""
+    codice = 2
+
+
+def perche_os(exc: Exception) -> str:
+    """Why a file could not be read, written or run, in Italian for the usual reasons (the system's text else)."""
+    perche = {errno.ENOENT: "non esiste", errno.EACCES: "permesso negato", errno.EISDIR: "è una cartella",
+              errno.ENOTDIR: "una parte del percorso non è una cartella", errno.ENOSPC: "il disco è pieno"}
+    return perche.get(getattr(exc, "errno", None)) or getattr(exc, "strerror", None) or str(exc)
+
 
 
 # Servers that say less: /slots off, another server; /props for --json #########################
