@@ -513,7 +513,7 @@ def interroga_server(client: Client, attesa: float, stderr, con_props: bool = Fa
     info = InfoServer(len(slots), numero(slots[0].get("n_ctx"), int), conta_occupati(slots) is not None,
                       llama_cpp=True) if slots else None
     if info is None or not info.slots_disponibile or con_props:
-        info = info_da_props(client, risposta, info)  # seam: /slots off, another server, --json
+        info = info_da_props(client, risposta, info)  # seam: no /slots, --json (after the banner)
     metrics = chiedi(client, "/metrics")
     return info._replace(metrics_disponibile=metrics.status == 200 and b"llamacpp:" in metrics.corpo)
 
@@ -547,7 +547,7 @@ class Opzioni(NamedTuple):
 
 def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzioni]:
     """The plans (the lab: one) and the options, from one parse of the flags; a bad flag: exit 2."""
-    parser = ParserItaliano(prog="carico.py", description=__doc__, add_help=False,  # seam: after the banner
+    parser = ParserItaliano(prog="carico.py", description=__doc__, add_help=False,  # seam: Italian, after the banner
                             usage="%(prog)s [--url URL] [--richieste N] [--parallele N] [--token N] [altre opzioni]")
     parser.nomi, gruppo = [], parser.add_argument_group("il lab")
     for nomi, parametri in [
@@ -562,12 +562,13 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
                             help="token da generare per richiesta, max_tokens; MIN-MAX: a caso (default: 32)")),
     ]:
         parser.nomi += gruppo.add_argument(*nomi, **parametri).option_strings
-    SessioneOltre.aggiungi_opzioni(parser)  # seam: --ripeti, --stream... and the help's epilog, after the banner
+    SessioneOltre.aggiungi_opzioni(parser)  # seam: the extras' flags, the epilog (after the banner)
     a = parser.parse_args(argv)
     chiave = chiave_dall_ambiente(parser)  # the LLAMA_API_KEY variable
     piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
     opzioni, date = Opzioni(a.url, a.api_key or chiave, a.attesa), a.parallele  # (a trace's cap is set below)
-    piani, opzioni = SessioneOltre.dalle_opzioni(parser, a, piano, opzioni) or ([piano], opzioni)  # seam
+    con_gli_extra = SessioneOltre.dalle_opzioni(parser, a, piano, opzioni)  # seam: None for the lab's flags
+    piani, opzioni = con_gli_extra or ([piano], opzioni)
     oltre_le_richieste = [p for p in piani if date and p.richieste and p.parallele > p.richieste]
     if oltre_le_richieste:  # nobody waits in the client, and at most that many reach the server together
         n, massimo = piani[0].richieste, oltre_le_richieste[-1].parallele
@@ -701,7 +702,7 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato=None) -> None:
             risposta = client.chiama("GET", "/health")
         except ErroreRete as exc:
             if avviato is None:
-                raise ErroreUtente(perche_non_risponde(client, exc)) from None  # seam: why, after the banner
+                raise ErroreUtente(perche_non_risponde(client, exc)) from None
             risposta = None  # just started: not listening yet
         finally:
             if zitto:
@@ -1191,7 +1192,7 @@ def note(prova: Prova, esatti: bool = False, cache_voluta: bool = False, convers
                     f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
                     "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
                     "Riavvia il server prima di ripetere la prova")
-    kv_piena = None if conversazioni else frase_kv_piena(prova)  # (conversations say it on their lines) step 5's cost: a shared buffer that four long requests exhaust
+    kv_piena = None if conversazioni else frase_kv_piena(prova)  # step 5's cost: a shared buffer that four long requests exhaust
     if kv_piena:
         testi.append(kv_piena)
     if e.lasciate and lasciate_generano:  # not a stream, nor a server --avvia stops

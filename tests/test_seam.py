@@ -3,11 +3,11 @@ run reads, and calls cross the seam one way: a session with extras is a Sessione
 steps and fills its hooks; the lab's Sessione knows nothing of it."""
 
 import ast
+import contextlib
 import inspect
 import io
 import sys
 import threading
-import contextlib
 
 import carico
 
@@ -33,14 +33,15 @@ def nomi_in_avanti():
         for n in ast.walk(nodo):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in avanti and n.id not in locali:
                 usati.setdefault(n.id, set()).add(n.lineno)
-            if isinstance(n, ast.Attribute) and getattr(n.value, "id", "SessioneOltre") in avanti - {"SessioneOltre"}:
-                usati.setdefault(f"{n.value.id}.{n.attr}", set()).add(n.lineno)
+            padrone = getattr(n.value, "id", None) if isinstance(n, ast.Attribute) else None
+            if padrone in avanti and padrone != "SessioneOltre":
+                usati.setdefault(f"{padrone}.{n.attr}", set()).add(n.lineno)
     return usati
 
 
 def test_il_capitolo_nomina_al_piu_sei_nomi_degli_extra():
     """The chapter reaches what is defined after the banner through at most six names (annotations
-    included), and each use says on its line, or the comment line above it, that it is a seam."""
+    included), and each use says on its line, or one of the two above it, that it is a seam."""
     usati = nomi_in_avanti()
     assert len(usati) <= 6, sorted(usati)
     for nome, linee in usati.items():
@@ -84,6 +85,7 @@ def test_una_prova_del_lab_passa_quasi_tutta_sopra_il_banner(fake):
     assert rc == 0 and "throughput aggregato" in out.getvalue()
     sopra = sum(linea < LINEA_BANNER for linea in eseguite)
     assert sopra >= 0.95 * len(eseguite), sorted(linea for linea in eseguite if linea >= LINEA_BANNER)
+
 
 COMPLETAMENTO = {"choices": [{"finish_reason": "stop", "message": {"content": "Ciao"}}],
                  "usage": {"completion_tokens": 5, "prompt_tokens": 12},
