@@ -193,11 +193,12 @@ class Campionatore:
 
 # 3. The pool that fires the requests ###########################################################
 
-def esegui_carico(client: Client, piano: Piano, info: InfoServer, osservatore=None, lancio=None) -> Esecuzione:
-    """Fire the requests, all submitted at once to `parallele` workers, while /slots is sampled; the clock
-    starts at the first request. Ctrl+C or SIGTERM: the requests in flight are closed, the rest cancelled."""
+def esegui_carico(client: Client, piano: Piano, info: InfoServer, osservatore=None, lancio=None,
+                  primo_prompt: int = 0) -> Esecuzione:
+    """Fire the requests (prompts from `primo_prompt` on), all at once to `parallele` workers, while /slots
+    is sampled; the clock starts at the first request. Ctrl+C, SIGTERM: those in flight closed, the rest not sent."""
     import concurrent.futures  # here, not at the top: see the note under the imports
-    domande = [] if lancio else [domanda_chat(prompt_per(i), piano) for i in range(piano.richieste)]
+    domande = [] if lancio else [domanda_chat(prompt_per(primo_prompt + i), piano) for i in range(piano.richieste)]
     futuri = []  # each request's future, in the order they were submitted
     al_campione = osservatore.seguendo(futuri, piano) if osservatore else None
     campionatore = Campionatore(client, piano.intervallo, info, al_campione=al_campione)
@@ -567,8 +568,7 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
     chiave = chiave_dall_ambiente(parser)  # the LLAMA_API_KEY variable
     piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
     opzioni, date = Opzioni(a.url, a.api_key or chiave, a.attesa), a.parallele  # (a trace's cap is set below)
-    con_gli_extra = SessioneOltre.dalle_opzioni(parser, a, piano, opzioni)  # seam: None for the lab's flags
-    piani, opzioni = con_gli_extra or ([piano], opzioni)
+    piani, opzioni = SessioneOltre.dalle_opzioni(parser, a, piano, opzioni) or ([piano], opzioni)  # seam: the extras'
     oltre_le_richieste = [p for p in piani if date and p.richieste and p.parallele > p.richieste]
     if oltre_le_richieste:  # nobody waits in the client, and at most that many reach the server together
         n, massimo = piani[0].richieste, oltre_le_richieste[-1].parallele
