@@ -629,7 +629,7 @@ class Sessione:
         """One run: look at the machine, write the `server:` line, fire the load, print the report."""
         occupati_prima = guarda_il_server(client, info)
         macchina = guarda_la_macchina(bool(occupati_prima))
-        print(self.riga_server(info), flush=True)  # step 5's first line
+        self.stampa_server(info)  # step 5's first line
         esecuzione = esegui_carico(client, piano, info, self.osservatore(client, info), self.lancio(client, piano))
         prova = Prova(info, esecuzione, piano, configurazione, macchina, occupati_prima)
         self.prove.append(prova)  # before printing: a closed stdout must not lose it
@@ -664,8 +664,8 @@ class Sessione:
     def lancio(self, client: Client, piano: Piano):
         """How the requests leave: None, esegui_carico's own way."""
 
-    def riga_server(self, info: InfoServer) -> str:
-        return riga_server(info)
+    def stampa_server(self, info: InfoServer) -> None:
+        print(riga_server(info), flush=True)
 
     def rapporto(self, prova: Prova) -> List[str]:
         return rapporto(prova)
@@ -1135,7 +1135,7 @@ def tempi_cpu() -> Optional[Tuple[int, int]]:
 def macchina_occupata(m: Macchina) -> Optional[str]:
     """Why the machine looks busy, or None: the CPU share now (the load average, the fallback, counts a minute ago)."""
     if m.cpu_occupata is not None:
-        return f"CPU già occupata al {m.cpu_occupata:.0%}" if m.cpu_occupata >= 0.5 else None
+        return f"CPU occupata al {m.cpu_occupata:.0%}" if m.cpu_occupata >= 0.5 else None
     if m.carico_medio is not None and m.carico_medio >= max(1.0, 0.75 * m.core):
         return f"carico medio {m.carico_medio:.1f} su {m.core} core"
     return None
@@ -1585,6 +1585,7 @@ OPZIONI_OLTRE = (
         (("--grafico",), dict(action="store_true", help="disegna la prova (coda, prompt, generazione, slot)")),
         (("--svg",), dict(type=file_scrivibile, metavar="FILE", help="lo stesso disegno in SVG")),
         (("--spiega",), dict(action="store_true", help="legge la prova a parole")),
+        (("--blocchi",), dict(action="store_true", help="in una griglia, ogni prova per intero")),
     ]),
     ("salvare i dati", None, [
         (("--json",), dict(type=file_scrivibile, metavar="FILE", help="tutto in JSON (anche i nomi di vLLM)")),
@@ -1685,6 +1686,7 @@ class OpzioniOltre(NamedTuple):
     avvia: Optional[List[str]] = None  # the server's command, split as a shell would
     np: Optional[List[Configurazione]] = None  # with --avvia: one server per value
     dettagli: bool = False
+    blocchi: bool = False  # a sweep: each run's whole block, not one line
     slo: Optional[Dict[str, float]] = None  # --slo: objective -> seconds
     riscaldamento: int = 0  # warm-up requests before the first run on each server
     silenzioso: bool = False  # no live line
@@ -2027,6 +2029,12 @@ class SessioneOltre(Sessione):
             descrizione = ", ".join(f"{c}={valore_di(c, piano, configurazione)}" for c in chiavi_griglia(self))
             print(f"punto {n_punto} di {totale}: {descrizione}")
 
+    @property
+    def in_breve(self) -> bool:
+        """A sweep without --blocchi or --dettagli: each run in one line; its whole block is in the files."""
+        punti = len(self.piani) * len(self.oltre.np or [None])
+        return punti > 1 and not (self.oltre.blocchi or self.oltre.dettagli)
+
     def ripetute(self, client: Client, info: InfoServer, piano: Piano,
                  configurazione: Optional[Configurazione]) -> List[Prova]:
         """One point: --ripeti runs of `piano`, each said before it, each on prompts this server was not sent."""
@@ -2034,7 +2042,7 @@ class SessioneOltre(Sessione):
         for ripetizione in range(self.oltre.ripeti):
             if self.avviato is not None and self.avviato.log is not None:  # the run's own lines of the server's log
                 self.log_da = os.path.getsize(self.avviato.log.name)
-            if self.oltre.ripeti > 1:
+            if self.oltre.ripeti > 1 and not self.in_breve:  # in one line, it says which
                 print(f"prova {ripetizione + 1} di {self.oltre.ripeti}")
             prove.append(self.prova(client, info, piano, configurazione))
             self.inviate += prove[-1].esecuzione.n_richieste
@@ -2062,13 +2070,19 @@ class SessioneOltre(Sessione):
         """The run's requests from the first prompt this server was not sent, with the extras' fields."""
         return Lancio(client, piano, self.inviate)
 
-    def riga_server(self, info: InfoServer) -> str:
-        """--avvia ... --np 4kv: under the `server:` line (kept as the lab's), that the context is shared."""
-        kv = f"\n  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"
-        return riga_server(info) + (kv if info.kv_unificata else "")
+    def stampa_server(self, info: InfoServer) -> None:
+        """The `server:` line (in a sweep in one line, once a server); --avvia ... --np 4kv: the context shared."""
+        if not (self.in_breve and self.prove and self.prove[-1].info is info):
+            kv = f"\n  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"
+            print(riga_server(info) + (kv if info.kv_unificata else ""), flush=True)
 
     def rapporto(self, prova: Prova) -> List[str]:
-        """The lab's lines with the extras' marks: --stream's tokens estimated and first token, --ritmo's cap."""
+        """The lab's lines with the extras' marks: --stream's tokens estimated and first token, --ritmo's cap. In
+        a sweep one line a run (in_breve), whole when a request failed or the run was cut short: each error said."""
+        e = prova.esecuzione
+        if self.in_breve and not (e.interruzione or e.server_andato or prova.riepilogo.n_fallite):
+            return [riga_breve(prova, sum(p.piano is prova.piano and p.info is prova.info for p in self.prove),
+                               self.oltre.ripeti)]
         tetto = " (tetto predefinito)" if oltre(prova.piano).tetto_predefinito else ""
         return rapporto(prova, riga_oltre, riepilogo_oltre(prova), f"{prova.piano.parallele}{tetto}")
 
@@ -2104,7 +2118,7 @@ class SessioneOltre(Sessione):
             righe += [""] + spiegazione(prova)
         if o.avvia or o.ripeti > 1 or len(self.piani) > 1:
             righe.append("")
-        if righe:
+        if righe and not self.in_breve:  # in one line: the rest is in the files, and with --blocchi
             print("\n".join(righe), flush=True)
         for testo in note_ritmo(prova) if piano_oltre.ritmo or piano_oltre.traccia else []:
             nota(testo)
@@ -2243,8 +2257,9 @@ class ParserItaliano(argparse.ArgumentParser):
             resto += (f": {', '.join(del_server)} {cosa} di llama serve, non di carico.py: va nel comando che avvia "
                       "il server (o in --avvia \"llama serve ...\"; -np in --np)")
         elif ignote and not any(p.startswith("-") for p in ignote.group(1).split()):  # a value without its flag
-            esempio = next((f"--url {p}" for p in ignote.group(1).split() if "://" in p), "--richieste 4")
-            resto += f" (ogni valore va subito dopo la sua opzione, per esempio {esempio}; l'elenco: --help)"
+            esempio = next((f"--url {p if '://' in p else 'http://' + p}" for p in ignote.group(1).split()
+                            if "://" in p or re.match(r"[\w.-]+:\d+(/|$)", p)), "--richieste 4")  # host:port too
+            resto += f" (un valore va dopo la sua opzione: {esempio}; elenco: --help)"
         elif ignote:  # a flag mistyped: the nearest of carico's, if one is near
             import difflib
 
@@ -3555,6 +3570,13 @@ def in_colonne(celle: Sequence[str], larghezze: Sequence[int], tra: str = "") ->
     return "  " + tra.join(allineate + list(celle[len(larghezze):]))
 
 
+def riga_breve(prova: Prova, ripetizione: int, ripeti: int) -> str:
+    """A run of a sweep in one line, after the line that names its point."""
+    s, quale = prova.riepilogo, f"prova {ripetizione} di {ripeti}: " if ripeti > 1 else ""
+    return (f"{quale}{quante(prova.esecuzione.n_richieste, 'richiesta', 'richieste')} in {fmt(s.tempo_totale, '.2f s')}, "
+            f"latenza media {fmt(s.latenza_media, '.2f s')}, {fmt(s.throughput, '.1f token/s')}")
+
+
 def righe_ripetute(prove: List[Prova]) -> List[str]:
     """--ripeti: one line per figure, the mean over the runs with its 95% confidence interval (Student's t:
     the lab's "repeat and average", with the noise measured), the spread, min-max (a run cut short is left
@@ -3671,16 +3693,23 @@ def chiavi_griglia(sessione: Sessione) -> List[str]:
     return (["np"] if len(sessione.opzioni.oltre.np or []) > 1 else []) + variate(sessione.piani)
 
 
-class Punto(NamedTuple):
+class Punto:
     """One point of a sweep: the runs of one load on one server (--ripeti of them), combined. A
     point is compared with other points, never with its own repeats."""
-    prove: List[Prova]
+
+    def __init__(self, prove: List[Prova]):
+        self.prove = prove
+        self._intere: Optional[List[Prova]] = None
+        self._riepiloghi: Dict[int, Riepilogo] = {}  # id(run) -> its summary
 
     @property
     def intere(self) -> List[Prova]:
-        """Its runs that were not cut short nor left out by `anomale`: the ones its figures are made of."""
-        escluse = [id(p) for p, _ in anomale(self.prove)] if len(self.prove) > 1 else []
-        return [p for p in self.prove if not p.esecuzione.interruzione and id(p) not in escluse] or self.prove
+        """Its runs that were not cut short nor left out by `anomale`: the ones its figures are made of. Worked
+        out once, on first use: each run's summary is computed anew each time it is asked for."""
+        if self._intere is None:
+            escluse = [id(p) for p, _ in anomale(self.prove)] if len(self.prove) > 1 else []
+            self._intere = [p for p in self.prove if not p.esecuzione.interruzione and id(p) not in escluse] or self.prove
+        return self._intere
 
     @property
     def riuscite(self) -> List[Risultato]:
@@ -3691,7 +3720,8 @@ class Punto(NamedTuple):
 
     def cifre(self, campo: str) -> List[float]:
         """Its runs' values of one figure of their summary (Riepilogo), the runs without it left out."""
-        return self.valori(lambda p: getattr(p.riepilogo, campo))
+        return self.valori(lambda p: getattr(self._riepiloghi.get(id(p)) or self._riepiloghi.setdefault(
+            id(p), p.riepilogo), campo))
 
     @property
     def throughput(self) -> Optional[float]:
@@ -3919,9 +3949,12 @@ def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
     """Where the server seems to stop taking more load, along a load axis: the first step (before, after)
     where the load grew by 10% at least, the throughput gained less than a quarter of it (load x2,
     throughput under +25%), and the mean latency rose: beyond the noise of the repeats (Welch, 95%) where
-    both points have them, else by more than 10%. A candidate: dubbio_saturazione says whether the evidence
+    both points have them, else by more than 10%; and never a step the throughput climbed over again later
+    (1, 2, 4, 8 peaking at 4 does not saturate at 2). A candidate: dubbio_saturazione says whether the evidence
     holds it. Along --token or np there is no load step, and no saturation."""
     for prima, dopo, crescita in passi(punti, asse):
+        if risalito_dopo(punti[punti.index(dopo):], asse):
+            continue
         guadagno = dopo.throughput / prima.throughput - 1
         salita = diversi(prima.cifre("latenza_media"), dopo.cifre("latenza_media"))
         if salita is None:
@@ -3929,6 +3962,14 @@ def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
         if crescita >= PASSO_MINIMO and guadagno < 0.25 * (crescita - 1) and salita and dopo.latenza > prima.latenza:
             return prima, dopo
     return None
+
+
+def risalito_dopo(punti: List[Punto], asse: str) -> bool:
+    """Whether a step along `punti` gained a quarter of its load's growth or more, unless the repeats place the
+    gain within their noise."""
+    return any(b.throughput / a.throughput - 1 >= 0.25 * (crescita - 1) and crescita >= PASSO_MINIMO
+               and diversi(a.cifre("throughput"), b.cifre("throughput")) is not False
+               for a, b, crescita in passi(punti, asse))
 
 
 def errore_standard(a: List[float], b: List[float]) -> Tuple[float, float]:
@@ -3941,18 +3982,10 @@ def errore_standard(a: List[float], b: List[float]) -> Tuple[float, float]:
     return (va + vb) ** 0.5, (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
 
 
-def dubbio_saturazione(punti: List[Punto], asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
+def dubbio_saturazione(asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
     """Why the evidence cannot tell the saturation between `prima` and `dopo` from the noise, or None when it
-    can: a later point whose throughput rose again with the load (one line of the output would contradict
-    the other), one run on either point (the noise is not measured: one noisy step makes a saturation), or
-    a gain in throughput that, within its 95% interval, may reach a quarter of the load's growth."""
-    dal_passo = punti[punti.index(dopo):]
-    for a, b, crescita in passi(dal_passo, asse):  # the steps beyond: one that followed the load again
-        risalito = b.throughput / a.throughput - 1 >= 0.25 * (crescita - 1) and crescita >= PASSO_MINIMO
-        if risalito and diversi(a.cifre("throughput"), b.cifre("throughput")) is not False:
-            return (f"da {asse}={valore_punto(a, asse)} a {asse}={valore_punto(b, asse)} il throughput è risalito da "
-                    f"{a.throughput:.1f} a {b.throughput:.1f} token/s ({b.throughput / a.throughput - 1:+.0%} per un "
-                    f"carico ×{crescita:.1f}): il passo può essere stato rumore")
+    can: one run on either point (the noise is not measured: one noisy step makes a saturation), or a gain in
+    throughput that, within its 95% interval, may reach a quarter of the load's growth."""
     if len(prima.intere) < 2 or len(dopo.intere) < 2:
         return "una prova per punto: il rumore non è misurato, e un solo passo rumoroso basta a farla sembrare"
     a, b = prima.cifre("throughput"), dopo.cifre("throughput")
@@ -3983,7 +4016,7 @@ def stessi_carichi(punti: List[Punto], asse: str) -> List[str]:
 
 def indicativo(*punti: Punto) -> str:
     return "" if all(len(p.intere) > 1 for p in punti) else (
-        " (indicativo: una prova per punto; con --ripeti 3 si misura anche il rumore)")
+        " Indicativo: una prova per punto (--ripeti 3 misura il rumore).")
 
 
 class Saturazione(NamedTuple):
@@ -4020,7 +4053,7 @@ def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]
                 return Saturazione(misurati[i - 1] if i else None, punto, dubbio, True)
     if satura is None:
         return None
-    return Saturazione(*satura, dubbio_saturazione(misurati, asse, *satura))
+    return Saturazione(*satura, dubbio_saturazione(asse, *satura))
 
 
 def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
@@ -4356,22 +4389,22 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
         verdetto = verdetto_saturazione(misurati, asse)
         if verdetto is None:
             a, b = misurati[0], misurati[-1]
-            piatto = next(((x, y) for x, y, crescita in passi(misurati, asse) if crescita >= PASSO_MINIMO
-                           and y.throughput / x.throughput - 1 < 0.25 * (crescita - 1)), None)
+            piatti = [(x, y) for x, y, crescita in passi(misurati, asse) if crescita >= PASSO_MINIMO
+                      and y.throughput / x.throughput - 1 < 0.25 * (crescita - 1)]
+            piatto = next(((x, y) for x, y in piatti if not risalito_dopo(misurati[misurati.index(y):], asse)), None)
+            fino = f"Curva{dove}: nessuna saturazione fino a {asse}={valore_punto(b, asse)}."
             if piatto is None:
-                frasi.append(f"Curva{dove}: nessuna saturazione fino a {asse}={valore_punto(b, asse)}: a ogni passo il "
-                             f"throughput è cresciuto almeno di un quarto del carico (da {a.throughput:.1f} a "
-                             f"{b.throughput:.1f} token/s)." + indicativo(*misurati))
+                frasi.append(f"{fino} Il throughput è salito da {a.throughput:.1f} a {b.throughput:.1f} token/s, " + (
+                    "ripreso dopo ogni passo piatto." if piatti else "a ogni passo di almeno un quarto del carico.")
+                    + indicativo(*misurati))
             else:  # the throughput stopped following the load, and the latency did not rise beyond its noise
                 x, y = piatto
-                frasi.append(f"Curva{dove}: nessuna saturazione accertata fino a {asse}={valore_punto(b, asse)}: da "
-                             f"{asse}={valore_punto(x, asse)} a {asse}={valore_punto(y, asse)} il throughput non ha seguito "
-                             f"il carico (da {x.throughput:.1f} a {y.throughput:.1f} token/s), ma la latenza media (da "
-                             f"{x.latenza:.2f} a {y.latenza:.2f} s) "
-                             + ("non è salita oltre il rumore delle ripetute (Welch 95%): con più prove (--ripeti 5) si "
-                                "decide." if min(len(x.intere), len(y.intere)) > 1 else
-                                "è salita meno del 10% (una prova per punto: il rumore non è misurato): con --ripeti 3 si "
-                                "decide."))
+                ripetute = min(len(x.intere), len(y.intere)) > 1
+                frasi.append(f"{fino.replace('saturazione', 'saturazione accertata')} Da {asse}={valore_punto(x, asse)} a {valore_punto(y, asse)} il "
+                             f"throughput non ha seguito il carico ({x.throughput:.1f} → {y.throughput:.1f} token/s). "
+                             f"La latenza media ({x.latenza:.2f} → {y.latenza:.2f} s) "
+                             + ("non è salita oltre il rumore (Welch 95%): --ripeti 5 lo decide." if ripetute else
+                                "è salita meno del 10%, su una prova per punto: --ripeti 3 lo decide."))
             continue
         frasi.append(f"Curva{dove}: " + frase_saturazione(asse, verdetto) + "."
                      + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
@@ -5006,15 +5039,14 @@ def spiegazione(prova: Prova) -> List[str]:
         elif e.n_richieste == 1:
             partite = "È partita una sola richiesta"
         elif insieme < e.n_richieste:  # a new one as one ends
-            partite = f"Le richieste sono partite {'una' if insieme == 1 else insieme} alla volta (--parallele {insieme}),"
+            partite = f"Le richieste sono partite {'una' if insieme == 1 else insieme} alla volta (--parallele {insieme})"
         else:
             partite = f"Sono partite {insieme} richieste insieme"
-        frasi.append(f"{partite} e il server aveva {quante(info.n_slot, 'slot', 'slot')}: al massimo "
-                     f"{quante(s.picco, 'è stata servita', 'sono state servite')} nello stesso momento.")
+        frasi.append(f"{partite} su {quante(info.n_slot, 'slot', 'slot')}: al massimo "
+                     f"{quante(s.picco, 'servita', 'servite')} nello stesso momento.")
     if s.occupati_dai_tempi is not None and s.occupati_letti is not None and s.occupati_dai_tempi > s.occupati_letti:
-        frasi.append(f"Le letture di /slots (ogni {piano.intervallo:g} s) ne hanno viste al massimo {s.occupati_letti} "
-                     f"insieme: nessuna è caduta nel momento di picco. I tempi del server provano che erano "
-                     f"{s.occupati_dai_tempi}, e il picco dice questo.")
+        frasi.append(f"Il picco di {s.occupati_dai_tempi} viene dai tempi del server: /slots (letto ogni "
+                     f"{piano.intervallo:g} s) ne ha visti {s.occupati_letti}.")
     attese = {r.indice: a for r, a in ((r, attesa_dello_slot(r)) for r in ok) if a is not None}
     tetto = attese_del_tetto(prova)
     if attese:
@@ -5033,10 +5065,8 @@ def spiegazione(prova: Prova) -> List[str]:
                          f"occupati) su {r.latenza:.2f} s di latenza ({in_coda[r.indice] / r.latenza:.0%}).")
         elif not tetto and not non_inviate and not tagliata:
             massima = max(attese.values())
-            perche = ("il viaggio della richiesta" if massima < VIAGGIO_MAX else "con uno slot libero: il server, "
-                      "occupato a finire un passo di calcolo per gli altri slot, non l'aveva ancora presa")
-            frasi.append(f"Nessuna richiesta ha aspettato uno slot: ognuna ne ha trovato uno libero (fra l'invio e lo "
-                         f"slot al massimo {massima:.2f} s, {perche}).")
+            perche = ("il viaggio" if massima < VIAGGIO_MAX else "il server finiva un passo per gli altri slot")
+            frasi.append(f"Nessuna richiesta ha aspettato uno slot: dall'invio al più {massima:.2f} s ({perche}).")
     if non_inviate and not tetto:  # the cap full to the end: those never sent waited the whole run
         frasi.append(f"Il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
                      f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
@@ -5058,21 +5088,18 @@ def spiegazione(prova: Prova) -> List[str]:
     velocita, media_slot = [r.tps for r in ok if r.tps is not None], velocita_media_slot(ok)
     if velocita and media_slot and s.throughput is not None:
         gamma = f"{min(velocita):.1f}" + (f"-{max(velocita):.1f}" if f"{min(velocita):.1f}" != f"{max(velocita):.1f}" else "")
-        frasi.append(f"Nel proprio slot ogni richiesta generava {gamma} t/s; "
-                     f"tutte insieme hanno fatto {s.throughput:.1f} token/s di throughput aggregato, "
-                     f"{volte(s.throughput / media_slot)} volte la velocità media di uno slot ({media_slot:.1f} t/s: quella "
-                     "di ogni richiesta, pesata sul tempo che il suo slot ci ha messo).")
+        frasi.append(f"Insieme {s.throughput:.1f} token/s: {volte(s.throughput / media_slot)} volte uno slot "
+                     f"({media_slot:.1f} t/s in media" + (f", {gamma})." if "-" in gamma else ")."))
     if info.n_ctx_slot is not None:
         frasi.append({True: f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified).",
                       False: f"Ogni slot aveva {info.n_ctx_slot} token di contesto.",
-                      None: f"Ogni slot vedeva {info.n_ctx_slot} token di contesto (n_ctx del server): suoi, o "
-                            f"condivisi fra i {info.n_slot} con --kv-unified (anche -np auto), che da qui non si vede."
+                      None: f"Ogni slot: {info.n_ctx_slot} token di contesto, condivisi fra i {info.n_slot} se "
+                            "--kv-unified (o -np auto)."
                       }[kv_saputa(prova)])
         prompt = [r.token_prompt for r in ok if r.token_prompt is not None]
         if prompt:
-            frasi.append(f"Il prompt più lungo ne ha usati {max(prompt)}, la risposta più lunga "
-                         f"{max(r.token or 0 for r in ok)}: un prompt che non ci sta è rifiutato (HTTP 400), una "
-                         "risposta che lo riempie è tagliata.")
+            frasi.append(f"Al più {max(prompt)} token di prompt, {max(r.token or 0 for r in ok)} di risposta: oltre "
+                         "il contesto, HTTP 400 o taglio.")
     frasi += [maiuscola(frase) + "." for frase in [frase_corte(prova, oltre(prova.piano).esatti), *riga_tagliate(prova)] if frase]
     # never "al massimo 0 richieste": said once, and not twice when the timings said it
     if s.picco_coda == 0 and info.metrics_disponibile and not attese:
@@ -5096,25 +5123,24 @@ def spiegazione(prova: Prova) -> List[str]:
         little = riga_little(prova)
         if little:
             frasi.append(little + ".")
-    m, dopo, sguardo = prova.macchina, prova.macchina_dopo, f"in uno sguardo di {SGUARDO_MACCHINA:g} s"  # one moment's
+    m, dopo = prova.macchina, prova.macchina_dopo
     occupata_dopo = dopo and macchina_occupata(dopo)
     quieta_dopo = None if occupata_dopo else dopo
     if m is not None:
         motivo = macchina_occupata(m)
         if motivo:
-            frasi.append(f"La macchina era già occupata prima della prova ({motivo}, {sguardo}): le cifre possono "
-                         "esserne falsate, ripeti la misura a macchina tranquilla.")
+            frasi.append(f"Macchina occupata prima della prova ({motivo}): cifre forse falsate.")
         elif m.cpu_occupata is not None and m.cpu_occupata >= LIBERA:
-            frasi.append(f"Appena prima della prova la CPU era occupata al {m.cpu_occupata:.0%} ({sguardo}, {m.core} "
-                         "core): né libera né occupata; se le cifre ti sembrano strane, ripeti a macchina tranquilla.")
+            frasi.append(f"CPU al {m.cpu_occupata:.0%} prima della prova ({m.core} core): né libera né occupata; se le "
+                         "cifre sembrano strane, ripeti.")
         elif m.carico_medio is not None and round(m.carico_medio, 1) >= 0.75 * m.core:  # as printed: 1.49 is "1.5"
             frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(m, quieta_dopo)}); il carico medio, "
                          "più alto, conta anche il minuto prima: non dice che cosa gira adesso.")
         else:
             frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(m, quieta_dopo)}).")
     if occupata_dopo and not (m and macchina_occupata(m)):
-        frasi.append(f"Subito dopo la prova la macchina era occupata ({occupata_dopo}, {sguardo}): forse anche durante, "
-                     "e le cifre possono esserne falsate.")
+        frasi.append(f"Macchina occupata subito dopo la prova ({occupata_dopo}): forse anche durante, cifre forse "
+                     "falsate.")
     return frasi
 
 

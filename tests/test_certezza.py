@@ -61,22 +61,26 @@ def test_saturazione_categorica_solo_con_le_ripetute_oltre_il_rumore():
 
 
 def test_un_passo_rumoroso_non_fa_una_saturazione():
-    """SILENT (categorically): --parallele 1,2,4,8 on -np 4, one run a point, as the real server gave it:
-    2 looks saturated, but 4 -> 8 goes 49.58 -> 67.60 token/s. No "saturazione a", no ◆: "forse", why,
-    and what settles it."""
+    """SILENT: --parallele 1,2,4,8 on -np 4, one run a point, as the real server gave it: 2 looks saturated,
+    but 4 -> 8 goes 49.58 -> 67.60 token/s. The throughput climbs to the end: no saturation, no ◆, no verdict."""
     curva = punti("parallele", (1, [(40.0, 0.8)]), (2, [(42.0, 1.1)]), (4, [(49.58, 1.6)]), (8, [(67.60, 2.3)]))
+    assert carico.verdetto_saturazione(curva, "parallele") is None
+    disegno = "\n".join(carico.curva("parallele", [("", curva)], carico.MARCHE_UNICODE))
+    assert "◆" not in disegno and "saturazione" not in disegno
+    assert not [f for f in carico.spiegazione_griglia("parallele", [("", curva)]) if "saturazione a" in f]
+
+
+def test_la_saturazione_non_e_prima_del_picco():
+    """--parallele 1,2,4,8 where 2 gains little but the throughput peaks at 4: the saturation is not named at 2
+    (4 took more), but at the step past the peak, 4 -> 8, where the throughput fell."""
+    curva = punti("parallele", (1, [(40.0, 0.8), (40.5, 0.8), (39.5, 0.8)]), (2, [(42.0, 1.1), (42.5, 1.1), (41.5, 1.1)]),
+                  (4, [(70.0, 1.6), (70.5, 1.6), (69.5, 1.6)]), (8, [(68.0, 3.2), (68.5, 3.3), (67.5, 3.1)]))
     verdetto = carico.verdetto_saturazione(curva, "parallele")
-    assert verdetto is not None and verdetto.dopo is curva[1]
-    assert verdetto.dubbio == ("da parallele=4 a parallele=8 il throughput è risalito da 49.6 a 67.6 token/s (+36% "
-                               "per un carico ×2.0): il passo può essere stato rumore"), verdetto.dubbio
+    assert verdetto.prima is curva[2] and verdetto.dopo is curva[3] and verdetto.dubbio is None
     frase = carico.frase_saturazione("parallele", verdetto)
-    assert frase.startswith("forse saturazione a parallele=2, non accertata: ") and frase.endswith(
-        "Per deciderlo: --ripeti 3"), frase
-    righe = carico.curva("parallele", [("", curva)], carico.MARCHE_UNICODE)
-    assert "◆" not in "\n".join(righe) and righe[-1].startswith("forse saturazione a parallele=2")
-    assert "".join(carico.svg_curva("parallele", [("", curva)], 0)[0]).count('r="9"') == 0
-    (spiega,) = [f for f in carico.spiegazione_griglia("parallele", [("", curva)]) if "saturazione" in f]
-    assert "saturazione a parallele=2:" not in spiega and "non accertata" in spiega
+    assert frase.startswith("saturazione a parallele=8: da parallele=4 il carico è cresciuto ×2.0 e il throughput è "
+                            "sceso da 70.0 a 68.0 token/s"), frase
+    assert "parallele=2" not in frase
 
 
 def test_ripetute_ma_rumorose_non_bastano():
@@ -113,12 +117,13 @@ def test_nessuna_saturazione_solo_se_il_throughput_ha_seguito_il_carico():
     step's did not and the latency stayed within the repeats' noise, "non accertata", and how to decide."""
     segue = punti("parallele", (1, [(10, 1.0), (10.1, 1.0)]), (2, [(19, 1.0), (19.2, 1.01)]))
     (frase,) = carico.spiegazione_griglia("parallele", [("", segue)])
-    assert frase.startswith("Curva: nessuna saturazione fino a parallele=2: a ogni passo il throughput è cresciuto"), frase
+    assert frase == ("Curva: nessuna saturazione fino a parallele=2. Il throughput è salito da 10.1 a 19.1 token/s, a ogni "
+                     "passo di almeno un quarto del carico."), frase
     piatta = punti("parallele", (2, [(130, 0.26), (100, 0.2), (160, 0.32)]), (4, [(116, 0.42), (100, 0.3), (130, 0.55)]))
     (frase,) = carico.spiegazione_griglia("parallele", [("", piatta)])
-    assert frase.startswith("Curva: nessuna saturazione accertata fino a parallele=4: da parallele=2 a parallele=4 il "
+    assert frase.startswith("Curva: nessuna saturazione accertata fino a parallele=4. Da parallele=2 a 4 il "
                             "throughput non ha seguito il carico") and frase.endswith(
-        "non è salita oltre il rumore delle ripetute (Welch 95%): con più prove (--ripeti 5) si decide."), frase
+        "non è salita oltre il rumore (Welch 95%): --ripeti 5 lo decide."), frase
 
 
 def test_vantaggio_del_batching_oltre_il_rumore_delle_ripetute():
@@ -164,7 +169,7 @@ def test_il_riferimento_del_lab_solo_accanto_a_np_4_su_np_1():
     (_, diverso) = carico.rapporti_np([punto(4, 10, kv=True), punto(-1, 10)], ["np"])
     assert "nel lab" not in diverso, diverso
     # the next tour: at --token 16 beside the lab's ratio, measured at --token 32
-    corti = [p._replace(prove=[p.prove[0]._replace(piano=Piano(4, 4, 16))]) for p in (punto(1, 10), punto(4, 20))]
+    corti = [Punto([p.prove[0]._replace(piano=Piano(4, 4, 16))]) for p in (punto(1, 10), punto(4, 20))]
     (_, altro_token) = carico.rapporti_np(corti, ["np"])
     assert "nel lab" not in altro_token, altro_token
 

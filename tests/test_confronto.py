@@ -328,7 +328,7 @@ def test_prefisso_zero_contro_prefisso_lungo(fake, carica):
     """The same load with and without a shared prefix (a sweep --prefisso 0,400): the first token comes
     sooner with it (the fake computes only what its cache lacks, 0.5 ms a token: 500 against about 100)."""
     server = fake(n_slot=2, n_ctx=4096, s_per_token=0.001, s_per_prompt_token=0.0005)
-    rc, out, err = carica(server.url, "--prefisso", "0,400", "--prompt-token", "500", "--richieste", "6",
+    rc, out, err = carica(server.url, "--prefisso", "0,400", "--blocchi", "--prompt-token", "500", "--richieste", "6",
                           "--parallele", "2", "--token", "4", "--stream")
     assert rc == 0, err
     assert "nessun prefisso comune, per confronto (cache_prompt acceso)" in out

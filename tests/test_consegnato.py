@@ -58,15 +58,15 @@ def test_frasi_con_un_numero_concordano(n):
 def test_una_alla_volta_non_insieme():
     prova = Prova(InfoServer(2, 1024, True), Esecuzione([servita(i, 0.2 * i, 0.2 * i + 0.2) for i in range(3)],
                                                         [Campione(0.1, 1)], 3), Piano(3, 1, 8))
-    assert carico.spiegazione(prova)[0] == ("Le richieste sono partite una alla volta (--parallele 1), e il server "
-                                            "aveva 2 slot: al massimo 1 è stata servita nello stesso momento.")
+    assert carico.spiegazione(prova)[0] == ("Le richieste sono partite una alla volta (--parallele 1) su 2 slot: al "
+                                            "massimo 1 servita nello stesso momento.")
 
 
 def test_spiega_dice_che_le_letture_non_hanno_visto_il_picco():
     risultati = [servita(0, 0.0, 0.2), servita(1, 0.0, 0.2)]
     prova = Prova(InfoServer(2, 1024, True), Esecuzione(risultati, [Campione(0.3, 0)], 2), Piano(2, 2, 8))
-    assert ("Le letture di /slots (ogni 0.5 s) ne hanno viste al massimo 0 insieme: nessuna è caduta nel momento di "
-            "picco. I tempi del server provano che erano 2, e il picco dice questo.") in carico.spiegazione(prova)
+    assert ("Il picco di 2 viene dai tempi del server: /slots (letto ogni 0.5 s) ne ha visti 0."
+            in carico.spiegazione(prova))
     # The picture draws the busy slots from the same source: the timings.
     righe = carico.grafico(prova, carico.MARCHE_ASCII)
     assert "2" in next(r for r in righe if r.startswith("slot"))
@@ -135,7 +135,7 @@ def test_griglia_np_e_token_risponde_alla_domanda_del_lab(capsys):
 
 def test_avvia_kv_unified_detto_e_rapporto_np(capsys):
     url = f"http://127.0.0.1:{porta_libera()}"
-    rc = carico.main(["--url", url, "--avvia", comando_fake(), "--np", "1,4,4kv", "--spiega", *VELOCE])  # --token 32: the lab's
+    rc = carico.main(["--url", url, "--avvia", comando_fake(), "--np", "1,4,4kv", "--spiega", "--blocchi", *VELOCE])  # --token 32: the lab's
     out, err = capsys.readouterr()
     assert rc == 0, out + err
     blocchi = out.split("server: ")

@@ -164,7 +164,7 @@ def test_ctrl_c_mentre_il_server_si_ferma(tmp_path):
                              f"{sys.executable} {FAKE} serve --s-per-token 0.001 --lento-a-fermarsi 3", "--np", "1,2",
                              "--token", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = ""
-    while "throughput aggregato" not in out:  # the first server's run has ended: it is being stopped
+    while "token/s" not in out:  # the first server's run has ended (its line): it is being stopped
         riga = proc.stdout.readline()
         assert riga, proc.stderr.read()
         out += riga

@@ -188,7 +188,7 @@ def test_griglia_parallele_tabella_curva_e_spiega(fake, carica, tmp_path):
     # (with the fake's default, 1.33, a slow run at parallele=2 once looked like saturation there: +25% is the
     # threshold), four in flight no faster than two.
     server = fake(n_slot=2, s_per_token=0.012, quota_per_slot=0.1)
-    rc, out, err = carica(server.url, "--parallele", "1,2,4", "--token", "32", "--grafico", "--spiega",
+    rc, out, err = carica(server.url, "--parallele", "1,2,4", "--token", "32", "--grafico", "--spiega", "--blocchi",
                           "--json", str(tmp_path / "g.json"), "--svg", str(tmp_path / "g.svg"), *VELOCE)
     assert rc == 0, out + err
     for j, p in enumerate((1, 2, 4), 1):
@@ -221,7 +221,7 @@ def test_griglia_parallele_tabella_curva_e_spiega(fake, carica, tmp_path):
 
 def test_griglia_token_e_ritmo_insieme(fake, carica):
     server = fake(n_slot=2, s_per_token=0.002)
-    rc, out, err = carica(server.url, "--token", "4,8", "--ritmo", "10,20", "--richieste", "4", "--seme", "5")
+    rc, out, err = carica(server.url, "--token", "4,8", "--ritmo", "10,20", "--richieste", "4", "--seme", "5", "--blocchi")
     assert rc == 0, out + err
     assert "punto 2 di 4: token=4, ritmo=20\n" in out
     testa, *righe = righe_tabella(out)
@@ -242,7 +242,7 @@ def test_interrotto_a_meta_griglia(tmp_path):
                                  "--token", "20", "--json", str(tmp_path / "i.json"), "--csv", str(tmp_path / "i.csv")],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out = ""
-        while out.count("server: 1 slot") < 2:  # the first point has ended
+        while "punto 2 di 3" not in out:  # the first point has ended
             out += proc.stdout.readline()
         client = carico.Client(url)
         while not carico.conta_occupati(json.loads(client.chiama("GET", "/slots").corpo)):

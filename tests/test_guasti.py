@@ -353,7 +353,7 @@ def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
     attendi_un_altro_client()
     rc, out, err = carica(server.url, "--richieste", "1", "--token", "10", "--spiega", *VELOCE)  # alone behind it
     assert rc == 0 and "Nessuna richiesta ha aspettato" not in out and "(--parallele 1)" not in out, out
-    assert re.search(r"È partita una sola richiesta e il server aveva 1 slot", out), out
+    assert re.search(r"È partita una sola richiesta su 1 slot", out), out
     assert re.search(r"dall'invio allo slot la più lenta, la req 0, ha aspettato [\d.]+ s", out), out
     server.close()
 

@@ -52,7 +52,7 @@ def test_il_comando_del_lab(fake, versione):
     assert all(h.get("Connection") == "close" for h in intestazioni)
 
 
-@pytest.mark.parametrize("flag", [("--stream", "--dettagli"), ("--parallele", "1,4", "--spiega"), ("--json",)],
+@pytest.mark.parametrize("flag", [("--stream", "--dettagli"), ("--parallele", "1,4", "--spiega", "--blocchi"), ("--json",)],
                          ids=["stream", "griglia", "json"])
 def test_gli_extra_su_python_3_9(fake, tmp_path, flag):
     server = fake(n_slot=2, s_per_token=0.002)

@@ -249,9 +249,9 @@ def test_avviso_macchina_occupata_solo_su_stderr(fake, carica, monkeypatch):
     monkeypatch.setattr(carico, "osserva_macchina", lambda: carico.Macchina(2, 4.2, 0.97))
     rc, out, err = carica(server.url, "--spiega", *VELOCE)
     assert rc == 0
-    assert "la macchina è già occupata (CPU già occupata al 97%): le cifre possono esserne falsate" in err
+    assert "la macchina è già occupata (CPU occupata al 97%): le cifre possono esserne falsate" in err
     assert out.splitlines()[0] == "server: 2 slot, n_ctx per slot = 1024"
-    assert "La macchina era già occupata prima della prova (CPU già occupata al 97%" in out
+    assert "Macchina occupata prima della prova (CPU occupata al 97%): cifre forse falsate." in out
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="the CPU share is read from Linux's /proc/stat")
@@ -268,7 +268,7 @@ def test_osserva_macchina_vede_i_core_occupati():
             anello.wait()
     assert m.core == os.cpu_count()
     assert m.cpu_occupata >= 0.7, m
-    assert carico.macchina_occupata(m).startswith("CPU già occupata al ")
+    assert carico.macchina_occupata(m).startswith("CPU occupata al ")
 
 
 def test_spiega_dalle_cifre(fake, carica, monkeypatch):
@@ -277,7 +277,7 @@ def test_spiega_dalle_cifre(fake, carica, monkeypatch):
     rc, out, _ = carica(server.url, "--spiega", *VELOCE)
     assert rc == 0
     testo = out[out.index("Sono partite"):]
-    assert "Sono partite 4 richieste insieme e il server aveva 1 slot: al massimo 1 è stata servita" in testo
+    assert "Sono partite 4 richieste insieme su 1 slot: al massimo 1 servita nello stesso momento" in testo
     lenta = max(range(4), key=lambda i: latenze(out)[i])
     assert f"3 richieste su 4 hanno aspettato in coda uno slot libero; la più sfortunata è la req {lenta}:" in testo
     assert "Ogni slot aveva 2048 token di contesto" in testo
@@ -286,9 +286,9 @@ def test_spiega_dalle_cifre(fake, carica, monkeypatch):
     server4 = fake(n_slot=4, s_per_token=0.006)
     rc, out4, _ = carica(server4.url, "--spiega", *VELOCE)
     testo4 = out4[out4.index("Sono partite"):]
-    assert "il server aveva 4 slot: al massimo 4" in testo4
-    assert "Nessuna richiesta ha aspettato uno slot: ognuna ne ha trovato uno libero" in testo4
-    assert "Ogni slot vedeva 512 token di contesto (n_ctx del server)" in testo4  # by hand: shared or not, unknown
+    assert "su 4 slot: al massimo 4 servite" in testo4
+    assert "Nessuna richiesta ha aspettato uno slot: dall'invio al più " in testo4
+    assert "Ogni slot: 512 token di contesto, condivisi fra i 4 se --kv-unified (o -np auto)." in testo4  # by hand: shared or not, unknown
     assert testo != testo4
 
 
@@ -300,7 +300,7 @@ def comando_fake(*extra):
 
 def test_avvia_tutto_il_lab(capsys):
     url = f"http://127.0.0.1:{porta_libera()}"
-    rc = carico.main(["--url", url, "--avvia", comando_fake(), "--np", "1,2,4,4kv", *VELOCE])
+    rc = carico.main(["--url", url, "--avvia", comando_fake(), "--np", "1,2,4,4kv", "--blocchi", *VELOCE])
     out, err = capsys.readouterr()
     assert rc == 0, err
     intestazioni = [r for r in out.splitlines() if r.startswith("server: ")]

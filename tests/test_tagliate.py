@@ -114,10 +114,10 @@ def test_spiega_non_dice_rifiutata_una_risposta_lunga(fake, carica):
     assert rc == 0, out + err
     spiegazione = out[out.index("Sono partite"):]
     assert "viene rifiutata (HTTP 400)" not in spiegazione, spiegazione
-    assert "una risposta che lo riempie è tagliata" in spiegazione, spiegazione
+    assert "oltre il contesto, HTTP 400 o taglio." in spiegazione, spiegazione
     assert "Tagliate dal contesto dello slot (512 token): 4 risposte su 4" in spiegazione, spiegazione
     assert "--esatti" not in out + err
-    nuove = [f for f in frasi_nuove(spiegazione) if "tagliat" in f or "vedeva" in f]
+    nuove = [f for f in frasi_nuove(spiegazione) if "tagliat" in f or "Ogni slot" in f]
     assert nuove and all(len(f) <= 160 for f in nuove), nuove
 
 
@@ -149,8 +149,7 @@ def test_spiega_a_mano_non_dice_il_contesto_che_non_sa(fake, carica, tmp_path, k
     rc, out, err = carica(server.url, "--spiega", "--json", str(file_json), *VELOCE)
     assert rc == 0, out + err
     assert "Ogni slot aveva" not in out and "condividevano" not in out, out
-    frase = ("Ogni slot vedeva 2048 token di contesto (n_ctx del server): suoi, o condivisi fra i 4 con --kv-unified "
-             "(anche -np auto), che da qui non si vede.")
+    frase = "Ogni slot: 2048 token di contesto, condivisi fra i 4 se --kv-unified (o -np auto)."
     assert frase in out and len(frase) <= 160, out
     assert json.loads(file_json.read_text())["prove"][0]["server"]["kv_unificata"] is None
 

@@ -254,7 +254,7 @@ def test_spiega_una_velocita_sola_non_e_un_intervallo(fake, carica):
     server = fake(n_slot=1, s_per_token=0.002)
     rc, out, err = carica(server.url, "--richieste", "1", "--token", "8", "--spiega", *VELOCE)
     assert rc == 0, out + err
-    assert re.search(r"Nel proprio slot ogni richiesta generava [\d.]+ t/s; ", out), out
+    assert re.search(r"Insieme [\d.]+ token/s: [\d.]+ volte uno slot \([\d.]+ t/s in media\)\.", out), out
 
 
 def test_interrotta_senza_risposte_nessun_limite_inferiore():

@@ -18,7 +18,7 @@ from conftest import CIFRE
 @pytest.mark.parametrize("token", [["1"], ["1,8"]])
 def test_un_token_con_spiega_non_crolla_e_dice_nd(fake, carica, token):
     server = fake(n_slot=4, s_per_token=0.002)
-    rc, out, err = carica(server.url, "--token", *token, "--spiega", *VELOCE)
+    rc, out, err = carica(server.url, "--token", *token, "--spiega", "--blocchi", *VELOCE)
     assert rc == 0, out + err
     assert "Traceback" not in err and "Error" not in err, err
     righe_un_token = [r for r in out.splitlines() if re.match(r"^  req \d+: .* 1 token ", r)]

@@ -125,7 +125,7 @@ def test_sovraccarico_quando_gli_arrivi_superano_il_server(fake, carica):
     its own few ms, and twenty of them made the fake slower than 4 a second."""
     server = fake(n_slot=1, s_per_token=0.025)
     rc, out, err = carica(server.url, "--ritmo", "4,40", "--arrivi", "costanti", "--richieste", "12",
-                          "--token", "4", "--spiega", *VELOCE)
+                          "--token", "4", "--spiega", "--blocchi", *VELOCE)
     assert rc == 0, out + err
     (frase,) = [r for r in out.splitlines() if "sovraccarico" in r and r.startswith("A ritmo=")]
     assert frase.startswith("A ritmo=40, finché si inviava, il server ha completato "), frase

@@ -121,7 +121,7 @@ def test_ogni_ritmo_ha_le_sue_estrazioni(fake, carica, tmp_path):
     reproducible, and each point alone with the seed it prints."""
     server = fake(n_slot=4, s_per_token=0.001)
     rc, out, err = carica(server.url, "--ritmo", "10,20", "--seme", "3", "--richieste", "6", "--token", "2",
-                          "--json", str(tmp_path / "r.json"), *VELOCE)
+                          "--json", str(tmp_path / "r.json"), "--blocchi", *VELOCE)
     assert rc == 0, out + err
     assert out.count("(arrivi di Poisson, seme 3)") == 2
     prove = json.loads((tmp_path / "r.json").read_text())["prove"]
@@ -170,16 +170,16 @@ def test_la_macchina_guardata_anche_dopo_la_prova():
     quieta, occupata = Macchina(2, 0.3, 0.02), Macchina(2, 1.9, 0.87)
     frasi = carico.spiegazione(prova(40, 1.0)._replace(macchina=quieta, macchina_dopo=occupata))
     assert frasi[-2:] == ["La macchina era tranquilla prima della prova (2 core, carico medio 0.3, CPU occupata al 2% prima "
-                          "della prova).", "Subito dopo la prova la macchina era occupata (CPU già occupata al 87%, in uno "
-                          "sguardo di 0.01 s): forse anche durante, e le cifre possono esserne falsate."], frasi
+                          "della prova).", "Macchina occupata subito dopo la prova (CPU occupata al 87%): forse anche "
+                          "durante, cifre forse falsate."], frasi
     assert all(len(f) <= 160 for f in frasi[-2:])
     frasi = carico.spiegazione(prova(40, 1.0)._replace(macchina=quieta, macchina_dopo=quieta))
     assert frasi[-1] == ("La macchina era tranquilla prima della prova (2 core, carico medio 0.3, CPU occupata al 2% prima "
                          "della prova, al 2% subito dopo)."), frasi
-    assert not any("Subito dopo" in f for f in frasi)
+    assert not any("subito dopo la prova" in f for f in frasi)
     # busy before and after: said once, by the look before
     frasi = carico.spiegazione(prova(40, 1.0)._replace(macchina=occupata, macchina_dopo=occupata))
-    assert sum("occupata" in f for f in frasi) == 1 and not any("Subito dopo" in f for f in frasi), frasi
+    assert sum("occupata" in f for f in frasi) == 1 and not any("subito dopo la prova" in f for f in frasi), frasi
 
 
 def test_una_ripetuta_sotto_meta_della_mediana_esclusa():
@@ -257,8 +257,8 @@ def test_ripetuta_rallentata_sul_fake(fake, carica, monkeypatch, tmp_path):
     assert media == pytest.approx((per_prova[0] + per_prova[2]) / 2, abs=0.02), (media, per_prova)
     righe = [r for r in out.splitlines() if r.startswith("| ") and "---" not in r][1:]
     assert [r.split(" | ")[0] for r in righe] == ["| 2", "| 2 (esclusa)", "| 2", "| 2 (media di 2)"], righe
-    assert out.count("Subito dopo la prova la macchina era occupata (CPU già occupata al 91%") == 1
-    assert err.count("carico.py: nota: subito dopo la prova la macchina era occupata (CPU già occupata al 91%)") == 1
+    assert out.count("Macchina occupata subito dopo la prova (CPU occupata al 91%") == 1
+    assert err.count("carico.py: nota: subito dopo la prova la macchina era occupata (CPU occupata al 91%)") == 1
     dati = json.loads((tmp_path / "r.json").read_text())["prove"]
     assert [p["esclusa_dalla_media"] for p in dati] == [False, True, False]
     assert dati[1]["macchina_dopo"]["cpu_occupata"] == 0.91
@@ -272,7 +272,7 @@ def test_ripetute_senza_rallentamento_sul_fake(fake, carica, monkeypatch):
     rc, out, err = carica(server.url, "--ripeti", "3", "--parallele", "2", "--token", "8", "--spiega", *VELOCE)
     assert rc == 0, out + err
     assert "esclusa" not in out and "su 3 prove: media" in out
-    assert "Subito dopo" not in out and "subito dopo la prova" not in err
+    assert "Macchina occupata subito dopo" not in out and "subito dopo la prova" not in err
     assert out.count("La macchina era tranquilla prima della prova (2 core, carico medio 0.2, CPU occupata al 3% prima "
                      "della prova, al 3% subito dopo).") == 3, out
 
@@ -299,7 +299,7 @@ def test_la_domanda_del_foglio_su_una_macchina_occupata(cpu, detto):
     for k in (1, 3):
         punti[k] = Punto([punti[k].prove[0]._replace(macchina=Macchina(2, 0.5, 0.05), macchina_dopo=Macchina(2, 1.0, cpu))])
     righe = carico.riga_occupata(punti, ["np", "token"])
-    assert righe == ([f"la macchina era occupata a np=4, token=32; np=4, token=128 (CPU già occupata al {cpu:.0%}): "
+    assert righe == ([f"la macchina era occupata a np=4, token=32; np=4, token=128 (CPU occupata al {cpu:.0%}): "
                       "quelle cifre e i rapporti non valgono, ripeti a macchina tranquilla"] if detto else []), righe
     assert all(len(r) <= 160 for r in righe)
 
@@ -317,7 +317,7 @@ def test_confronta_dice_la_macchina_occupata(tmp_path, capsys, cpu, detto):
     b.write_text(json.dumps(dati))
     assert carico.main(["--confronta", a, str(b)]) == 0
     avviso = [r for r in capsys.readouterr().out.splitlines() if "la macchina era occupata" in r]
-    assert avviso == ([f"  la macchina era occupata in una prova di B (CPU già occupata al {cpu:.0%}): il confronto "
+    assert avviso == ([f"  la macchina era occupata in una prova di B (CPU occupata al {cpu:.0%}): il confronto "
                        "non vale, ripeti a macchina tranquilla"] if detto else [])
 
 
