@@ -4452,30 +4452,27 @@ def riga_little(prova: Prova) -> Optional[str]:
     scarti = [c - v for c, v in coppie]
     differenza, mezzo = media(scarti), ic95(scarti)
     riga = (f"Legge di Little (L = λ × W): in volo {al_secondo * s.latenza_media:.2f} ({al_secondo:.2f} completate/s × "
-            f"{s.latenza_media:.2f} s); alle stesse {len(coppie)} letture il client ne aveva in volo {client:.2f} e il "
-            f"server ne contava {server:.2f} (slot occupati + requests_deferred): ")
+            f"{s.latenza_media:.2f} s). Alle stesse {len(coppie)} letture in volo {client:.2f} per il client, {server:.2f} "
+            "per il server (slot occupati + requests_deferred). ")
     fase = letture_in_fase(prova, [c.t for c in letture], inizi)
     if fase is not None:
         ritardo, periodo = fase
-        return riga + (f"non si confrontano: le letture (ogni {prova.piano.intervallo:g} s) cadono tutte a circa "
-                       f"{ritardo:.2f} s dall'ultimo invio (uno ogni {periodo:.2f} s, arrivi costanti), in fase con gli "
-                       "arrivi: vedono sempre lo stesso momento del ciclo, non la media. Con un --intervallo che non "
-                       f"divide {periodo:g} s (per esempio {round(0.74 * prova.piano.intervallo, 2):g}) si confrontano")
-    if len(coppie) < 3:
-        return riga + (f"con {len(coppie)} letture il rumore non si misura, e non si conclude: una prova più lunga "
-                       "(--durata) o un --intervallo più breve ne danno di più")
+        return riga + (f"Non si confrontano: le letture (ogni {prova.piano.intervallo:g} s) cadono tutte a {ritardo:.2f} s "
+                       f"dall'ultimo invio (arrivi costanti, uno ogni {periodo:.2f} s). Con --intervallo "
+                       f"{round(0.74 * prova.piano.intervallo, 2):g} non sarebbero in fase")
+    if len(coppie) < 3:  # the noise is not measured: nothing to conclude, nothing said
+        return None
     quanto = f"{differenza:+.2f} ±{mezzo:.2f} al 95% su {len(coppie)} letture"
     if abs(differenza) > mezzo and abs(differenza) >= 0.1:
         if differenza > 0:
             return riga + (f"{differenza:.2f} in media erano inviate ma non ancora nel server ({quanto}): in viaggio, "
-                           "lette e tokenizzate, o in attesa di una connessione")
-        quanto = f"{-differenza:.2f} in più ±{mezzo:.2f} al 95% su {len(coppie)} letture"
-        return riga + (f"il server ne contava di più ({quanto}): richieste che il client non aveva in volo (di un "
-                       "altro client, rimaste da una prova interrotta, o lasciate da questa per --timeout)")
+                           "in lettura o in attesa di una connessione")
+        quanto = f"{-differenza:.2f} ±{mezzo:.2f} al 95% su {len(coppie)} letture"
+        return riga + (f"Il server ne contava {quanto} in più: di un altro client, di una prova interrotta o lasciate "
+                       "per --timeout")
     if abs(differenza) + mezzo < 1:
-        return riga + f"coincidono, entro il rumore delle letture ({quanto}: meno di una richiesta)"
-    return riga + (f"la differenza ({quanto}) non si separa dal rumore delle letture, e non si conclude: una prova più "
-                   "lunga (--durata) o un --intervallo più breve danno più letture")
+        return riga + f"Coincidono, entro il rumore delle letture ({quanto}: meno di una richiesta)"
+    return None  # within the noise, and not within one request: nothing to conclude
 
 
 def letture_in_fase(prova: Prova, tempi: List[float], inizi: List[float]) -> Optional[Tuple[float, float]]:

@@ -205,7 +205,7 @@ def test_little_confronta_il_client_col_server(fake, carica):
     rc, out, err = carica(server.url, "--richieste", "8", "--token", "20", "--spiega", *VELOCE)
     assert rc == 0, out + err
     (frase,) = [r for r in out.splitlines() if r.startswith("Legge di Little")]
-    differenza = float(re.search(r"\(slot occupati \+ requests_deferred\): ([\d.]+) in media erano inviate ma non "
+    differenza = float(re.search(r"\(slot occupati \+ requests_deferred\)\. ([\d.]+) in media erano inviate ma non "
                                  r"ancora nel server", frase).group(1))
     assert 0.8 < differenza < 3.2, frase  # ~4 in flight, a third of each request's time outside the server
 
@@ -215,7 +215,7 @@ def test_little_coincide_senza_ritardi_e_tace_senza_metrics(fake, carica):
     rc, out, err = carica(server.url, "--richieste", "8", "--token", "20", "--spiega", *VELOCE)
     assert rc == 0, out + err
     (frase,) = [r for r in out.splitlines() if r.startswith("Legge di Little")]
-    assert re.search(r"coincidono, entro il rumore delle letture \([+-]\d\.\d\d ±\d\.\d\d al 95% su \d+ letture: meno di una richiesta\)\.$",
+    assert re.search(r"Coincidono, entro il rumore delle letture \([+-]\d\.\d\d ±\d\.\d\d al 95% su \d+ letture: meno di una richiesta\)\.$",
                      frase), frase
     senza = fake(n_slot=4, n_ctx=4 * 512, s_per_token=0.008)
     rc, out, err = carica(senza.url, "--richieste", "8", "--token", "20", "--spiega", *VELOCE)
