@@ -4063,22 +4063,20 @@ def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
     if verdetto.sovraccarico:
         inviate = " e ".join(fmt(p.inviate_davvero, ".2f") for p in (prima, dopo) if p is not None)
         fra = f"fra {asse}={valore_punto(prima, asse)} e {asse}={valore_punto(dopo, asse)}; " if prima else ""
-        frase = (f"saturazione entro {asse}={valore_punto(dopo, asse)} ({fra}inviate davvero {inviate} req/s): lì il "
-                 "server non tiene più il ritmo degli arrivi (sovraccarico: la coda cresce lungo la prova), e il ritmo "
-                 "che regge è sotto quello inviato")
-        return frase if verdetto.dubbio is None else (
-            f"forse {frase}; ma non è accertato: {verdetto.dubbio}")
+        frase = (f"saturazione entro {asse}={valore_punto(dopo, asse)} ({fra}inviate davvero {inviate} req/s). Lì il "
+                 "server non tiene il ritmo degli arrivi: la coda cresce lungo la prova (sovraccarico)")
+        return frase if verdetto.dubbio is None else f"forse {frase}. Non è accertato: {verdetto.dubbio}"
     crescita = dopo.carico(asse) / prima.carico(asse)
-    verso = "solo" if dopo.throughput >= prima.throughput else "è sceso"  # "solo" of a fall reads as a small rise
-    numeri = (f"da {asse}={valore_punto(prima, asse)} il carico è cresciuto ×{crescita:.1f} e il throughput {verso} da "
-              f"{prima.throughput:.1f} a {dopo.throughput:.1f} token/s ({dopo.throughput / prima.throughput - 1:+.1%}), "
-              f"mentre la latenza media è salita da {prima.latenza:.2f} a {dopo.latenza:.2f} s "
+    verso = "solo" if dopo.throughput >= prima.throughput else "sceso"  # "solo" of a fall reads as a small rise
+    numeri = (f"da {asse}={valore_punto(prima, asse)} carico ×{crescita:.1f}, throughput {verso} da "
+              f"{prima.throughput:.1f} a {dopo.throughput:.1f} token/s ({dopo.throughput / prima.throughput - 1:+.1%}). "
+              f"La latenza media è salita da {prima.latenza:.2f} a {dopo.latenza:.2f} s "
               f"({dopo.latenza / prima.latenza - 1:+.0%}")
     if verdetto.dubbio is None:
-        return (f"saturazione a {asse}={valore_punto(dopo, asse)}: {numeri}, oltre il rumore: Welch 95% su "
+        return (f"saturazione a {asse}={valore_punto(dopo, asse)}: {numeri}), oltre il rumore (Welch 95% su "
                 f"{len(prima.intere)} e {len(dopo.intere)} prove)")
     consiglio = "--ripeti 3" if min(len(prima.intere), len(dopo.intere)) < 3 else "--ripeti 5, o più richieste per punto"
-    return (f"forse saturazione a {asse}={valore_punto(dopo, asse)}, non accertata: {numeri}); ma {verdetto.dubbio}. "
+    return (f"forse saturazione a {asse}={valore_punto(dopo, asse)}, non accertata: {numeri}). Ma {verdetto.dubbio}. "
             f"Per deciderlo: {consiglio}")
 
 
@@ -4116,7 +4114,7 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
                 ", e la macchina non genera più token al secondo" if dopo.throughput <= 1.1 * prima.throughput else ""))
         else:
             frasi.append(f"{scesa}, con gli stessi slot al lavoro insieme: non è la divisione dei core fra gli slot")
-    return "; ".join(frasi) + "."
+    return ". ".join(maiuscola(f) for f in frasi) + "."
 
 
 class Sovraccarico(NamedTuple):
@@ -4167,14 +4165,12 @@ def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
 
 
 def frase_sovraccarico(visto: Sovraccarico) -> str:
-    frase = (f"finché si inviava, il server ha completato {visto.completate:.2f} richieste al secondo mentre ne "
-             f"arrivavano {visto.arrivate:.2f}, e l'attesa in coda è cresciuta lungo la prova (da "
-             f"{visto.attesa_prima:.2f} s in media per il primo terzo delle richieste a {visto.attesa_dopo:.2f} s per "
-             "l'ultimo)")
+    frase = (f"finché si inviava, il server ha completato {visto.completate:.2f} richieste al secondo e ne arrivavano "
+             f"{visto.arrivate:.2f}. L'attesa in coda è cresciuta da {visto.attesa_prima:.2f} s (primo terzo delle "
+             f"richieste) a {visto.attesa_dopo:.2f} s (ultimo terzo)")
     if not visto.certo:
-        return frase + f": forse sovraccarico, non accertato: {visto.dubbio}."
-    return (frase + ": il server è più lento degli arrivi, e la coda cresce finché dura la prova (sovraccarico); la "
-            "latenza dipende allora da quanto è lunga la prova.")
+        return frase + f". Forse sovraccarico, non accertato: {visto.dubbio}."
+    return frase + ". Il server è più lento degli arrivi (sovraccarico): la latenza dipende da quanto dura la prova."
 
 
 def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:

@@ -39,10 +39,10 @@ def test_un_throughput_sceso_non_e_salito_solo():
     fall reads as a small rise. A fall is said as one; a small rise keeps "solo"."""
     sceso = carico.frase_saturazione("parallele", carico.verdetto_saturazione(
         punti("parallele", (1, [(27.9, 1.0)]), (2, [(10.6, 3.0)])), "parallele"))
-    assert "il carico è cresciuto ×2.0 e il throughput è sceso da 27.9 a 10.6 token/s (-62.0%)" in sceso, sceso
+    assert "carico ×2.0, throughput sceso da 27.9 a 10.6 token/s (-62.0%)" in sceso, sceso
     salito = carico.frase_saturazione("parallele", carico.verdetto_saturazione(
         punti("parallele", (1, [(30.0, 1.0)]), (2, [(31.0, 2.0)])), "parallele"))
-    assert "e il throughput solo da 30.0 a 31.0 token/s" in salito, salito
+    assert ", throughput solo da 30.0 a 31.0 token/s" in salito, salito
 
 
 def test_saturazione_categorica_solo_con_le_ripetute_oltre_il_rumore():
@@ -53,8 +53,8 @@ def test_saturazione_categorica_solo_con_le_ripetute_oltre_il_rumore():
     verdetto = carico.verdetto_saturazione(curva, "parallele")
     assert verdetto.dopo is curva[2] and verdetto.dubbio is None
     frase = carico.frase_saturazione("parallele", verdetto)
-    assert frase.startswith("saturazione a parallele=4: da parallele=2 il carico è cresciuto ×2.0") and (
-        frase.endswith("oltre il rumore: Welch 95% su 3 e 3 prove)")), frase
+    assert frase.startswith("saturazione a parallele=4: da parallele=2 carico ×2.0") and (
+        frase.endswith("oltre il rumore (Welch 95% su 3 e 3 prove)")), frase
     disegno = "\n".join(carico.curva("parallele", [("", curva)], carico.MARCHE_UNICODE))
     assert "◆4" in disegno and "◆ saturazione" in disegno and "forse" not in disegno
     assert "".join(carico.svg_curva("parallele", [("", curva)], 0)[0]).count('r="9"') == 1
@@ -78,8 +78,8 @@ def test_la_saturazione_non_e_prima_del_picco():
     verdetto = carico.verdetto_saturazione(curva, "parallele")
     assert verdetto.prima is curva[2] and verdetto.dopo is curva[3] and verdetto.dubbio is None
     frase = carico.frase_saturazione("parallele", verdetto)
-    assert frase.startswith("saturazione a parallele=8: da parallele=4 il carico è cresciuto ×2.0 e il throughput è "
-                            "sceso da 70.0 a 68.0 token/s"), frase
+    assert frase.startswith("saturazione a parallele=8: da parallele=4 carico ×2.0, throughput sceso da 70.0 a 68.0 "
+                            "token/s"), frase
     assert "parallele=2" not in frase
 
 
@@ -196,8 +196,8 @@ def test_sovraccarico_solo_dove_ci_sono_arrivi():
     arrivi = [i / 2.5 for i in range(20)]
     visto = carico.sovraccarico(in_fila(arrivi, 1.0, 2))
     assert visto is not None and visto.certo
-    assert carico.frase_sovraccarico(visto).endswith("(sovraccarico); la latenza dipende allora da quanto è lunga la "
-                                                     "prova.")
+    assert carico.frase_sovraccarico(visto).endswith(". Il server è più lento degli arrivi (sovraccarico): la latenza "
+                                                     "dipende da quanto dura la prova.")
     assert carico.sovraccarico(in_fila(arrivi, 1.0, 2, ritmo=None)) is None
     lotto = in_fila([0.0] * 8, 0.3, 2, ritmo=None)._replace(piano=Piano(8, 8, 32))
     assert carico.sovraccarico(lotto) is None
@@ -212,7 +212,7 @@ def test_sovraccarico_incerto_quando_le_attese_sono_rumorose():
     visto = carico.sovraccarico(prova_)
     assert visto is not None and not visto.certo, visto
     frase = carico.frase_sovraccarico(visto)
-    assert frase.endswith("forse sovraccarico, non accertato: l'attesa cresciuta non si separa dal rumore delle attese "
+    assert frase.endswith(". Forse sovraccarico, non accertato: l'attesa cresciuta non si separa dal rumore delle attese "
                           "(Welch 95%): una --durata più lunga lo decide."), frase
     assert carico.segno_sovraccarico([prova_]) == "forse"
 
@@ -361,7 +361,7 @@ def test_mai_zero_richieste_in_coda_nelle_frasi():
     a, b = Punto([vuota]), Punto([vuota])
     perche = carico.perche_satura(a, b)
     assert "la coda è rimasta vuota" in perche and "(prima 0)" not in perche, perche
-    assert "nessuna richiesta ha aspettato uno slot" in perche and "da 0.00 a 0.00 s" not in perche, perche
+    assert "Nessuna richiesta ha aspettato uno slot" in perche and "da 0.00 a 0.00 s" not in perche, perche
 
 
 def test_in_coda_solo_a_slot_pieni():

@@ -285,7 +285,7 @@ def test_sovraccarico_conta_gli_arrivi_come_inviate_davvero(fake, carica):
                           "--spiega", *VELOCE)
     assert rc == 0, out + err
     inviate = re.search(r"inviate davvero ([\d.]+) req/s", out).group(1)
-    arrivate = re.search(r"mentre ne arrivavano ([\d.]+)", out)
+    arrivate = re.search(r"e ne arrivavano ([\d.]+)\.", out)
     assert arrivate, out
     assert arrivate.group(1) == inviate, out
 
