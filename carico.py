@@ -2368,12 +2368,10 @@ def com_e_il_server(client: Client, risposta_slots: Risposta) -> str:
         p for p, c in (("/tokenize", "content"), ("/extras/tokenize", "input")) if risponde(p, c)]
     no = ["/slots", "/props", "/metrics"] + (["/v1/models"] if not modelli else []) + (
         ["/tokenize"] if not any(p.endswith("tokenize") for p in si) else [])
-    return (f"il server su {client.base} non è llama.cpp ({'/slots: ' + descrivi_errore_http(risposta_slots)}): "
-            + (f"risponde a {', '.join(si)}; non a {', '.join(no)}" if si else f"non risponde a nessuna delle strade "
-               f"di un server di modelli che carico.py conosce ({', '.join(no)}): se non è il server che volevi, "
-               "controlla --url e la porta") + ". Quindi questa prova non "
-            "può dire quanti slot ha, con quanto contesto, né leggere gli slot occupati o la coda: sono n/d; gli slot "
-            "occupati e l'attesa dello slot vengono solo dai timings delle risposte, se il server li dà")
+    return (f"il server su {client.base} non è llama.cpp (/slots: HTTP {risposta_slots.status}). "
+            + (f"Risponde a {', '.join(si)}; non a {', '.join(no)}" if si else f"Non risponde a nessuna strada "
+               f"nota ({', '.join(no)}): controlla --url e la porta") + ". Slot, contesto e coda sono n/d: "
+            "slot occupati e attesa vengono solo dai timings delle risposte, se ci sono")
 
 
 def modelli_del_server(client: Client) -> Optional[List[str]]:
@@ -5474,10 +5472,9 @@ def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) ->
                        "-".join(map(str, json.loads(v))) if v.startswith("[") else v.strip('"') for v in letti})
     diverse = [f"{flag} (A {', '.join(va)}, B {', '.join(vb)})" for chiave, flag in OPZIONI_DI_CARICO.items()
                for va, vb in [(valori(prove_a, chiave), valori(prove_b, chiave))] if va != vb]
-    return (f"--confronta: {nome_a} e {nome_b} non hanno un carico in comune (stesse opzioni, --np a parte), e non si "
-            f"confrontano: " + ("differiscono " + "; ".join(diverse) if diverse else "le prove di ciascuno differiscono "
-                                "fra loro") + ". Misura le due prove con le stesse opzioni di carico (per esempio tutte e "
-            "due con --stream, o tutte e due senza), cambiando solo quello che vuoi confrontare (il server, -np)")
+    return (f"--confronta: {nome_a} e {nome_b} non si confrontano: " + (
+        "differiscono " + "; ".join(diverse) if diverse else "le prove di ciascuno differiscono fra loro")
+            + ". Rifai le prove con le stesse opzioni, cambiando solo il server o -np")
 
 
 def descrivi_prove(prove: List[dict]) -> str:

@@ -25,11 +25,9 @@ def test_che_cosa_e_il_server_detto_una_volta(fake, carica):
     rc, out, err = carica(server.url, "--richieste", "2", "--parallele", "2", "--token", "8")
     assert rc == 0, out + err
     note = [r for r in err.splitlines() if r.startswith("carico.py: nota: il server su ")]
-    assert note == [f"carico.py: nota: il server su {server.url} non è llama.cpp (/slots: HTTP 404: "
-                    '{"detail": "Not Found"}): risponde a /v1/models (fake-model), /extras/tokenize; non a /slots, '
-                    "/props, /metrics. Quindi questa prova non può dire quanti slot ha, con quanto contesto, né "
-                    "leggere gli slot occupati o la coda: sono n/d; gli slot occupati e l'attesa dello slot vengono "
-                    "solo dai timings delle risposte, se il server li dà"], err
+    assert note == [f"carico.py: nota: il server su {server.url} non è llama.cpp (/slots: HTTP 404). Risponde a "
+                    "/v1/models (fake-model), /extras/tokenize; non a /slots, /props, /metrics. Slot, contesto e coda "
+                    "sono n/d: slot occupati e attesa vengono solo dai timings delle risposte, se ci sono"], err
     assert ("carico.py: nota: il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio "
             "slot, gli slot occupati, l'attesa dello slot e quella in coda restano n/d") in err.splitlines()
     assert out.splitlines()[0] == "server: n/d slot, n_ctx per slot = n/d"
@@ -219,5 +217,5 @@ def test_un_server_web_qualunque_dice_di_controllare_url(carica, tmp_path):
         server.shutdown()
         server.server_close()
     assert rc == 1 and "Traceback" not in err
-    assert ("non risponde a nessuna delle strade di un server di modelli che carico.py conosce (/slots, /props, "
-            "/metrics, /v1/models, /tokenize): se non è il server che volevi, controlla --url e la porta.") in err, err
+    assert ("Non risponde a nessuna strada nota (/slots, /props, /metrics, /v1/models, /tokenize): controlla --url e "
+            "la porta.") in err, err
