@@ -3255,21 +3255,21 @@ def note_ritmo(prova: Prova) -> List[str]:
     alza = f": si sono inviate {inviate}, non {chiesto}. {maiuscola(chi_ha_frenato(prova))}"
     trattenute, non_inviate = oltre(e).trattenute, oltre(e).non_inviate
     if non_inviate and not trattenute:
-        return [f"il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
-                f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
-                f"prima della fine di --durata (hanno aspettato nel client un posto che non è venuto){alza}"]
+        return [f"il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno fino alla fine di --durata. "
+                f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')}"
+                f"{alza}"]
     if trattenute:
-        mai = (f"; {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima della fine di --durata"
+        mai = (f". {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima della fine di --durata"
                if non_inviate else "")
         return [f"{quante(trattenute, 'richiesta', 'richieste')} su {len(e.risultati)} "
-                f"{'ha' if trattenute == 1 else 'hanno'} trovato già {piano.parallele} in volo (il tetto di --parallele) "
-                f"{'ed è partita' if trattenute == 1 else 'e sono partite'} dopo l'orario previsto{mai}{alza}"]
+                f"{'è partita' if trattenute == 1 else 'sono partite'} in ritardo: il tetto di --parallele "
+                f"({piano.parallele} in volo) era pieno{mai}{alza}"]
     ritardi = ritardi_invio(e)
-    tardi = (f"; {quante(oltre(e).in_ritardo, 'richiesta del programma non è partita', 'richieste del programma non sono partite')}"
+    tardi = (f". {quante(oltre(e).in_ritardo, 'richiesta del programma non è partita', 'richieste del programma non sono partite')}"
              " prima della fine di --durata" if oltre(e).in_ritardo else "")
-    return [f"il client non ha tenuto il ritmo chiesto: gli invii sono partiti in ritardo sul programma (p99 "
-            f"{fmt(ms(percentile(ritardi, 99)), '.1f')} ms, max {fmt(ms(max(ritardi, default=None)), '.1f')} ms){tardi}: "
-            f"le cifre valgono per {inviate} inviate, non per {chiesto}"]
+    return [f"il client non ha tenuto il ritmo chiesto: le cifre valgono per {inviate} inviate, non per {chiesto}. Invii "
+            f"in ritardo sul programma: p99 {fmt(ms(percentile(ritardi, 99)), '.1f')} ms, max "
+            f"{fmt(ms(max(ritardi, default=None)), '.1f')} ms{tardi}"]
 
 
 def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
@@ -3287,16 +3287,16 @@ def chi_ha_frenato(prova: Prova) -> str:
     """The advice when the cap was full, as far as il_tetto_ha_frenato can tell."""
     tetto, n_slot, parallele = il_tetto_ha_frenato(prova), prova.info.n_slot, prova.piano.parallele
     if tetto:
-        return (f"il server aveva slot liberi (il tetto ne teneva in volo {parallele}, il server ha {n_slot} slot): alza "
-                f"--parallele (fino a {n_slot}) per avvicinarti al ritmo; se anche così non si tiene, il limite è il server")
+        return (f"il server aveva slot liberi ({parallele} in volo su {n_slot} slot): alza --parallele (fino a {n_slot}). "
+                "Se non basta, il limite è il server")
     if tetto is False:
         occupati = "il suo slot era occupato" if n_slot == 1 else f"i suoi {n_slot} slot erano tutti occupati"
         return (f"il limite è il server, non il tetto: {occupati} e ha completato"
-                f" {fmt(cadenze(prova)['richieste_s'], '.2f req/s')}; alzare --parallele sposterebbe solo "
-                "l'attesa nella coda del server")
+                f" {fmt(cadenze(prova)['richieste_s'], '.2f req/s')}. Più --parallele sposterebbe solo l'attesa nella "
+                "sua coda")
     quanti = "il server non dice quanti slot ha" if n_slot is None else (
         f"né le letture né i tempi del server hanno visto occupati tutti i suoi {n_slot} slot")
-    return (f"non si sa se il limite è il tetto o il server ({quanti}): se il server ha più di {parallele} slot, alza "
+    return (f"non si sa se il limite è il tetto o il server ({quanti}). Se il server ha più di {parallele} slot, alza "
             "--parallele; se no il limite è il server")
 
 
@@ -5045,32 +5045,32 @@ def spiegazione(prova: Prova) -> List[str]:
         if prova.occupati_prima:  # its timings miss the others' work: the wait from the send says it
             lenta = max(attese, key=attese.get)
             latenza = next(r.latenza for r in ok if r.indice == lenta)
-            frasi.append(f"Il server aveva già altre richieste prima della prova, che i suoi tempi non mostrano: "
-                         f"dall'invio allo slot la più lenta, la req {lenta}, ha aspettato {attese[lenta]:.2f} s su "
+            frasi.append(f"Il server aveva già altre richieste prima della prova, invisibili nei suoi tempi. Dall'invio "
+                         f"allo slot la più lenta, la req {lenta}, ha aspettato {attese[lenta]:.2f} s su "
                          f"{latenza:.2f} s di latenza ({attese[lenta] / latenza:.0%}).")
         elif aspettato:
             r = max(aspettato, key=lambda q: in_coda[q.indice])
             frasi.append(f"{quante(len(aspettato), 'richiesta', 'richieste')} su {len(ok)} "
-                         f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero; la più "
-                         f"sfortunata è la req {r.indice}: {in_coda[r.indice]:.2f} s in coda (con tutti gli slot "
-                         f"occupati) su {r.latenza:.2f} s di latenza ({in_coda[r.indice] / r.latenza:.0%}).")
+                         f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero. La più "
+                         f"sfortunata, la req {r.indice}: {in_coda[r.indice]:.2f} s in coda su {r.latenza:.2f} s di "
+                         f"latenza ({in_coda[r.indice] / r.latenza:.0%}).")
         elif not tetto and not non_inviate and not tagliata:
             massima = max(attese.values())
             perche = ("il viaggio" if massima < VIAGGIO_MAX else "il server finiva un passo per gli altri slot")
             frasi.append(f"Nessuna richiesta ha aspettato uno slot: dall'invio al più {massima:.2f} s ({perche}).")
     if non_inviate and not tetto:  # the cap full to the end: those never sent waited the whole run
-        frasi.append(f"Il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno: "
-                     f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')} "
-                     "prima della fine di --durata: chi le avrebbe mandate ha aspettato nel client un posto che non è "
-                     f"venuto, e il server ha visto meno carico di quello chiesto ({chi_ha_frenato(prova)}).")
+        frasi.append(f"Il server ha visto meno carico di quello chiesto: il tetto di --parallele ({piano.parallele} in "
+                     f"volo) è rimasto pieno fino alla fine di --durata. "
+                     f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')}"
+                     f". {maiuscola(chi_ha_frenato(prova))}.")
     if tetto:  # a wait too: before the send, in the client
         peggiore = max(tetto, key=tetto.get)
         frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "
-                     f"aspettato nel client un posto (il tetto di --parallele: {piano.parallele} in volo), prima "
-                     f"ancora di partire: la req {peggiore} è partita {tetto[peggiore]:.2f} s dopo l'orario previsto"
-                     + (f", e {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima "
+                     f"aspettato nel client un posto (tetto di --parallele: {piano.parallele} in volo). La req "
+                     f"{peggiore} è partita {tetto[peggiore]:.2f} s dopo l'orario previsto"
+                     + (f"; {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima "
                         "della fine di --durata" if non_inviate else "") + ". "
-                     f"Chi l'ha mandata ha aspettato anche quel tempo: la latenza dal previsto, che lo conta, ha p50 "
+                     f"Contando quell'attesa, la latenza dal previsto ha p50 "
                      f"{percentile([latenza_dal_previsto(r) for r in ok], 50):.2f} s.")
     if s.occupati_dai_tempi is None and s.occupati_letti is None:
         deduzione = una_alla_volta(ok)
@@ -5104,9 +5104,8 @@ def spiegazione(prova: Prova) -> List[str]:
     if tagliata:  # the requests cut off are in no figure: no verdict on the queue's growth
         perche = (f"il server ha smesso di rispondere a {e.server_andato[0]:.2f} s" if e.server_andato else
                   "è stata interrotta" + (f" a {e.interrotta_a:.2f} s" if e.interrotta_a is not None else ""))
-        frasi.append(f"La prova si è fermata prima della fine ({perche}): le richieste rimaste senza risposta non sono "
-                     "in nessuna cifra, il throughput è un limite inferiore, e sovraccarico e legge di Little non si "
-                     "giudicano su una prova tagliata.")
+        frasi.append(f"La prova si è fermata prima della fine ({perche}). Le richieste senza risposta non sono in "
+                     "nessuna cifra: il throughput è un limite inferiore. Sovraccarico e legge di Little non si giudicano.")
     else:
         visto = sovraccarico(prova)
         if visto:

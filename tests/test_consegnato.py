@@ -48,8 +48,8 @@ def test_frasi_con_un_numero_concordano(n):
     risultati = [servita(i, 0.05 * i, 0.05 * i + 0.04, previsto=0.0) for i in range(3)]
     tenute = Prova(InfoServer(2, 1024, True), Esecuzione(risultati, [], 3, oltre=carico.EsecuzioneOltre(n)),
                    Piano(3, 1, 8, oltre=PianoOltre(ritmo=100.0)))
-    assert carico.note_ritmo(tenute)[0].startswith({1: "1 richiesta su 3 ha trovato già 1 in volo",
-                                                    2: "2 richieste su 3 hanno trovato già 1 in volo"}[n])
+    assert carico.note_ritmo(tenute)[0].startswith({1: "1 richiesta su 3 è partita in ritardo: il tetto",
+                                                    2: "2 richieste su 3 sono partite in ritardo: il tetto"}[n])
     for testo in (carico.spiegazione(prova) + carico.note(dalla_cache) + carico.note(corte)
                   + carico.note_ritmo(tenute) + [carico.riga_slo(dalla_cache, {"latenza": 1})]):
         assert not re.search(r"\b1 richieste\b|\b1 (richiesta|slot) [^;:,.]*hanno\b", testo), testo

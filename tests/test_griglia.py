@@ -131,7 +131,7 @@ def test_parallele_e_il_tetto_delle_richieste_in_volo(fake, carica):
     assert rc == 0, out + err
     assert server.picco_in_volo == 3  # reached, never exceeded
     assert "richieste=30 parallele=3 slot=4" in out  # the cap that was asked for, as it was asked
-    assert "(il tetto di --parallele) e sono partite dopo l'orario previsto" in err
+    assert "sono partite in ritardo: il tetto di --parallele (3 in volo) era pieno" in err
     inviate = float(re.search(r"inviate davvero ([\d.]+) req/s", out).group(1))
     assert inviate < 60, out  # 3 in flight at ~60 ms each cannot be sent 100 a second
 

@@ -279,7 +279,7 @@ def test_spiega_dalle_cifre(fake, carica, monkeypatch):
     testo = out[out.index("Sono partite"):]
     assert "Sono partite 4 richieste insieme su 1 slot: al massimo 1 servita nello stesso momento" in testo
     lenta = max(range(4), key=lambda i: latenze(out)[i])
-    assert f"3 richieste su 4 hanno aspettato in coda uno slot libero; la più sfortunata è la req {lenta}:" in testo
+    assert f"3 richieste su 4 hanno aspettato in coda uno slot libero. La più sfortunata, la req {lenta}:" in testo
     assert "Ogni slot aveva 2048 token di contesto" in testo
     assert "La macchina era tranquilla prima della prova (2 core, carico medio 0.1" in testo
 

@@ -229,5 +229,5 @@ def test_spiega_conta_chi_ha_aspettato_rispetto_alla_propria_latenza():
     risultati = [Risultato(0, 0.0, 0.4, 8, 40.0, 5.0, 395.0), Risultato(1, 0.0, 0.6, 8, 40.0, 5.0, 195.0),
                  Risultato(2, 0.7, 3.7, 8, 40.0, 5.0, 2995.0)]
     frasi = carico.spiegazione(Prova(InfoServer(1, 2048, True), Esecuzione(risultati, [], 3), Piano(3, 2, 8)))
-    assert ("1 richiesta su 3 ha aspettato in coda uno slot libero; la più sfortunata è la req 1: 0.36 s in coda (con "
-            "tutti gli slot occupati) su 0.60 s di latenza (60%).") in frasi  # the queue, MARGINE inside each end
+    assert ("1 richiesta su 3 ha aspettato in coda uno slot libero. La più sfortunata, la req 1: 0.36 s in coda su "
+            "0.60 s di latenza (60%).") in frasi  # the queue, MARGINE inside each end
