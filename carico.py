@@ -1084,8 +1084,8 @@ def guarda_la_macchina(server_al_lavoro: bool = False) -> Macchina:
     if motivo:
         perche = ("anche dal server stesso, che sta ancora lavorando (vedi sopra): aspetta che finisca, chiudi i "
                   "processi pesanti e ripeti") if server_al_lavoro else (
-                  "perché il server si divide i core con gli altri processi. Chiudi i processi pesanti e ripeti")
-        print(f"carico.py: attenzione: la macchina è già occupata ({motivo}): le cifre possono esserne falsate, {perche}",
+                  "perché il server si divide i core. Chiudi i processi pesanti e ripeti")
+        print(f"carico.py: attenzione: la macchina è già occupata ({motivo}): cifre forse falsate, {perche}",
               file=sys.stderr, flush=True)
     return macchina
 
@@ -1171,8 +1171,8 @@ def note(prova: Prova, esatti: bool = False, cache_voluta: bool = False, convers
     if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (breve or len(letti) < 2) and not tutti:
         durata = (f"la prova è durata {s.tempo_totale:.2f} s, meno di due letture di /slots" if breve else
                   f"la prova ha avuto {quante(len(letti), 'lettura', 'letture')} di /slots")  # cut short: no duration
-        testi.append(f"{durata} (--intervallo {prova.piano.intervallo:g}), e il server non ha dato i suoi tempi: il "
-                     "picco di slot occupati può essere sottostimato")
+        testi.append(f"il picco di slot occupati può essere sottostimato: {durata} (--intervallo "
+                     f"{prova.piano.intervallo:g}), senza i tempi del server")
     if e.riuscite and all(in_slot(r) is None and r.tps is None for r in e.riuscite):  # not llama.cpp's answers
         testi.append("il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio slot, gli "
                      "slot occupati, l'attesa dello slot e quella in coda restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
@@ -3199,7 +3199,7 @@ def righe_ritmo(prova: Prova) -> List[str]:
     late the sends were against the schedule; with --durata how many requests were sent and answered,
     and why the total time is not the duration."""
     e, piano_oltre = prova.esecuzione, oltre(prova.piano)
-    righe = []
+    righe, scosta = [], ""
     if piano_oltre.ritmo or piano_oltre.traccia:  # the schedule, then the sends against it
         previsti = [oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None]
         ritardi = ritardi_invio(e)
@@ -3209,23 +3209,23 @@ def righe_ritmo(prova: Prova) -> List[str]:
             programmato = nel_programma / finestra_durata(prova) if piano_oltre.durata else ritmo_di(previsti)
             programma = f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}"
             if piano_oltre.arrivi == "poisson" and programmato and abs(programmato / piano_oltre.ritmo - 1) >= 0.05:
-                programma += (f" (intervalli estratti a caso: su {quante(nel_programma, 'richiesta', 'richieste')} si "
-                              "scosta dal chiesto)")
+                scosta = (f". Intervalli estratti a caso: su {quante(nel_programma, 'richiesta', 'richieste')} il "
+                          "programma si scosta dal chiesto")
         else:
             programma = (f"traccia di {piano_oltre.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
                          f"{fmt(max(previsti, default=None), '.2f s')} nel file ({fmt(ritmo_di(previsti), '.2f req/s')})")
         su = "sul programma" if piano_oltre.ritmo else "sugli orari"
-        righe.append(f"{programma}, inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}; ritardo degli invii {su}: "
+        righe.append(f"{programma}, inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}{scosta}. Ritardo degli invii {su}: "
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
     if piano_oltre.durata:
         non_inviate = oltre(e).non_inviate
         righe.append(f"in {piano_oltre.durata:g} s (--durata): inviate {quante(e.n_richieste, 'richiesta', 'richieste')}, "
-                     f"{len(e.riuscite)} con risposta; "
+                     f"{len(e.riuscite)} con risposta. "
                      + (f"{non_inviate} del programma non inviate (il tetto di --parallele {prova.piano.parallele} era "
-                        "pieno fino alla fine); " if non_inviate else "")
+                        "pieno fino alla fine). " if non_inviate else "")
                      + (f"{oltre(e).in_ritardo} del programma non inviate (carico.py era in ritardo sul programma oltre "
-                        "la fine di --durata); " if oltre(e).in_ritardo else "")
-                     + f"l'ultimo invio a {fmt(oltre(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
+                        "la fine di --durata). " if oltre(e).in_ritardo else "")
+                     + f"L'ultimo invio a {fmt(oltre(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
                      f"{fmt(prova.riepilogo.tempo_totale, '.2f s')} (il tempo totale)")
     return righe
 

@@ -347,8 +347,8 @@ def test_nota_letture_conta_le_letture_non_la_durata():
     sei = Prova(InfoServer(4, 512, True), Esecuzione([], [Campione(0.5 * k, 4) for k in range(6)], 4, 130), piano)
     assert not any("sottostimato" in n for n in carico.note(sei))
     una = sei._replace(esecuzione=Esecuzione([], [Campione(0.0, 1)], 4, 130))
-    assert ["la prova ha avuto 1 lettura di /slots (--intervallo 0.5), e il server non ha dato i suoi tempi: il picco "
-            "di slot occupati può essere sottostimato"] == [n for n in carico.note(una) if "sottostimato" in n]
+    assert ["il picco di slot occupati può essere sottostimato: la prova ha avuto 1 lettura di /slots (--intervallo "
+            "0.5), senza i tempi del server"] == [n for n in carico.note(una) if "sottostimato" in n]
 
 
 def test_mai_zero_richieste_in_coda_nelle_frasi():

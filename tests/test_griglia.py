@@ -81,7 +81,7 @@ def test_ritmo_costante_sul_tempo_del_server(fake):
     assert dispersione_robusta(intervalli(arrivi)) < 1.0, intervalli(arrivi)  # Poisson's is about 1.6
     riga = next(r for r in out.splitlines() if r.startswith("ritmo chiesto"))
     assert riga.startswith("ritmo chiesto 10 req/s (arrivi costanti): nel programma 10.00, inviate davvero "), riga
-    p99 = float(re.search(r"ritardo degli invii sul programma: p99 ([\d.]+) ms", riga).group(1))
+    p99 = float(re.search(r"Ritardo degli invii sul programma: p99 ([\d.]+) ms", riga).group(1))
     assert ("non ha tenuto il ritmo" in err) == (p99 > 10), err  # the note says what the line shows
     assert "richieste=40 parallele=40 (tetto predefinito) slot=4" in out  # nobody asked for that cap
 
@@ -175,7 +175,7 @@ def test_durata_a_ritmo(fake, carica):
     rc, out, err = carica(server.url, "--durata", "1", "--ritmo", "5", "--arrivi", "costanti", "--token", "2")
     assert rc == 0, out + err
     riga = next(r for r in out.splitlines() if r.startswith("in 1 s (--durata)"))
-    assert re.fullmatch(r"in 1 s \(--durata\): inviate 5 richieste, 5 con risposta; l'ultimo invio a 0\.[89]\d s, "
+    assert re.fullmatch(r"in 1 s \(--durata\): inviate 5 richieste, 5 con risposta\. L'ultimo invio a 0\.[89]\d s, "
                         r"l'ultima risposta a [\d.]+ s \(il tempo totale\)", riga), riga
     totale = re.search(r"tempo totale ([\d.]+) s", out).group(1)
     assert riga.endswith(f"a {totale} s (il tempo totale)")

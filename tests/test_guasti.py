@@ -316,7 +316,7 @@ def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
     server = fake(n_slot=1, s_per_token=0.002, metrics=True)
     rc, out, err = carica(server.url, "--richieste", "1", "--token", "2", "--spiega", *VELOCE)
     assert rc == 0 and "sta già lavorando" not in err and "aveva già" not in err + out, out + err
-    assert "anche dal server stesso" not in err and "ne contava di più" not in out, out + err
+    assert "anche dal server stesso" not in err and "Il server ne contava " not in out, out + err
     def un_altro_client():
         richiesta = urllib.request.Request(server.url + "/v1/chat/completions", json.dumps(
             {"messages": [{"role": "user", "content": "x"}], "max_tokens": 400}).encode(),

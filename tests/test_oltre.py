@@ -249,7 +249,7 @@ def test_avviso_macchina_occupata_solo_su_stderr(fake, carica, monkeypatch):
     monkeypatch.setattr(carico, "osserva_macchina", lambda: carico.Macchina(2, 4.2, 0.97))
     rc, out, err = carica(server.url, "--spiega", *VELOCE)
     assert rc == 0
-    assert "la macchina è già occupata (CPU occupata al 97%): le cifre possono esserne falsate" in err
+    assert "la macchina è già occupata (CPU occupata al 97%): cifre forse falsate" in err
     assert out.splitlines()[0] == "server: 2 slot, n_ctx per slot = 1024"
     assert "Macchina occupata prima della prova (CPU occupata al 97%): cifre forse falsate." in out
 

@@ -176,8 +176,8 @@ def test_durata_mantenuta_sotto_il_tetto(fake, carica):
     rc, out, err = carica(server.url, "--ritmo", "10", "--arrivi", "costanti", "--parallele", "1", "--durata", "1",
                           "--token", "25", "--spiega", "--dettagli", "--silenzioso", *VELOCE)
     assert rc == 0, out + err
-    m = re.search(r"in 1 s \(--durata\): inviate (\d+) richieste, \d+ con risposta; (\d+) del programma non inviate "
-                  r"\(il tetto di --parallele 1 era pieno fino alla fine\); l'ultimo invio a ([\d.]+) s", out)
+    m = re.search(r"in 1 s \(--durata\): inviate (\d+) richieste, \d+ con risposta\. (\d+) del programma non inviate "
+                  r"\(il tetto di --parallele 1 era pieno fino alla fine\)\. L'ultimo invio a ([\d.]+) s", out)
     assert m, out
     inviate, non_inviate, ultimo = int(m.group(1)), int(m.group(2)), float(m.group(3))
     assert inviate + non_inviate == 10 and non_inviate >= 5, out
@@ -197,7 +197,7 @@ def test_durata_senza_tetto_pieno_non_dice_nulla(fake, carica):
     rc, out, err = carica(server.url, "--ritmo", "10", "--arrivi", "costanti", "--parallele", "8", "--durata", "1",
                           "--token", "4", "--spiega", "--silenzioso", *VELOCE)
     assert rc == 0, out + err
-    assert "in 1 s (--durata): inviate 10 richieste, 10 con risposta; l'ultimo invio" in out, out
+    assert "in 1 s (--durata): inviate 10 richieste, 10 con risposta. L'ultimo invio" in out, out
     assert "non inviate" not in out and "nel client" not in out and "prima della fine di --durata" not in err
 
 
