@@ -84,7 +84,12 @@ def llama():
         server.__exit__(None, None, None)
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
+    lunghe = getattr(config, "_carico_frasi_lunghe", [])  # see FRASE_MAX
+    if lunghe:
+        terminalreporter.section(f"carico: {len(lunghe)} sentences longer than {FRASE_MAX} characters (FAILED)")
+        for lunghezza, frase, test in lunghe[:40]:
+            terminalreporter.write_line(f"{lunghezza}: {frase}  [{test}]")
     if CIFRE:
         terminalreporter.section("carico: figures measured on the real server")
         for etichetta, cifra in CIFRE:
@@ -119,3 +124,100 @@ def pytest_collection_modifyitems(items):
         ordine += in_testa + list(itertools.islice(resto, max(0, misura - len(in_testa))))
         rimasti -= misura
     items[:] = ordine + list(resto)
+
+
+# What carico prints says little and sure: every sentence at most FRASE_MAX characters ##########
+# Each output a test reads through capsys or capfd (the fixture `carica` included) is kept, and at the end of
+# the session its sentences are measured; one longer than FRASE_MAX fails the session, the longest named
+# (DA_ACCORCIARE: those still to shorten).
+# A sentence: a stretch of one printed line up to '. ' (': ' and '; ' do not end one). Not sentences, so not
+# measured: the lab's own lines (the sheet's, pinned byte for byte by the golden tests), indented lines and
+# lines with a '|' or a run of three spaces (the rows of a table or of a figure: columns, not prose), the
+# picture's and the files' lines sent to stdout (SVG, markdown, JSON, CSV: lines opening with '<', '#', '{',
+# '[', '"' or holding two commas with no space after them), and lines that quote a server's log or --help's
+# argparse text ('usage:', 'srv ', 'main:'), which carico does not word. A path (the suite's are long temporary
+# ones) counts as one character: its length is the user's, not carico's wording.
+FRASE_MAX = 160
+# Sentences still to be shortened, each by the pattern its opening matches: the list only shrinks. A long
+# sentence that matches none fails the session, and so does an entry no long sentence matches any more.
+DA_ACCORCIARE = (
+    r"carico\.py: errore: --confronta: 'F' non ha prove intere", r"carico\.py: errore: --percentili sceglie",
+    r"carico\.py: errore: --turni e --\S+ si escludono", r"carico\.py: errore: opzione --(token|url): ",
+    r"carico\.py: errore: il server (su )?\S+ (non è pronto|non conta i token|richiede una chiave API)",
+    r"carico\.py: errore: opzioni non riconosciute: .* (è un'opzione|sono opzioni) di llama serve",
+    r"carico\.py: nota: \d+ richiest[ae] (su \d+ si|rifiutate con|sono fallite con)",
+    r"carico\.py: nota: (il server aveva già|il server ha preso dalla cache|il server non ha (dato|detto))",
+    r"carico\.py: nota: (le risposte del server non hanno|senza --stream il server)",
+    r"carico\.py: attenzione: il server sta già lavorando",
+    r"\d+ richiest[ae] su \d+ si (è fermata|sono fermate) prima di --token",
+    r"Di solito è il template di chat del server", r"Il buffer basta quando i prompt in volo insieme",
+    r"SLO \(", r"capacità (\(-np \d+\) )?sotto lo SLO", r"incerta: a [\d.]+ req/s", r"prefisso comune di \d+ token",
+    r"il server ha smesso di rispondere \(accertato",
+)
+USCITE = []  # (test, text) of every output read in this process
+LAB = ("server: ", "richieste=", "tempo totale ", "throughput aggregato ")
+
+
+def frasi_misurate(testo):
+    import re
+
+    for riga in testo.splitlines():
+        if (not riga.strip() or riga[:1].isspace() or riga.startswith(LAB) or "|" in riga or "   " in riga
+                or riga.lstrip("\x1b[0123456789;m")[:1] in "<#{[\"" or re.search(r",[^ ].*,[^ ]", riga)
+                or riga.startswith(("usage:", "srv ", "main:"))):
+            continue
+        for frase in re.sub(r"/[^\s'\"():,;]+/[^\s'\"():,;]+(/[^\s'\"():,;]*)+", "F", riga).split(". "):
+            yield frase
+
+
+@pytest.fixture(autouse=True)
+def uscite_lette(request, monkeypatch):
+    from _pytest.capture import CaptureFixture
+
+    vera = CaptureFixture.readouterr
+
+    def legge(self):
+        letto = vera(self)
+        USCITE.append((request.node.nodeid, f"{letto.out}\n{letto.err}"))
+        return letto
+    monkeypatch.setattr(CaptureFixture, "readouterr", legge)
+
+
+def frasi_lunghe(uscite):
+    """(length, sentence, test) of each sentence longer than FRASE_MAX that DA_ACCORCIARE does not list, the
+    longest first, each once; and (0, pattern, '') for each pattern of DA_ACCORCIARE that matched none."""
+    import re
+
+    viste, usati = {}, set()
+    for test, testo in uscite:
+        for frase in frasi_misurate(testo):
+            if len(frase) > FRASE_MAX:
+                noto = next((p for p in DA_ACCORCIARE if re.match(p, frase)), None)
+                usati.add(noto) if noto else viste.setdefault(frase, test)
+    return sorted(((len(f), f, t) for f, t in viste.items()), reverse=True), sorted(usati)
+
+
+def pytest_sessionfinish(session):
+    lunghe, usati = frasi_lunghe(USCITE)
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: the controller judges
+        session.config.workeroutput["frasi_lunghe"] = [lunghe, usati]
+        return
+    for nodo in getattr(session.config, "_carico_lavoratori", []):
+        lunghe += [tuple(x) for x in nodo[0]]
+        usati += nodo[1]
+    # The whole suite, run through: each entry of DA_ACCORCIARE must still be needed.
+    intera = not session.config.option.keyword and session.config.args in (
+        [], ["tests"], [os.path.join(os.path.dirname(QUI), "tests")])
+    if intera and session.testscollected > 500 and not session.testsfailed and not session.config.option.collectonly:
+        lunghe += [(0, f"DA_ACCORCIARE lists {p!r}, which no sentence needs any more: remove it", "")
+                   for p in DA_ACCORCIARE if p not in usati]
+    if lunghe:
+        session.config._carico_frasi_lunghe = sorted(set(lunghe), reverse=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    lista = node.config.__dict__.setdefault("_carico_lavoratori", [])
+    lista.append(getattr(node, "workeroutput", {}).get("frasi_lunghe", [[], []]))
+
