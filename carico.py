@@ -1169,7 +1169,7 @@ def note(prova: Prova, esatti: bool = False, cache_voluta: bool = False, convers
     breve = s.tempo_totale is not None and s.tempo_totale < 2 * prova.piano.intervallo
     tutti = s.picco is not None and s.picco == prova.info.n_slot  # every slot seen busy: nothing to underestimate
     if s.occupati_dai_tempi is None and prova.info.slots_disponibile and (breve or len(letti) < 2) and not tutti:
-        durata = (f"la prova è durata {s.tempo_totale:.2f} s, meno di due letture di /slots" if breve else
+        durata = (f"la prova è durata {s.tempo_totale:.2f} s, meno di due letture" if breve else
                   f"la prova ha avuto {quante(len(letti), 'lettura', 'letture')} di /slots")  # cut short: no duration
         testi.append(f"il picco di slot occupati può essere sottostimato: {durata} (--intervallo "
                      f"{prova.piano.intervallo:g}), senza i tempi del server")
