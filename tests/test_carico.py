@@ -82,17 +82,17 @@ def test_throughput_e_il_totale_dei_token_sul_tempo_totale(fake, carica):
 
 def test_picco_esatto_su_prove_brevi(fake, carica):
     """Runs of 0.2 s, shorter than one /slots reading: the peak of busy slots and of the queue come from
-    the server's timings, exact every time, 20 runs in a row, and no note says the peak may be low."""
+    the server's timings, exact every time, 10 runs in a row, and no note says the peak may be low."""
     server = fake(n_slot=2, s_per_token=0.008, metrics=True)
     durate = []
-    for _ in range(20):
+    for _ in range(10):
         rc, out, err = carica(server.url, "--token", "8")
         assert rc == 0, out + err
         assert valore(out, "picco slot occupati insieme") == "2", out
         assert re.search(r"picco richieste in coda \((requests_deferred|dai tempi del server)\)=2$", out, re.M), out
         durate.append(float(re.search(r"tempo totale ([\d.]+) s", out).group(1)))
         assert "sottostimato" not in err
-    assert sorted(durate)[10] < 0.5, durate  # most runs shorter than one reading of /slots (0.5 s)
+    assert sorted(durate)[5] < 0.5, durate  # most runs shorter than one reading of /slots (0.5 s)
 
 
 def test_senza_tempi_del_server_la_prova_breve_lo_dice(fake, carica):

@@ -425,19 +425,20 @@ def test_dataset_con_opzioni_che_non_vanno(fake, capsys, tmp_path, altri, messag
 # --capacita: the highest rate within the objective ############################################
 
 def test_capacita_trova_il_ritmo_che_il_fake_regge(fake, carica):
-    """The fake's capacity is known by construction: one slot, 2 tokens at 50 ms each and a short
-    prompt, about 0.106 s a request, 9.4 requests a second. With steady arrivals and a latency objective
-    of 0.5 s, the search lands within one step of it (the last rate that held and the first that did not
-    are within 20%). The search starts at 8 req/s, which holds: from 1 it would spend three more points of
-    2 s each doubling through rates that hold by far. Two sleeps a request, not ten of 10 ms: on a loaded
-    machine each sleep ends late by its own few ms, and ten of them made the fake hold 4 a second."""
-    server = fake(n_slot=1, s_per_token=0.05)
-    rc, out, err = carica(server.url, "--capacita", "--slo", "latenza=0.5", "--durata", "2", "--ritmo", "8",
+    """The fake's capacity is known by construction: one slot, 2 tokens at 25 ms each and a short
+    prompt, about 0.056 s a request, 18 requests a second. With steady arrivals and a latency objective
+    of 0.25 s, the search lands within one step of it (the last rate that held and the first that did not
+    are within 20%). The search starts at 16 req/s, which holds: from 1 it would spend four more points
+    doubling through rates that hold by far. Points of 1 s, about 16 requests each. Two sleeps a request, not
+    ten of 5 ms: on a loaded machine each sleep ends late by its own few ms, and ten of them made the fake
+    hold half its rate."""
+    server = fake(n_slot=1, s_per_token=0.025)
+    rc, out, err = carica(server.url, "--capacita", "--slo", "latenza=0.25", "--durata", "1", "--ritmo", "16",
                           "--token", "2", "--silenzioso")
     assert rc == 0, err
-    riga = next(r for r in out.splitlines() if r.startswith("capacità sotto lo SLO (latenza <= 0.5 s, per il 95%"))
+    riga = next(r for r in out.splitlines() if r.startswith("capacità sotto lo SLO (latenza <= 0.25 s, per il 95%"))
     tiene, cade = map(float, re.search(r"; fra ([\d.]+), che lo rispetta, e ([\d.]+), che no\)", riga).groups())
-    capacita = 1 / (2 * 0.05 + 0.006)
+    capacita = 1 / (2 * 0.025 + 0.006)
     assert cade / tiene <= 1.2 + 1e-9
     assert capacita / 1.45 <= tiene <= capacita * 1.2, (tiene, capacita)
     esiti = [r.split(" | ")[-1] for r in out.splitlines() if r.startswith("| ") and r.endswith((" regge |", " no |"))]

@@ -123,7 +123,7 @@ def test_sovraccarico_quando_gli_arrivi_superano_il_server(fake, carica):
     does not. Four sleeps of 25 ms a request, not twenty of 5: on a loaded machine each sleep ends late by
     its own few ms, and twenty of them made the fake slower than 4 a second."""
     server = fake(n_slot=1, s_per_token=0.025)
-    rc, out, err = carica(server.url, "--ritmo", "4,40", "--arrivi", "costanti", "--richieste", "12",
+    rc, out, err = carica(server.url, "--ritmo", "4,40", "--arrivi", "costanti", "--richieste", "8",
                           "--token", "4", "--spiega", "--blocchi", *VELOCE)
     assert rc == 0, out + err
     (frase,) = [r for r in out.splitlines() if "sovraccarico" in r and r.startswith("A ritmo=")]
@@ -137,13 +137,14 @@ def test_sovraccarico_quando_gli_arrivi_superano_il_server(fake, carica):
 def test_sovraccarico_tace_con_slot_liberi(fake, carica, tmp_path):
     """Eight free slots, answers longer than the gap between arrivals: over the send window fewer answers
     came back than requests left (the first test of the rule passes), but they were on their way, not
-    queued. No verdict. (The rule compares rates and waits: at half the times, the same run in half the wait.)"""
+    queued. No verdict. (The rule compares rates and waits: at a quarter of the times, the same run in a quarter
+    of the wait: answers still 2.4 gaps long.)"""
     server = fake(n_slot=8, n_ctx=8 * 512, s_per_token=0.01)
-    rc, out, err = carica(server.url, "--ritmo", "1,4", "--arrivi", "costanti", "--durata", "2", "--token", "60",
+    rc, out, err = carica(server.url, "--ritmo", "2,8", "--arrivi", "costanti", "--durata", "1", "--token", "30",
                           "--spiega", "--json", str(tmp_path / "r.json"), *VELOCE)
     assert rc == 0, out + err
     assert "sovraccarico" not in out
-    richieste = json.loads((tmp_path / "r.json").read_text())["prove"][1]["richieste"]  # ritmo=4
+    richieste = json.loads((tmp_path / "r.json").read_text())["prove"][1]["richieste"]  # ritmo=8
     inizi = sorted(r["inizio_s"] for r in richieste)
     completate = sum(inizi[0] < r["fine_s"] <= inizi[-1] for r in richieste)
     assert len(richieste) >= 6 and completate < 0.9 * (len(inizi) - 1), (len(richieste), completate)
