@@ -156,19 +156,19 @@ def test_timeout_vale_per_la_risposta_intera(fake, carica, stream):
 
 
 def test_ctrl_c_mentre_il_server_si_ferma(tmp_path):
-    """--avvia, a server that takes 3 s to stop: a Ctrl+C while it stops is not lost. The server is stopped
+    """--avvia, a server that takes 2 s to stop: a Ctrl+C while it stops is not lost. The server is stopped
     all the same, the next -np never starts, and the exit is 130."""
     porta = porta_libera()
     url = f"http://127.0.0.1:{porta}"
     proc = subprocess.Popen([sys.executable, CARICO, "--url", url, "--avvia",
-                             f"{sys.executable} {FAKE} serve --s-per-token 0.001 --lento-a-fermarsi 3", "--np", "1,2",
+                             f"{sys.executable} {FAKE} serve --s-per-token 0.001 --lento-a-fermarsi 2", "--np", "1,2",
                              "--token", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = ""
     while "token/s" not in out:  # the first server's run has ended (its line): it is being stopped
         riga = proc.stdout.readline()
         assert riga, proc.stderr.read()
         out += riga
-    time.sleep(0.5)
+    time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     resto, err = proc.communicate(timeout=30)
     out += resto

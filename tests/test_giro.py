@@ -180,9 +180,9 @@ def test_il_ritmo_inviato_sulla_durata_quando_il_tetto_resta_pieno(fake, carica)
     printed "inviate davvero 32.43 req/s" (2 requests in 5 s are 0.4 a second), and --spiega said that
     nobody waited while 56 of the schedule never left. The rate sent is over the duration; the unsent
     waited."""
-    server = fake(n_slot=2, s_per_token=0.02)
+    server = fake(n_slot=2, s_per_token=0.02)  # two busy slots: 30 ms a token, answers of 1.2 s outlast --durata
     rc, out, err = carica(server.url, "--ritmo", "20", "--arrivi", "costanti", "--parallele", "2", "--durata", "1",
-                          "--token", "100", "--spiega", "--silenzioso", "--intervallo", "0.1")
+                          "--token", "40", "--spiega", "--silenzioso", "--intervallo", "0.1")
     assert rc == 0, out + err
     m = re.search(r"in 1 s \(--durata\): inviate (\d+) richieste, \d+ con risposta\. (\d+) del programma non inviate", out)
     assert m, out

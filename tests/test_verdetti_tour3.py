@@ -92,26 +92,27 @@ def test_inviate_davvero_sulla_durata(fake, carica):
     over the first and last send. The rate sent is the requests over the duration they were scheduled in, in
     the line, the table and the JSON alike."""
     server = fake(n_slot=4, s_per_token=0.001)
-    rc, out, err = carica(server.url, "--ritmo", "8", "--seme", "2", "--durata", "1.5", "--token", "2", *VELOCE)
+    rc, out, err = carica(server.url, "--ritmo", "20", "--seme", "2", "--durata", "0.6", "--token", "2", *VELOCE)
     assert rc == 0, out + err
-    inviate = int(re.search(r"in 1\.5 s \(--durata\): inviate (\d+) richieste", out).group(1))
-    (riga,) = [r for r in out.splitlines() if r.startswith("ritmo chiesto 8 req/s")]
-    assert f"inviate davvero {inviate / 1.5:.2f} req/s" in riga, (inviate, riga)
-    previsti = list(itertools.takewhile(lambda t: t < 1.5, carico.orari(PianoOltre(ritmo=8, seme=2))))
-    assert f"nel programma {len(previsti) / 1.5:.2f}" in riga, riga  # the schedule's, over the same window
+    inviate = int(re.search(r"in 0\.6 s \(--durata\): inviate (\d+) richieste", out).group(1))
+    (riga,) = [r for r in out.splitlines() if r.startswith("ritmo chiesto 20 req/s")]
+    assert f"inviate davvero {inviate / 0.6:.2f} req/s" in riga, (inviate, riga)
+    previsti = list(itertools.takewhile(lambda t: t < 0.6, carico.orari(PianoOltre(ritmo=20, seme=2))))
+    assert f"nel programma {len(previsti) / 0.6:.2f}" in riga, riga  # the schedule's, over the same window
 
 
 @pytest.mark.parametrize("seme", [2, 4])
 def test_il_programma_si_scosta_sulla_durata(fake, carica, seme):
-    """The "si scosta dal chiesto" clause, now on the schedule over the duration: FIRE where its count over 1.5 s
-    strays by 5% or more from 8 a second (seed 2: 9 requests, 6.00), SILENT where it keeps it (seed 4: 12, 8.00)."""
-    previsti = list(itertools.takewhile(lambda t: t < 1.5, carico.orari(PianoOltre(ritmo=8, seme=seme))))
-    scosta = abs(len(previsti) / 1.5 / 8 - 1) >= 0.05
+    """The "si scosta dal chiesto" clause, now on the schedule over the duration: FIRE where its count over 0.6 s
+    strays by 5% or more from 20 a second (seed 2: 22 requests, 36.67), SILENT where it keeps it (seed 4: 12,
+    20.00)."""
+    previsti = list(itertools.takewhile(lambda t: t < 0.6, carico.orari(PianoOltre(ritmo=20, seme=seme))))
+    scosta = abs(len(previsti) / 0.6 / 20 - 1) >= 0.05
     assert scosta == (seme == 2), len(previsti)  # the case each seed stages
     server = fake(n_slot=4, s_per_token=0.001)
-    rc, out, err = carica(server.url, "--ritmo", "8", "--seme", str(seme), "--durata", "1.5", "--token", "2", *VELOCE)
+    rc, out, err = carica(server.url, "--ritmo", "20", "--seme", str(seme), "--durata", "0.6", "--token", "2", *VELOCE)
     assert rc == 0, out + err
-    (riga,) = [r for r in out.splitlines() if r.startswith("ritmo chiesto 8 req/s")]
+    (riga,) = [r for r in out.splitlines() if r.startswith("ritmo chiesto 20 req/s")]
     assert ("si scosta dal chiesto" in riga) == scosta, riga
 
 
