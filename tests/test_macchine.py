@@ -52,18 +52,18 @@ def test_il_comando_del_lab(fake, versione):
     assert all(h.get("Connection") == "close" for h in intestazioni)
 
 
-@pytest.mark.parametrize("flag", [("--stream", "--dettagli"), ("--parallele", "1,4", "--spiega", "--blocchi"), ("--json",)],
-                         ids=["stream", "griglia", "json"])
-def test_gli_extra_su_python_3_9(fake, tmp_path, flag):
+def test_gli_extra_su_python_3_9(fake, tmp_path):
+    """The extras together, in one run on 3.9 (each starts a Python): streams with their details, a sweep
+    explained, the JSON file."""
     server = fake(n_slot=2, s_per_token=0.002)
     json_file = tmp_path / "prova.json"
-    extra = (*flag, str(json_file)) if flag == ("--json",) else flag
-    rc, out, err = carico_con(interprete("3.9"), server.url, *VELOCE, "--richieste", "4", *extra)
+    rc, out, err = carico_con(interprete("3.9"), server.url, *VELOCE, "--richieste", "4", "--stream", "--dettagli",
+                              "--parallele", "1,4", "--spiega", "--json", str(json_file))
     assert rc == 0, err
     righe = [r for r in out.splitlines() if r.startswith("  req ")]
-    assert len(righe) == 4 * (2 if "1,4" in flag else 1) and all(" 32 token  (" in r for r in righe), out
-    if flag == ("--json",):
-        assert len(json.loads(json_file.read_text())["prove"][0]["richieste"]) == 4
+    assert len(righe) == 8 and all(" 32 token  (" in r for r in righe), out
+    assert "primo token" in out and "Curva: " in out, out
+    assert [len(p["richieste"]) for p in json.loads(json_file.read_text())["prove"]] == [4, 4]
 
 
 def test_un_errore_di_carico_non_e_del_server(fake, monkeypatch):
@@ -98,10 +98,9 @@ def sostituto(tmp_path, segnale):
     ("SEGV", "(ucciso da SIGSEGV). Il server è andato in crash; se accade all'avvio, forse è compilato per un'altra CPU: "
              "ricompilalo portabile (cmake -DGGML_NATIVE=OFF)"),
     ("KILL", "(ucciso da SIGKILL). Spesso è il sistema, senza più memoria (guarda dmesg)")])
-def test_avvia_un_server_ucciso_da_un_segnale(tmp_path, segnale, parole):
-    url = f"http://127.0.0.1:{porta_libera()}"
-    rc, out, err = carico_con(sys.executable, url, "--avvia", f"{sostituto(tmp_path, segnale)} -m m.gguf")
-    assert rc == 1, err
+def test_avvia_un_server_ucciso_da_un_segnale(carica, tmp_path, segnale, parole):
+    rc, out, err = carica(f"http://127.0.0.1:{porta_libera()}", "--avvia", f"{sostituto(tmp_path, segnale)} -m m.gguf")
+    assert rc == 1 and "Traceback" not in err, err
     assert f"carico.py: errore: il server si è fermato durante l'avvio {parole}; ultime righe del suo log:" in err
     assert "warming up the model" in err
     assert "sta caricando il modello" not in err  # it never listened: it was starting, not loading (a 503)
