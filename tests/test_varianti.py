@@ -305,16 +305,16 @@ def test_seconda_prova_a_turni_dice_la_cache_della_prima(fake, carica):
 
 # Item 4: the RAM question is the sheet's, whatever --np list the session ran #################
 
-@pytest.mark.parametrize("np", ["1", "2,4kv"])
-def test_la_domanda_della_ram_per_il_server_del_foglio(capsys, np):
-    """With --np 1 (or 2,4kv) the answer is still -np 4 -c 16384, and the same with --kv-unified: the
-    question's setup, not the session's server restarted at a larger -c."""
+def test_la_domanda_della_ram_per_il_server_del_foglio(capsys):
+    """With --np 2,4kv (servers other than the question's, one of them --kv-unified) the answer is still -np 4
+    -c 16384, and the same with --kv-unified: the question's setup, not the session's servers restarted at a
+    larger -c."""
     import sys
 
     from aiuti import FAKE, porta_libera
 
     url = f"http://127.0.0.1:{porta_libera()}"
-    rc = carico.main(["--url", url, "--avvia", f"{sys.executable} {FAKE} serve -c 2048 --s-per-token 0.001", "--np", np,
+    rc = carico.main(["--url", url, "--avvia", f"{sys.executable} {FAKE} serve -c 2048 --s-per-token 0.001", "--np", "2,4kv",
                       "--richieste", "2", "--token", "2", "--spiega", *VELOCE])
     out, err = capsys.readouterr()
     assert rc == 0, err
