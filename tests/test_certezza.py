@@ -231,7 +231,7 @@ def test_capacita_non_dice_no_al_sovraccarico_con_troppe_poche_risposte():
 def test_griglia_a_lotti_senza_sovraccarico(fake, carica):
     """Issue 23 item 2 on the fake: --parallele 2,8 --richieste 8 on one slot: requests wait, but they
     were submitted at once: no arrival rate, no overload."""
-    server = fake(n_slot=1, s_per_token=0.004)
+    server = fake(n_slot=1, s_per_token=0.002)
     rc, out, err = carica(server.url, "--parallele", "2,8", "--richieste", "8", "--token", "16", "--spiega", *VELOCE)
     assert rc == 0, out + err
     assert "sovraccarico" not in out and "arrivavano" not in out

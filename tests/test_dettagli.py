@@ -266,7 +266,7 @@ def test_server_che_usa_la_cache_lo_stesso(fake, carica, tmp_path):
 # The live line ##################################################################################
 
 def test_riga_dal_vivo_su_un_terminale(fake, capsys, monkeypatch):
-    server = fake(n_slot=2, s_per_token=0.01)
+    server = fake(n_slot=2, s_per_token=0.005)  # 4 rounds of 0.15 s: a dozen live lines at --intervallo 0.05
     # A quiet machine, after the run as before: on a busy one a note on it follows the cleared line.
     monkeypatch.setattr(carico, "osserva_macchina", lambda: carico.Macchina(2, 0.1, 0.01))
     madre, figlia = os.openpty()
@@ -294,7 +294,7 @@ def test_riga_dal_vivo_su_un_terminale(fake, capsys, monkeypatch):
 
 def test_riga_dal_vivo_mai_in_una_pipe_ne_con_silenzioso(fake, carica, capsys, monkeypatch):
     """In-process: the live line asks only sys.stderr.isatty(), which a pipe and capsys answer alike."""
-    server = fake(n_slot=2, s_per_token=0.005)
+    server = fake(n_slot=2, s_per_token=0.002)
     rc, _, err = carica(server.url, *VELOCE)
     assert rc == 0 and "\r" not in err and "slot occupati" not in err
     madre, figlia = os.openpty()

@@ -283,7 +283,7 @@ def test_spiega_dalle_cifre(fake, carica, monkeypatch):
     assert "Ogni slot aveva 2048 token di contesto" in testo
     assert "La macchina era tranquilla prima della prova (2 core, carico medio 0.1" in testo
 
-    server4 = fake(n_slot=4, s_per_token=0.006)
+    server4 = fake(n_slot=4, s_per_token=0.002)
     rc, out4, _ = carica(server4.url, "--spiega", *VELOCE)
     testo4 = out4[out4.index("Sono partite"):]
     assert "su 4 slot: al massimo 4 servite" in testo4

@@ -46,13 +46,13 @@ def test_in_ritardo_oltre_la_durata_non_e_il_tetto(fake, carica, monkeypatch, tm
     def con_uno_stallo(piano_oltre):
         for i, t in enumerate(originale(piano_oltre)):
             if i == 3:
-                time.sleep(1.1)  # before request 3 (planned at 0.3 s): it wakes past the 1 s of --durata
+                time.sleep(0.6)  # before request 3 (planned at 0.15 s): it wakes past the 0.5 s of --durata
             yield t
 
     monkeypatch.setattr(carico, "orari", con_uno_stallo)
     server = fake(n_slot=4, s_per_token=0.001)
     risultati = tmp_path / "r.json"
-    rc, out, err = carica(server.url, "--ritmo", "10", "--arrivi", "costanti", "--parallele", "8", "--durata", "1",
+    rc, out, err = carica(server.url, "--ritmo", "20", "--arrivi", "costanti", "--parallele", "8", "--durata", "0.5",
                           "--token", "4", "--json", str(risultati))
     assert rc == 0, out + err
     assert "7 del programma non inviate (carico.py era in ritardo sul programma oltre la fine di --durata)" in out
@@ -60,4 +60,4 @@ def test_in_ritardo_oltre_la_durata_non_e_il_tetto(fake, carica, monkeypatch, tm
     assert "7 richieste del programma non sono partite prima della fine di --durata" in err
     invii = carico.json.loads(risultati.read_text())["prove"][0]["invii"]
     assert (invii["non_inviate_in_ritardo"], invii["non_inviate_dal_tetto"], invii["inviate"]) == (7, 0, 3)
-    assert "nel programma 10.00" in out  # the schedule's rate counts the ones not sent
+    assert "nel programma 20.00" in out  # the schedule's rate counts the ones not sent

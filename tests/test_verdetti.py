@@ -217,7 +217,7 @@ def test_little_coincide_senza_ritardi_e_tace_senza_metrics(fake, carica):
     (frase,) = [r for r in out.splitlines() if r.startswith("Legge di Little")]
     assert re.search(r"Coincidono, entro il rumore delle letture \([+-]\d\.\d\d ±\d\.\d\d al 95% su \d+ letture: meno di una richiesta\)\.$",
                      frase), frase
-    senza = fake(n_slot=4, n_ctx=4 * 512, s_per_token=0.008)
+    senza = fake(n_slot=4, n_ctx=4 * 512, s_per_token=0.002)
     rc, out, err = carica(senza.url, "--richieste", "8", "--token", "20", "--spiega", *VELOCE)
     assert rc == 0 and "Little" not in out  # without the server's own count, the law would check itself
 

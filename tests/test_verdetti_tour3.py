@@ -348,7 +348,7 @@ def test_nessuno_sguardo_dopo_una_richiesta_fallita(fake, carica, monkeypatch, t
     after the run would blame another load for it. SILENT after a failed request; FIRE on a whole run."""
     viste = iter([carico.Macchina(2, 0.1, 0.01)] + [carico.Macchina(2, 1.9, 0.9)] * 5)  # quiet before, busy after
     monkeypatch.setattr(carico, "osserva_macchina", lambda *durata: next(viste))
-    server = fake(n_slot=1, s_per_token=0.02)
+    server = fake(n_slot=1, s_per_token=0.005 if detto else 0.02)  # 0.64 s answers, for the 0.3 s --timeout
     rc, out, err = carica(server.url, "--richieste", "2", "--token", "32", "--timeout", timeout, *VELOCE)
     assert (rc == 0) == detto, out + err
     assert ("subito dopo la prova la macchina era occupata" in err) == detto, err
