@@ -319,7 +319,7 @@ def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
     assert "anche dal server stesso" not in err and "Il server ne contava " not in out, out + err
     def un_altro_client():
         richiesta = urllib.request.Request(server.url + "/v1/chat/completions", json.dumps(
-            {"messages": [{"role": "user", "content": "x"}], "max_tokens": 400}).encode(),
+            {"messages": [{"role": "user", "content": "x"}], "max_tokens": 250}).encode(),
             {"Content-Type": "application/json"})
         try:
             urllib.request.urlopen(richiesta, timeout=30).read()
@@ -347,7 +347,7 @@ def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
             "occupati insieme, coda, attesa in coda) conta solo le richieste di questa prova") in err, err
     frase = re.search(r"Il server aveva già altre richieste prima della prova, invisibili nei suoi tempi\. Dall'invio "
                       r"allo slot la più lenta, la req \d, ha aspettato ([\d.]+) s su [\d.]+ s di latenza", out)
-    assert frase and float(frase.group(1)) > 0.2, out  # behind the foreign request's 0.8 s, not this run's own queue
+    assert frase and float(frase.group(1)) > 0.2, out  # behind the foreign requests' 0.5 s each, not this run's own queue
     assert "la più sfortunata" not in out, out
     assert "Il server ne contava " in out and "di una prova interrotta" in out, out  # Little's law
     attendi_un_altro_client()
@@ -360,7 +360,7 @@ def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
 
 def test_un_server_che_prende_la_connessione_e_tace():
     """The tour: a port that accepts connections and never answers gave 10 s of silence, then the error. After
-    2 s it says it is waiting, and for how long; then the same clear error (here after 3 s)."""
+    2 s it says it is waiting, and for how long; then the same clear error (here after 2.5 s)."""
     import io
 
     ascolto = socket.socket()
@@ -368,12 +368,12 @@ def test_un_server_che_prende_la_connessione_e_tace():
     ascolto.listen(4)  # never accepted: the kernel takes the connection, nobody answers
     stderr = io.StringIO()
     try:
-        client = carico.Client(f"http://127.0.0.1:{ascolto.getsockname()[1]}", timeout_info=3.0)
-        with pytest.raises(carico.ErroreUtente, match="nessuna risposta entro 3 s"):
+        client = carico.Client(f"http://127.0.0.1:{ascolto.getsockname()[1]}", timeout_info=2.5)
+        with pytest.raises(carico.ErroreUtente, match="nessuna risposta entro 2.5 s"):
             carico.aspetta_pronto(client, 60, stderr)
     finally:
         ascolto.close()
-    assert stderr.getvalue() == f"il server {client.base} non risponde ancora: attendo fino a 3 s...\n"
+    assert stderr.getvalue() == f"il server {client.base} non risponde ancora: attendo fino a 2.5 s...\n"
 
 
 def test_ctrl_c_mentre_si_avviano_i_lavoratori():
