@@ -4,6 +4,10 @@ import sys
 
 import pytest
 
+# Each xdist worker imports every test module, whose asserts pytest rewrites: 2-3 s of CPU a worker, every run, where
+# PYTHONDONTWRITEBYTECODE forbids their cache. The suite keeps it anyway (in __pycache__ folders, git-ignored).
+sys.dont_write_bytecode = False
+
 QUI = os.path.dirname(os.path.abspath(__file__))
 for percorso in (os.path.dirname(QUI), QUI):
     if percorso not in sys.path:
@@ -100,14 +104,16 @@ def pytest_terminal_summary(terminalreporter, config):
 # and the others steal from the tail of the longest queue. The longest tests head the blocks, so that each starts
 # at once: placed together they would run one after the other on the first worker and outlast the rest of the
 # suite. Each lane below heads its own block and runs in order. The tests that time the client's sends (the two
-# of --ritmo, 4 s at 50 a second, and --capacita) share one lane, one after the other, so as not to take the
+# of --ritmo, 2 s at 20 a second, and --capacita) share one lane, one after the other, so as not to take the
 # cores from each other; the 1000-request test, which keeps a core busy, runs beside --capacita, which mostly
-# waits. Measured with --durations.
+# waits; the --avvia sweeps, which mostly wait for servers to start and stop, head the fifth. Measured with
+# --durations.
 CORSIE = (("test_capacita_trova_il_ritmo_che_il_fake_regge", "test_ritmo_poisson_seminato_segue_il_programma",
            "test_ritmo_costante_sul_tempo_del_server"),
           ("test_grande_carico_memoria_limitata_e_campionamento_regolare", "test_picco_esatto_su_prove_brevi"),
           ("test_sovraccarico_tace_con_slot_liberi", "test_sovraccarico_quando_gli_arrivi_superano_il_server"),
-          ("test_griglia_parallele_tabella_curva_e_spiega",))
+          ("test_griglia_parallele_tabella_curva_e_spiega", "test_ctrl_c_mentre_il_server_si_ferma"),
+          ("test_avvia_tutto_il_lab", "test_capacita_su_ogni_server_avviato_parte_dal_primo_prompt"))
 CORSIA_DI = {nome: (corsia, posto) for corsia, nomi in enumerate(CORSIE) for posto, nome in enumerate(nomi)}
 
 
