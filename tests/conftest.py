@@ -100,7 +100,7 @@ def pytest_terminal_summary(terminalreporter, config):
             terminalreporter.write_line(f"{etichetta}: {cifra}")
 
 
-# The fast suite runs five at a time with work stealing: xdist hands each worker one block of consecutive tests
+# The fast suite runs eight at a time with work stealing: xdist hands each worker one block of consecutive tests
 # and the others steal from the tail of the longest queue. The longest tests head the blocks, so that each starts
 # at once: placed together they would run one after the other on the first worker and outlast the rest of the
 # suite. Each lane below heads its own block and runs in order. The tests that time the client's sends (the two
