@@ -3394,11 +3394,10 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
     return dati
 
 
-# vLLM's `bench serve` names each figure `<mean|median|std|pNN>_<ttft|tpot|itl|e2el>_ms`; the same
-# statistics here (population std, percentiles by linear interpolation as numpy's), so that a script
-# for vLLM's results reads carico's. Unlike vLLM, on purpose: TTFT and ITL count chunks with text
-# (--stream); total_input_tokens is usage.prompt_tokens (chat template in; vLLM sums its prompts'
-# lengths); a figure nobody measured is None, not 0 (TTFT, TPOT and ITL need --stream).
+# vLLM's `bench serve` names, `<mean|median|std|pNN>_<ttft|tpot|itl|e2el>_ms`, with its statistics
+# (population std, numpy's percentiles), so a script for vLLM reads carico's. Unlike vLLM, on purpose:
+# TTFT and ITL count chunks with text; total_input_tokens is usage.prompt_tokens (chat template in);
+# a figure nobody measured (no --stream) is None, not 0.
 FIGURE_VLLM = {"ttft": "primo token", "tpot": "TPOT", "itl": "ITL", "e2el": "latenza"}
 
 
@@ -3447,28 +3446,31 @@ def righe_dettagli(prova: Prova, percentili: Optional[Sequence[int]] = None) -> 
     return righe
 
 
+def scritti_slo(slo: Dict[str, float]) -> str:
+    return ", ".join(f"{CHIAVI_SLO[k]} <= {v:g} s" for k, v in slo.items())
+
+
 def riga_slo(prova: Prova, slo: Dict[str, float]) -> str:
     rispettate, quota, al_s, token_s, dal_previsto = goodput(prova, slo)
-    obiettivi = ", ".join(f"{CHIAVI_SLO[k]} <= {v:g} s" for k, v in slo.items())
-    return (f"SLO ({obiettivi}): rispettati da {quante(rispettate, 'richiesta', 'richieste')} su {len(prova.esecuzione.risultati)} "
+    return (f"SLO ({scritti_slo(slo)}): rispettati da {quante(rispettate, 'richiesta', 'richieste')} su {len(prova.esecuzione.risultati)} "
             f"({fmt(quota, '.0%')}); goodput {fmt(al_s, '.2f req/s')}, {fmt(token_s, '.1f token/s')}"
             + ("; latenza e primo token contati dall'orario previsto, perché il ritmo non è stato tenuto"
                if dal_previsto else ""))
 
 
 def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], Optional[float], Optional[float], bool]:
-    """The requests meeting every objective, their share, the goodput (their requests and tokens a
-    second) as vLLM and aiperf define it. Schedule not kept: timed from the planned send (last)."""
+    """Those meeting every objective, their share, the goodput (req/s, token/s) as vLLM and aiperf define
+    it; whether timed from the planned send (the schedule not kept)."""
     o = oltre(prova.piano)
     dal_previsto = bool(o.ritmo or o.traccia) and not ritmo_tenuto(prova)
     ritardo = lambda r: latenza_dal_previsto(r) - r.latenza if dal_previsto else 0.0  # noqa: E731
     misura = {"latenza": lambda r: r.latenza + ritardo(r),
               "ttft": lambda r: None if oltre(r).primo_token is None else oltre(r).primo_token + ritardo(r),
               "tpot": lambda r: 0.0 if r.token == 1 else tpot(r)}
-    e, totale = prova.esecuzione, prova.riepilogo.tempo_totale
-    buone = [r for r in e.risultati if r.riuscita and all(
+    risultati, totale = prova.esecuzione.risultati, prova.riepilogo.tempo_totale
+    buone = [r for r in risultati if r.riuscita and all(
         (valore := misura[k](r)) is not None and valore <= v for k, v in slo.items())]
-    quota = len(buone) / len(e.risultati) if e.risultati else None
+    quota = len(buone) / len(risultati) if risultati else None
     token = [r.token for r in buone]
     al_s = len(buone) / totale if totale else None
     token_s = sum(token) / totale if totale and None not in token else None
@@ -3496,10 +3498,8 @@ def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
 # The live line: the run seen while it lasts, on a terminal #####################################
 
 class Diretta:
-    """One line on stderr, rewritten at each /slots reading while a run lasts, only on a terminal:
-    requests done, busy slots, queue, tokens generated, speed, time. It uses the sampler's own
-    readings (no extra request) and is cleared at the end, so stdout and the lab's lines stay as
-    they are."""
+    """One line on a terminal's stderr, rewritten at each of the sampler's /slots readings (no request
+    of its own), cleared at the end: stdout and the lab's lines stay as they are."""
 
     def __init__(self, stderr, n_slot: Optional[int], sentinella: Optional[Sentinella] = None):
         self.stderr, self.n_slot, self.sentinella = stderr, n_slot, sentinella
@@ -3508,7 +3508,7 @@ class Diretta:
         self._generati = 0  # the tokens shown last
 
     def seguendo(self, futuri: list, piano: Piano):
-        """Follow the run whose requests go into `futuri`; returns what the sampler calls with each reading."""
+        """What the sampler calls with each reading of the run whose requests go into `futuri`."""
         self._futuri, self._piano = futuri, piano
         return self.aggiorna
 
@@ -3547,7 +3547,7 @@ class Diretta:
 
 
 def token_in_corso(dati) -> int:
-    """Tokens generated so far by the requests in the busy slots, from /slots' next_token[0].n_decoded."""
+    """Tokens generated so far in the busy slots: /slots' next_token[0].n_decoded."""
     prossimi = [slot.get("next_token") for slot in lista_slot(dati) or [] if slot.get("is_processing")]
     return sum(numero(p[0].get("n_decoded"), int) or 0 for p in prossimi
                if isinstance(p, list) and p and isinstance(p[0], dict))
@@ -3556,29 +3556,27 @@ def token_in_corso(dati) -> int:
 # --ripeti and --tabella: the same load again, and the deliverable's table ######################
 
 def tabella_md(testa: List[str], righe: List[List[str]]) -> List[str]:
-    """A Markdown table, as every table of carico prints it: the header, its rule, a line per row of cells."""
+    """A Markdown table, as every table of carico prints it."""
     linee = [f"| {' | '.join(celle)} |" for celle in [testa, *righe]]
     return [linee[0], "|" + "---|" * len(testa), *linee[1:]]
 
 
 def in_colonne(celle: Sequence[str], larghezze: Sequence[int], tra: str = "") -> str:
-    """A line of an aligned text table, two spaces in: each cell right-aligned in its width (left-aligned
-    where the width is negative), `tra` between cells; the cells past the widths as they are."""
+    """A line of a text table, two spaces in; a negative width aligns left; cells past the widths as they are."""
     allineate = [f"{c:>{n}}" if n >= 0 else f"{c:<{-n}}" for c, n in zip(celle, larghezze)]
     return "  " + tra.join(allineate + list(celle[len(larghezze):]))
 
 
 def riga_breve(prova: Prova, ripetizione: int, ripeti: int) -> str:
-    """A run of a sweep in one line, after the line that names its point."""
+    """A run of a sweep in one line."""
     s, quale = prova.riepilogo, f"prova {ripetizione} di {ripeti}: " if ripeti > 1 else ""
     return (f"{quale}{quante(prova.esecuzione.n_richieste, 'richiesta', 'richieste')} in {fmt(s.tempo_totale, '.2f s')}, "
             f"latenza media {fmt(s.latenza_media, '.2f s')}, {fmt(s.throughput, '.1f token/s')}")
 
 
 def righe_ripetute(prove: List[Prova]) -> List[str]:
-    """--ripeti: one line per figure, the mean over the runs with its 95% confidence interval (Student's t:
-    the lab's "repeat and average", with the noise measured), the spread, min-max (a run cut short is left
-    out). "latenza max" is the mean of the runs' maxima, as in the table's mean row: said in the line."""
+    """--ripeti: per figure the mean of the whole runs with its 95% interval (the lab's "repeat and average",
+    the noise measured), the spread, min-max; "latenza max" the mean of the maxima, as the table's."""
     cifre = (("latenza media", "s", "latenza_media"), ("latenza max (media dei massimi)", "s", "latenza_max"),
              ("throughput aggregato", "token/s", "throughput"))
     intere, escluse = [p for p in prove if not p.esecuzione.interruzione], anomale(prove)
@@ -3601,16 +3599,14 @@ INTERROTTA = " (interrotta)"  # beside a run cut short, in every table: its figu
 
 
 def etichetta_np(prova: Prova) -> Optional[str]:
-    """A run's np as the tables and files label it: -np as --avvia started its server (`4 kv`, `auto`), else
-    the slots the server said it has."""
+    """A run's np as tables and files label it: as --avvia started it (`4 kv`, `auto`), else the slots."""
     if prova.configurazione is not None:
         return prova.configurazione.etichetta
     return None if prova.info.n_slot is None else str(prova.info.n_slot)
 
 
 def riga_tabella(punto: Punto, dopo_np: str) -> List[str]:
-    """A row of the deliverable's table: the server of `punto` (and `dopo_np` beside its np), then the figures
-    (of one run, or the mean of its runs); with --avvia, the KV cache it allocated."""
+    """A row of the deliverable's table: np (`dopo_np` beside it), one run's figures or its runs' mean."""
     prova = punto.prove[0]
     c = prova.configurazione
     np = fmt(etichetta_np(prova), "s")
@@ -3620,14 +3616,14 @@ def riga_tabella(punto: Punto, dopo_np: str) -> List[str]:
 
 
 def con_tagliate(punto: Punto) -> str:
-    """Beside a point's throughput in the tables: how many of its answers the slot's context cut."""
+    """Beside a point's throughput: how many of its answers the slot's context cut."""
     n = sum(len(tagliate_dal_contesto(p)) for p in punto.intere)
     return f" ({n} tagliate dal contesto)" if n else ""
 
 
 def tabella_consegnato(prove: List[Prova]) -> List[str]:
-    """The deliverable's table: a row per run, and after the runs of one point their mean (the lab's "repeat
-    and average"); with --avvia, after n_ctx_slot, the KV cache that the server's log says it allocated."""
+    """The deliverable's table: a row per run, then each point's mean; with --avvia, the log's KV cache."""
+
     kv = ["KV MiB"] if any(p.configurazione for p in prove) else []
     righe = []
     for punto in punti_di(prove):
@@ -3640,9 +3636,8 @@ def tabella_consegnato(prove: List[Prova]) -> List[str]:
 
 
 # Sweeps: lists of values, the table, the capacity curve #######################################
-# `--parallele 1,2,4`, `--token 32,128`, `--ritmo 0.5,1,2` (and with --avvia, `--np 1,2,4`): one run
-# per combination (and --ripeti runs of each), then one table whose columns name what varied, and
-# the capacity curve: aggregate throughput against latency, one point per value.
+# `--parallele 1,2,4`, `--token 32,128`, `--ritmo 0.5,1,2`, `--np 1,2,4`: a run per combination (and
+# --ripeti of each), one table, and the curve of aggregate throughput against latency.
 
 MAX_PUNTI = 100  # a grid larger than this needs --forza
 VARIABILI = ("parallele", "token", "ritmo", "prompt", "prefisso")  # the flags that take a list, in the order they nest
@@ -3654,9 +3649,8 @@ PASSO_MINIMO = 1.1  # a load that grew by less than 10% is the same load, not a 
 def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo: Optional[List[float]],
             seme: Optional[int], prompt: Optional[List[Tuple[int, int]]] = None,
             prefisso: Optional[List[int]] = None) -> List[Piano]:
-    """One plan per combination of the listed values, the last flag varying fastest. --parallele is 4
-    by default; with --ritmo it is only a cap, TETTO_RITMO unless given. A Poisson schedule without
-    --seme gets a seed drawn here, which is printed and saved so that the run can be repeated."""
+    """A plan per combination, the last flag fastest; with --ritmo, --parallele is a cap. Poisson arrivals
+    without --seme get a seed drawn here, printed and saved so that the run can be repeated."""
     if ritmo is not None and seme is None and base.oltre.arrivi == "poisson":
         import random
 
@@ -3669,13 +3663,12 @@ def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo
 
 
 def valore_di(chiave: str, piano: Piano, configurazione: Optional[Configurazione] = None) -> str:
-    """A point's value of what varied, as the tables print it: np, parallele, token or ritmo."""
+    """A point's value of what varied, as the tables print it."""
     return configurazione.etichetta if chiave == "np" else fmt(valore_numerico(chiave, piano), "g")
 
 
 def valore_numerico(chiave: str, piano: Piano):
-    """A plan's value of a flag that takes a list: parallele, token, ritmo, prompt (--prompt-token: a list is
-    of single lengths) or prefisso."""
+    """A plan's value of a flag that takes a list (--prompt-token's: of single lengths)."""
     piano_oltre = oltre(piano)
     return {"parallele": piano.parallele, "token": piano.max_token, "ritmo": piano_oltre.ritmo,
             "prompt": piano_oltre.prompt_token and piano_oltre.prompt_token[0], "prefisso": piano_oltre.prefisso}[chiave]
@@ -3687,13 +3680,12 @@ def variate(piani: List[Piano]) -> List[str]:
 
 
 def chiavi_griglia(sessione: Sessione) -> List[str]:
-    """What varied in the session: 'np' when --avvia started several servers, then the listed flags."""
+    """What varied: 'np' when --avvia started several servers, then the listed flags."""
     return (["np"] if len(sessione.opzioni.oltre.np or []) > 1 else []) + variate(sessione.piani)
 
 
 class Punto:
-    """One point of a sweep: the runs of one load on one server (--ripeti of them), combined. A
-    point is compared with other points, never with its own repeats."""
+    """One point of a sweep: the runs (--ripeti) of one load on one server, combined."""
 
     def __init__(self, prove: List[Prova]):
         self.prove = prove
@@ -3702,8 +3694,8 @@ class Punto:
 
     @property
     def intere(self) -> List[Prova]:
-        """Its runs that were not cut short nor left out by `anomale`: the ones its figures are made of. Worked
-        out once, on first use: each run's summary is computed anew each time it is asked for."""
+        """The runs its figures are made of: not cut short, nor left out by `anomale`. Once: each run's
+        summary is computed anew each time it is asked for."""
         if self._intere is None:
             escluse = [id(p) for p, _ in anomale(self.prove)] if len(self.prove) > 1 else []
             self._intere = [p for p in self.prove if not p.esecuzione.interruzione and id(p) not in escluse] or self.prove
@@ -3717,7 +3709,7 @@ class Punto:
         return [v for v in (prendi(p) for p in self.intere) if v is not None]
 
     def cifre(self, campo: str) -> List[float]:
-        """Its runs' values of one figure of their summary (Riepilogo), the runs without it left out."""
+        """Its runs' values of one field of their Riepilogo, where they have it."""
         return self.valori(lambda p: getattr(self._riepiloghi.get(id(p)) or self._riepiloghi.setdefault(
             id(p), p.riepilogo), campo))
 
@@ -3735,7 +3727,7 @@ class Punto:
 
     @property
     def latenza_max(self) -> Optional[float]:
-        """The mean of its runs' maxima: one meaning of "latenza max" in every line (--ripeti's summary too)."""
+        """The mean of its runs' maxima: "latenza max" in every line."""
         return media(self.cifre("latenza_max"))
 
     @property
@@ -3748,19 +3740,18 @@ class Punto:
 
     @property
     def velocita_slot(self) -> Optional[float]:
-        """The mean speed of a request in its own slot (t/s), as --spiega says it (velocita_media_slot)."""
+        """A request's mean speed in its own slot (t/s)."""
         return velocita_media_slot(self.riuscite)
 
     @property
     def velocita_prompt(self) -> Optional[float]:
-        """The mean speed of the server on a request's prompt (t/s): the tokens it computed (prompt_tokens
-        less cache_n) over prompt_ms, the server's own prompt_per_second."""
+        """The server's mean speed on a prompt (t/s): tokens computed (not cached) over prompt_ms."""
         return media([(r.token_prompt - (r.token_cache or 0)) / (r.prompt_ms / 1000) for r in self.riuscite
                       if r.token_prompt is not None and r.prompt_ms])
 
     @property
     def figure(self) -> Dict[str, List[float]]:
-        """The --dettagli figures over every request of the point's runs, in seconds."""
+        """The --dettagli figures (s) over all its requests."""
         insieme: Dict[str, List[float]] = {}
         for q in self.intere:
             for nome, valori in valori_figure(q).items():
@@ -3769,17 +3760,15 @@ class Punto:
 
     @property
     def attesa_media(self) -> Optional[float]:
-        """The mean wait for a slot (every slot busy) before one took a request, from the server's times."""
+        """The mean wait for a slot with every slot busy, from the server's times."""
         return media([a for p in self.intere for a in attese_a_slot_pieni(p.esecuzione.riuscite, p.info.n_slot).values()])
 
     @property
     def inviate_davvero(self) -> Optional[float]:
-        """The requests it really sent per second (the mean over its runs)."""
         return media(self.valori(invii_al_secondo))
 
     def carico(self, asse: str) -> Optional[float]:
-        """The load this point put on the server: the requests really in flight together
-        (--parallele beyond --richieste adds none), or the requests really sent per second."""
+        """The load it put on the server: requests really in flight together, or really sent a second."""
         piano = self.prove[0].piano
         if asse == "parallele":
             return min(piano.parallele, piano.richieste) if piano.richieste else piano.parallele
@@ -3789,10 +3778,9 @@ class Punto:
 
 
 def anomale(prove: List[Prova]) -> List[Tuple[Prova, float]]:
-    """--ripeti: each whole run whose throughput is under half the median of its siblings' (the point's other
-    whole runs), with that median: something slowed it that the others did not meet (a load beside the server).
-    Left out of the point's figures, and said with its evidence (righe_ripetute). Only with two siblings or
-    more: of two runs apart, either may be the odd one."""
+    """--ripeti: each whole run, with the median, whose throughput is under half the median of the point's
+    other whole runs' (something slowed it: a load beside the server). Left out of the figures, and said.
+    Only with two others or more: of two runs apart, either may be the odd one."""
     import statistics
 
     valori = [(p, p.riepilogo.throughput) for p in prove if not p.esecuzione.interruzione]
@@ -3803,8 +3791,8 @@ def anomale(prove: List[Prova]) -> List[Tuple[Prova, float]]:
 
 
 def frase_esclusa(prove: List[Prova], prova: Prova, mediana: float) -> str:
-    """Why a run of `anomale` is out of the mean: its throughput against its siblings', then the evidence: its
-    mean speed in a slot against theirs (not its spread: a quiet run's speeds differ too), the machine after it."""
+    """Why a run of `anomale` is out: its throughput, its mean speed in a slot against the others' (not its
+    spread: a quiet run's speeds differ too), the machine after it."""
     altre = [r for q in prove if q is not prova and not q.esecuzione.interruzione for r in q.esecuzione.riuscite]
     dopo = prova.macchina_dopo
     macchina = ("" if dopo is None else f"; subito dopo CPU al {dopo.cpu_occupata:.0%}" if dopo.cpu_occupata is not None
@@ -3822,19 +3810,17 @@ def dispersione(valori: List[float]) -> float:
 
 
 def t_critico(gl: float) -> float:
-    """Student's two-sided 95% t for `gl` degrees of freedom, from T_CRITICO (the next lower row)."""
+    """Student's two-sided 95% t for `gl` degrees of freedom (T_CRITICO's next lower row)."""
     return T_CRITICO[max([g for g in T_CRITICO if g <= gl], default=1)]
 
 
 def ic95(valori: List[float]) -> Optional[float]:
-    """Half the width of the 95% confidence interval of the mean of `valori` (Student's t); None with
-    fewer than two: one value has no measured noise."""
+    """Half the 95% confidence interval of the mean (Student's t); None under two values: no noise measured."""
     return t_critico(len(valori) - 1) * dispersione(valori) / len(valori) ** 0.5 if len(valori) > 1 else None
 
 
 def diversi(a: List[float], b: List[float]) -> Optional[bool]:
-    """Whether the means of b and a differ beyond the noise of their repeats (Welch, 95%, as --confronta);
-    None when either has fewer than two values: the noise is not measured."""
+    """Whether the means differ beyond their noise (Welch, 95%); None under two values: not measured."""
     if len(a) < 2 or len(b) < 2:
         return None
     t, gl = welch(a, b)
@@ -3842,7 +3828,8 @@ def diversi(a: List[float], b: List[float]) -> Optional[bool]:
 
 
 def punti_di(prove: List[Prova]) -> List[Punto]:
-    """The runs grouped by point (the same plan on the same server), in the order they ran."""
+    """The runs grouped by point (same plan, same server), in the order they ran."""
+
     gruppi: Dict[tuple, List[Prova]] = {}
     for p in prove:
         gruppi.setdefault((p.configurazione, p.piano), []).append(p)
@@ -3861,10 +3848,8 @@ PERCENTILI_GRIGLIA = (50, 90)  # a sweep's table, per streamed figure, unless --
 
 
 def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[Sequence[int]] = None) -> List[str]:
-    """The sweep's table: a column per value that varied, then each point's figures (with --ripeti,
-    the mean of its runs and the spread of its throughput). Along --prompt-token, the server's prompt
-    speed beside the speed in the slot (prefill against decode); with --stream, the percentiles of the
-    first token, TPOT and ITL over all the point's requests."""
+    """The sweep's table: a column per flag that varied, then each point's figures (with --ripeti, the
+    mean and the throughput's interval); along --prompt-token, prefill speed beside decode's."""
     cache = "prefisso" in chiavi
     prefill = "prompt" in chiavi or cache
     testa = chiavi + ["n_ctx_slot"] * ("np" in chiavi) + ["throughput", "latenza media", "latenza p90", "latenza max"]
@@ -3916,8 +3901,8 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
 
 def serie(punti: List[Punto], chiavi: List[str],
           asse: Optional[str] = None) -> Tuple[str, List[Tuple[str, List[Punto]]]]:
-    """The sweep's curves: the axis (unless given: --ritmo, else --parallele, else --token, else np) and, for
-    each combination of the other values, its points in the order of that value, with a title."""
+    """The sweep's curves: the axis (unless given, the first of ASSI that varied) and, per combination of
+    the other values, its title and its points in the axis' order."""
     asse = asse or next(a for a in ASSI if a in chiavi)
     gruppi: Dict[str, List[Punto]] = {}
     for punto in punti:
@@ -3929,9 +3914,8 @@ def serie(punti: List[Punto], chiavi: List[str],
 
 
 def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]:
-    """Along a load axis, each measured point against the last one that was a step: (before, after,
-    load after / load before). Under PASSO_MINIMO the load did not really change: the point is not a
-    step, and the next one is compared with the same `before`."""
+    """Along a load axis, (before, after, load ratio) against the last point that was a step: a growth
+    under PASSO_MINIMO is no step, and the next point is compared with the same `before`."""
     prima = None
     for punto in punti:
         if not punto.carico(asse) or not punto.throughput or punto.latenza is None:  # nothing to compare
@@ -3944,12 +3928,9 @@ def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]
 
 
 def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
-    """Where the server seems to stop taking more load, along a load axis: the first step (before, after)
-    where the load grew by 10% at least, the throughput gained less than a quarter of it (load x2,
-    throughput under +25%), and the mean latency rose: beyond the noise of the repeats (Welch, 95%) where
-    both points have them, else by more than 10%; and never a step the throughput climbed over again later
-    (1, 2, 4, 8 peaking at 4 does not saturate at 2). A candidate: dubbio_saturazione says whether the evidence
-    holds it. Along --token or np there is no load step, and no saturation."""
+    """The first step (before, after) where the throughput gained under a quarter of the load's growth
+    (load x2, throughput under +25%) and the mean latency rose: beyond the repeats' noise (Welch, 95%),
+    else by over 10%; never one the throughput later climbed over (1, 2, 4, 8 peaking at 4: not at 2)."""
     for prima, dopo, crescita in passi(punti, asse):
         if risalito_dopo(punti[punti.index(dopo):], asse):
             continue
@@ -3963,15 +3944,14 @@ def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
 
 
 def risalito_dopo(punti: List[Punto], asse: str) -> bool:
-    """Whether a step along `punti` gained a quarter of its load's growth or more, unless the repeats place the
-    gain within their noise."""
+    """Whether a step gained a quarter of its load's growth or more, not within the repeats' noise."""
     return any(b.throughput / a.throughput - 1 >= 0.25 * (crescita - 1) and crescita >= PASSO_MINIMO
                and diversi(a.cifre("throughput"), b.cifre("throughput")) is not False
                for a, b, crescita in passi(punti, asse))
 
 
 def errore_standard(a: List[float], b: List[float]) -> Tuple[float, float]:
-    """The standard error of the difference of two means, and its degrees of freedom (Welch-Satterthwaite)."""
+    """The standard error of the difference of two means, and its Welch-Satterthwaite degrees of freedom."""
     import statistics
 
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
@@ -3981,9 +3961,8 @@ def errore_standard(a: List[float], b: List[float]) -> Tuple[float, float]:
 
 
 def dubbio_saturazione(asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
-    """Why the evidence cannot tell the saturation between `prima` and `dopo` from the noise, or None when it
-    can: one run on either point (the noise is not measured: one noisy step makes a saturation), or a gain in
-    throughput that, within its 95% interval, may reach a quarter of the load's growth."""
+    """Why the noise may have made this saturation, or None: one run a point (one noisy step makes one),
+    or a gain whose 95% interval reaches a quarter of the load's growth."""
     if len(prima.intere) < 2 or len(dopo.intere) < 2:
         return "una prova per punto: il rumore non è misurato, e un solo passo rumoroso basta a farla sembrare"
     a, b = prima.cifre("throughput"), dopo.cifre("throughput")
@@ -3999,7 +3978,7 @@ def dubbio_saturazione(asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
 
 
 def stessi_carichi(punti: List[Punto], asse: str) -> List[str]:
-    """The points whose load did not really grow over the step before them: said, not taken for a step."""
+    """The points whose load did not really grow over the step before: said, not taken for a step."""
     frasi = []
     for prima, dopo, crescita in passi(punti, asse):
         if crescita < PASSO_MINIMO:
@@ -4018,9 +3997,8 @@ def indicativo(*punti: Punto) -> str:
 
 
 class Saturazione(NamedTuple):
-    """The saturation along a curve: the step (before, after) and why it is not certain (None: it is).
-    `sovraccarico`: under --ritmo, `dopo` is the first rate the server did not keep up with (its queue
-    grew): the saturation is there at the latest, whatever the throughput did beyond it."""
+    """A curve's saturation: the step, why it is uncertain (None: it is not); `sovraccarico`: `dopo` is
+    the first rate the server fell behind (its queue grew), whatever the throughput did beyond it."""
     prima: Optional[Punto]
     dopo: Punto
     dubbio: Optional[str]
@@ -4028,15 +4006,13 @@ class Saturazione(NamedTuple):
 
 
 def poche_per_una_coda(punto: Punto, asse: str) -> bool:
-    """Along --ritmo, a point whose runs sent fewer requests than an overload needs to show (MINIMO_SOVRACCARICO):
-    too few to build a queue at any rate. No verdict on saturation rests on it."""
+    """Along --ritmo, a point whose runs sent too few requests to build a queue: no verdict rests on it."""
     return asse == "ritmo" and min(p.esecuzione.n_richieste for p in punto.intere) < MINIMO_SOVRACCARICO
 
 
 def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]:
-    """The one verdict on saturation a curve's lines, marks and explanation all say: the step saturazione
-    finds, with its doubt; under --ritmo, no later than the first overloaded point, and never on a point
-    that sent too few requests to build a queue."""
+    """The one verdict a curve's lines, marks and explanation say: saturazione's step with its doubt;
+    under --ritmo, no later than the first overloaded point."""
     misurati = [p for p in punti if p.throughput is not None and p.latenza is not None
                 and not poche_per_una_coda(p, asse)]
     satura = saturazione(misurati, asse)
@@ -4055,8 +4031,7 @@ def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]
 
 
 def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
-    """The saturation said with its certainty: categorical only when the evidence separates it from the
-    noise; else "forse", why not, and what would settle it."""
+    """The saturation, categorical only beyond the noise; else "forse", why, and what would settle it."""
     prima, dopo = verdetto.prima, verdetto.dopo
     if verdetto.sovraccarico:
         inviate = " e ".join(fmt(p.inviate_davvero, ".2f") for p in (prima, dopo) if p is not None)
@@ -4079,11 +4054,9 @@ def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
 
 
 def perche_satura(prima: Punto, dopo: Punto) -> str:
-    """Why the point `dopo` took no more than `prima`, from the figures, each said when it holds: the
-    slots were all busy and the wait for one grew (by more than a tenth of the latency), and the
-    speed of a request in its own slot fell (by more than 10%): the slots share the cores where more were
-    busy together, the machine was quiet around both runs, and the fall is no more than sharing explains
-    (k slots at most divide one's speed by k: batching makes it less, never more)."""
+    """Why `dopo` took no more than `prima`, each fact said where it holds: busy slots, the wait for one,
+    the speed in a slot fallen by over 10%, as far as k slots sharing the cores explain it (at most ÷k:
+    batching makes it less, never more) on a machine quiet around both runs."""
     attese, velocita = (prima.attesa_media, dopo.attesa_media), (prima.velocita_slot, dopo.velocita_slot)
     coda = (", e la coda è rimasta vuota" if dopo.picco_coda == 0 and prima.picco_coda in (0, None) else
             f", e la coda è arrivata a {fmt(dopo.picco_coda, 'd')} (prima {fmt(prima.picco_coda, 'd')})")
@@ -4116,9 +4089,8 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
 
 
 class Sovraccarico(NamedTuple):
-    """What the overload rule saw: requests completed and sent per second over the send window, the mean
-    wait for a slot of the first and of the last third of the requests, and whether that growth is beyond
-    the noise of those waits (Welch, 95%)."""
+    """What the overload rule saw: req/s completed and sent while sending, the first and last third's mean
+    wait for a slot, and whether it grew beyond their noise (Welch, 95%)."""
     completate: float
     arrivate: float
     attesa_prima: float
@@ -4135,12 +4107,10 @@ MINIMO_SOVRACCARICO = 6  # answers a run needs to tell an overload: a first and 
 
 
 def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
-    """The overload, where there is an arrival process (--ritmo, --durata, a trace; a batch sent at once has no
-    arrival rate): while the requests were being sent (not during the drain after the last), fewer were
-    completed than arrived, by more than 10%, and the wait for a slot grew along the run (the last third
-    of the requests waited longer than the first third, by more than one request's time in its slot). A
-    burst that made a few wait, or answers still on their way at the end, is not an overload: the queue
-    did not grow. `certo` when the growth is beyond the noise of the waits."""
+    """With arrivals in time (--ritmo, --durata, a trace): while sending, over 10% fewer completed than
+    arrived, and the last third waited for a slot longer than the first, by more than a request's time in
+    its slot. A burst, or answers still on their way at the end, is no overload: the queue did not grow."""
+
     e = prova.esecuzione
     if not oltre(prova.piano).al_tempo:
         return None
@@ -4172,9 +4142,8 @@ def frase_sovraccarico(visto: Sovraccarico) -> str:
 
 
 def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
-    """The lab's comparison of servers: for each value of what else varied, the throughput of each -np
-    over the smallest -np's (the lab: ×2 from -np 1 to -np 4 on 6 vCPU). With --token too, whether the
-    batching advantage grew with longer answers: the lab's own question."""
+    """The lab's comparison of servers: each -np's throughput over the smallest's; along --token too,
+    whether batching's advantage grew with longer answers (the lab's question)."""
     if "np" not in chiavi:
         return []
     altre = [c for c in chiavi if c != "np"]
@@ -4213,14 +4182,13 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
 
 
 def occupata_intorno(prova: Prova) -> Optional[str]:
-    """Why the machine was busy just before or just after a run (the first look that saw it), or None."""
+    """Why the machine was busy just before or after a run, or None."""
     return next((motivo for m in (prova.macchina, prova.macchina_dopo) if m for motivo in [macchina_occupata(m)]
                  if motivo), None)
 
 
 def riga_occupata(punti: List[Punto], chiavi: List[str]) -> List[str]:
-    """After a sweep's table (and its ratios): the points whose machine was busy before or after a run, whose
-    figures may be the load's, not the server's."""
+    """The points whose machine was busy around a run: their figures may be the load's, not the server's."""
     occupati = {", ".join(f"{c}={valore_punto(p, c)}" for c in chiavi): motivo for p in punti for q in p.intere
                 for motivo in [occupata_intorno(q)] if motivo}
     if not occupati:
@@ -4230,16 +4198,15 @@ def riga_occupata(punti: List[Punto], chiavi: List[str]) -> List[str]:
 
 
 class Scala(NamedTuple):
-    """The capacity curve's axes, shared by every curve of a sweep, in the terminal and in the SVG."""
+    """The capacity curves' axes, shared in the terminal and in the SVG."""
     x_da: float  # throughput at the left edge: 0, unless that would crush every point to the right
     x_a: float
     y_a: float  # latency at the top; the bottom is 0
 
 
 def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Tuple[Optional[Scala], List[tuple]]:
-    """What both renderers draw of the capacity curves: the axes they share (None: no point was measured)
-    and, a curve per group, its title, its measured points each with its first token's median (--stream),
-    its verdict on saturation, and the point marked as saturated (only when the verdict has no doubt)."""
+    """What both renderers draw: the axes (None: no point measured) and per curve its title, its points
+    with their first token's median, its verdict, and the point marked saturated (only without doubt)."""
     segni = []
     for titolo, punti in gruppi:
         misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
@@ -4260,9 +4227,7 @@ def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Tuple[Optio
 
 
 def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, str], frasi: bool = True) -> List[str]:
-    """The capacity curves in the terminal, all on the same axes: aggregate throughput across,
-    latency up; each point's mean latency (with its value of the axis beside it) and its p90, the
-    saturation marked. With several curves, each has its letter."""
+    """The capacity curves in the terminal: throughput across, latency up; a letter per curve."""
     scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return ["curva di capacità: nessun punto misurato"]
@@ -4304,8 +4269,7 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
 
 
 def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple[List[str], int]:
-    """The capacity curves as SVG elements from height y, on curva's axes: per curve a line of mean
-    latency, a dashed one of p90, each point labelled, the saturation ringed; the height below."""
+    """The capacity curves as SVG elements from height y, and the height below them."""
     scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return [], y
@@ -4356,9 +4320,7 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple
 
 
 def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> List[str]:
-    """--spiega on a sweep: along a load axis, where saturation came and why, or that it did not;
-    along --token or np, what that axis changes (per-slot speed and time per token); under --ritmo,
-    where the server fell behind the arrivals. (Little's law is in each run's own explanation.)"""
+    """--spiega on a sweep: where the load saturated and why, or what --token or np changed; the overloads."""
     frasi = []
     for titolo, punti in gruppi:
         dove = f" ({titolo})" if titolo else ""
@@ -4412,7 +4374,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
 
 
 def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
-    """What --token or np changes: the speed of a request in its own slot, and its time per token."""
+    """What --token or np changed: the speed in a slot, the time per token."""
     if not (a.velocita_slot and b.velocita_slot):
         senza = a if not a.velocita_slot else b
         return (f"A {asse}={valore_punto(senza, asse)} la velocità nel proprio slot è n/d (il server non la dà per una "
@@ -4424,13 +4386,9 @@ def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
 
 
 def riga_little(prova: Prova) -> Optional[str]:
-    """Little's law, L = λ × W, where it teaches something: the requests in flight as the client
-    counts them, against those the server says it holds (busy slots + requests_deferred: only with
-    --metrics), at the same readings taken during the load. The difference is what the client had
-    sent and the server did not hold yet: on its way, being read and tokenized, or waiting for a
-    connection. Said with its 95% interval over the readings: "coincidono" only when the whole interval
-    is within one request; with fewer than three readings, or readings phase-locked to constant
-    arrivals (each one the same moment of the cycle), no verdict, and what would give one."""
+    """Little's law, L = λ × W: in flight for the client against held by the server (--metrics), at the
+    same readings. The difference was on its way, being read, or waiting for a connection. "coincidono"
+    only when the 95% interval is within one request; no verdict under three readings, or phase-locked."""
     import bisect
 
     e, s = prova.esecuzione, prova.riepilogo
@@ -4470,10 +4428,8 @@ def riga_little(prova: Prova) -> Optional[str]:
 
 
 def letture_in_fase(prova: Prova, tempi: List[float], inizi: List[float]) -> Optional[Tuple[float, float]]:
-    """Readings phase-locked to constant arrivals (--arrivi costanti): each falls at about the same point
-    of the send period (the mean resultant length of their phases, 1 when all coincide, about 1/√n when
-    spread, above 0.8), among the readings taken while the requests were being sent. Returns (their mean
-    delay after the last send, the period), or None."""
+    """Readings while sending phase-locked to --arrivi costanti: the mean resultant length of their phases
+    (1 all alike, about 1/√n spread) above 0.8. (Their mean delay after the last send, the period), or None."""
     import bisect
     import math
 
@@ -4489,16 +4445,14 @@ def letture_in_fase(prova: Prova, tempi: List[float], inizi: List[float]) -> Opt
 
 
 # --capacita: the highest rate the server holds within the objective ############################
-# How many requests a second does this server hold with, say, 95% of them under 5 s? The rate doubles
-# (from --ritmo, or 1 req/s) until a point fails (under QUOTA% met --slo, or an overload: its queue grew,
-# a longer run would fail), then is bisected until within 20%. A point: --durata s, --ripeti runs pooled.
-# Uncertain, and said, under 20 requests or a margin under twice the noise of a share of that many.
+# The rate doubles until a point fails (under --capacita% within --slo, or an overload: a longer run
+# would fail), then is bisected within 20%. Uncertain, and said, under 20 requests or a margin under
+# twice the noise of a share of that many.
 
 PASSO_CAPACITA, MAX_PUNTI_CAPACITA, MIN_RICHIESTE_CAPACITA = 1.2, 12, 20
 
 
 class Capacita:
-    """One search of --capacita on one server."""
 
     def __init__(self, sessione: SessioneOltre, client: Client, info: InfoServer,
                  configurazione: Optional[Configurazione]):
@@ -4544,7 +4498,6 @@ class Capacita:
 
     def righe(self, tiene: Optional[float], cade: Optional[float]) -> List[str]:
         o = self.oltre
-        obiettivi = ", ".join(f"{CHIAVI_SLO[k]} <= {v:g} s" for k, v in o.slo.items())
         durata = sum(p.riepilogo.tempo_totale or 0 for p in self.prove())
         tutte = [r for p in self.prove() for r in p.esecuzione.risultati]
         if tutte and not any(r.riuscita for r in tutte):
@@ -4562,7 +4515,7 @@ class Capacita:
                                                    f": la precisione del 20% non è raggiunta in {MAX_PUNTI_CAPACITA} punti")
                         + ")")
         server = f" (-np {self.etichetta})" if self.etichetta else ""
-        righe = [f"capacità{server} sotto lo SLO ({obiettivi}, per il {o.capacita:g}% delle richieste): {risposta}; "
+        righe = [f"capacità{server} sotto lo SLO ({scritti_slo(o.slo)}, per il {o.capacita:g}% delle richieste): {risposta}; "
                  f"{quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s"]
         corpo, in_ordine = [], sorted(self.punti, key=lambda x: x[0])
         for ritmo, prove, regge in in_ordine:
@@ -4579,7 +4532,8 @@ class Capacita:
         return righe
 
     def neanche_da_sola(self) -> str:
-        """Even the fastest request missed an objective: no rate can meet it."""
+        """Where even the fastest request missed an objective: no rate can meet it."""
+
         for chiave, soglia in self.oltre.slo.items():
             valori = [v for p in self.prove() for v in valori_figure(p).get(CHIAVI_SLO[chiave], [])]
             if valori and min(valori) > soglia:
@@ -4634,8 +4588,8 @@ LEGENDA = (("viaggio", "prima dello slot, con slot liberi"), ("coda", "in coda")
 
 
 def fasi(r: Risultato, attese: Dict[int, float]) -> List[Tuple[str, float, float]]:
-    """(phase, start, end) laid back from the answer by the server's times; the queue is only the
-    wait with every slot busy (`attese`), the rest before the slot the trip."""
+    """(phase, start, end) back from the answer by the server's times; the queue is only the wait with
+    every slot busy, the rest before the slot the trip."""
     if not r.riuscita:
         return [("errore", r.inizio, r.fine)]
     slot = in_slot(r)
@@ -4658,8 +4612,7 @@ class Tratto(NamedTuple):
 
 
 def disegno(prova: Prova) -> Tuple[List[Tuple[str, List[Tratto]]], List[Tratto], Optional[str], list]:
-    """A run's lanes for terminal and SVG: each request, the busy slots (and source), each
-    context."""
+    """A run's lanes: each request, the busy slots (and their source), each context."""
     attese = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
     richieste = [(f"req {r.indice}", [Tratto(da, a, fase, None, f"{fase} {a - da:.3f} s")
                                       for fase, da, a in fasi(r, attese)]) for r in prova.esecuzione.risultati]
@@ -4667,15 +4620,15 @@ def disegno(prova: Prova) -> Tuple[List[Tuple[str, List[Tratto]]], List[Tratto],
 
 
 def valore_fra(tratti: List[Tratto], da: float, a: float) -> Optional[int]:
-    """The most a lane held between two times; None where nothing, or only a 0 beside an unknown
-    piece (a failed request in flight does not prove an idle slot)."""
+    """The most a lane held between two times; None where nothing, or a 0 beside an unknown piece (a
+    failed request in flight does not prove an idle slot)."""
     valori = [t.valore for t in tratti if t.da < a and da < t.a]
     n = max((v for v in valori if v is not None), default=None)
     return None if n == 0 and None in valori else n
 
 
 def slot_nel_tempo(prova: Prova) -> Tuple[List[Tratto], Optional[str]]:
-    """The busy slots from the peak's source: the server's timings, else /slots; and its name."""
+    """The busy slots from the server's timings, else /slots; and which."""
     e = prova.esecuzione
     intervalli = [i for i in map(in_slot, e.riuscite) if i]
     letti = [c for c in e.campioni if c.occupati is not None]
@@ -4709,7 +4662,7 @@ def fine_asse(e: Esecuzione) -> float:
 
 
 def fasi_viste(richieste: list, fine: float) -> set:
-    """The phases the lanes show (the trip only where it is wide enough to see)."""
+    """The phases the lanes show (the trip only where wide enough to see)."""
     return {t.tipo for _, tratti in richieste for t in tratti if t.tipo != "viaggio" or t.a - t.da >= fine / 80}
 
 
@@ -4770,7 +4723,7 @@ ASSE_SVG = (70, 740)  # px: where the time and throughput axes run; left of them
 
 
 def elemento(nome: str, testo: str = "", titolo: str = "", **attributi) -> str:
-    """An SVG element: stroke_width is stroke-width, a float one decimal, text and title escaped."""
+    """An SVG element: stroke_width is stroke-width, floats one decimal, text escaped."""
     import html
 
     dentro = html.escape(testo, quote=False)
@@ -4797,7 +4750,7 @@ def barre(tratti: List[Tratto], pieno: int, sinistra: int, scala: float, y: int,
 
 def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punto]]]]] = None,
         chiavi: Sequence[str] = ()) -> str:
-    """The picture as a standalone SVG, a panel per run, after a sweep's capacity curve."""
+    """The picture as a standalone SVG: a sweep's curves, then a panel per run."""
     sinistra, destra = ASSE_SVG
     pannelli, y = svg_curva(*curve, 10) if curve is not None else ([], 10)
     viste, fonti, riempiti = set(), set(), False  # shown: phases, slots' sources, a context
@@ -4854,7 +4807,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
 # At the end of a session: the tables and the files ##############################################
 
 def tabella_e_file(sessione: Sessione) -> None:
-    """The files, then the tables: a reader gone at the table (| head) loses no file."""
+    """The files first: a reader gone at the table (| head) loses no file."""
     o, prove = sessione.opzioni.oltre, sessione.prove
     curve, chiavi, righe = None, chiavi_griglia(sessione), []
     punti = punti_di(prove)
@@ -4915,7 +4868,8 @@ def riga_dati(r: Risultato, in_coda: Dict[int, float], tagliata: bool = False) -
 def dati_piano(piano: Piano) -> dict:
     """A plan as the files keep it, without the texts (the flags say where they came from)."""
     testi = dict(testo=None, testo_sistema=None, pezzi=None, dataset=None)
-    return {**piano._replace(oltre=None)._asdict(), **oltre(piano)._replace(**testi)._asdict(), "oltre": None}
+    dati = {**piano._asdict(), **oltre(piano)._replace(**testi)._asdict()}
+    return {k: v for k, v in dati.items() if k != "oltre"}
 
 
 def testo_csv(prove: List[Prova]) -> str:
@@ -4940,12 +4894,12 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
     escluse = [id(p) for punto in punti_di(prove) for p, _ in anomale(punto.prove)]
     dati = {
         "carico": __version__, "url": url,
-        "opzioni": {k: v for k, v in dati_piano(piani[0]).items() if k != "oltre"},
+        "opzioni": dati_piano(piani[0]),
         "griglia": {v: sorted({valore_numerico(v, p) for p in piani}) for v in variate(piani)},
         "prompt_file": oltre(piani[0]).testo is not None,
         "prove": [{
             "np": p.configurazione and etichetta_np(p),  # None: the server at --url
-            "piano": {k: v for k, v in dati_piano(p.piano).items() if k != "oltre"},
+            "piano": dati_piano(p.piano),
             "punto": {v: valore_numerico(v, p.piano) for v in variate(piani)},
             "latenza_p90_s": latenza_p90(p),
             "dettagli": dati_dettagli(p, slo, percentili),
@@ -4980,7 +4934,8 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
 
 
 def scrivi_file(percorso: str, testo: str) -> None:
-    """All or nothing (a temporary file, then a rename), the mode a shell redirect would give."""
+    """All or nothing (a temporary file renamed), the mode a shell redirect would give."""
+
     import tempfile
 
     try:
@@ -5163,8 +5118,8 @@ VIAGGIO_MAX = 0.1  # s from the send to a free slot that are the trip (HTTP, par
 
 
 def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
-    """Client side only: answers to requests in flight together that came back one by one, at least
-    half the fastest latency apart, mean a server serving one at a time."""
+    """Client side only: answers of requests in flight together, back one by one at least half the
+    fastest latency apart, mean a server serving one at a time."""
     ordinate = sorted(ok, key=lambda r: r.fine)
     coppie = [(a, b) for a, b in zip(ordinate, ordinate[1:]) if b.inizio < a.fine]  # b was in flight while a was
     if len(ordinate) < 3 or len(coppie) < 2:
@@ -5200,8 +5155,8 @@ def maiuscola(frase: str) -> str:
 # --avvia: the whole lab in one command ##########################################################
 
 class Configurazione(NamedTuple):
-    """One server of a sweep: -np N, with or without --kv-unified; -np -1 is `auto`: no -np, the server
-    decides. `deciso`: what it printed at start-up that it decided (see "The price of parallelism")."""
+    """One server of a sweep: -np N (-1: `auto`, no -np), with or without --kv-unified; `deciso`: what its
+    log said it decided."""
     np: int
     kv_unificata: bool = False
     deciso: Optional[Decisioni] = None
@@ -5212,7 +5167,7 @@ class Configurazione(NamedTuple):
 
     @property
     def ordine(self) -> tuple:
-        """Where it goes in a table and in the ratios: by -np, --kv-unified after, auto last (never the base)."""
+        """By -np, --kv-unified after, auto last (never the ratios' base)."""
         return self.np == -1, self.np, self.kv_unificata
 
     def argomenti(self) -> List[str]:
@@ -5220,8 +5175,8 @@ class Configurazione(NamedTuple):
 
 
 class ServerAvviato:
-    """`COMMAND -np N --host H --port P`, started and waited for; always stopped on exit (success,
-    error, Ctrl+C, a server that dies), with the tail of its log shown when it fails."""
+    """`COMMAND -np N --host H --port P`, started and waited for; always stopped on exit, its log's tail
+    shown when it fails."""
 
     def __init__(self, comando: List[str], configurazione: Configurazione, url: str, attesa: float, stderr):
         parti = urllib.parse.urlsplit(url)
@@ -5233,12 +5188,11 @@ class ServerAvviato:
             "--host", parti.hostname, "--port", str(parti.port or 80)]
         self.chiavi = chiavi_api(comando)  # never shown: its echo and its log's tail say *** instead
         self.url, self.attesa, self.stderr = url, attesa, stderr
-        self.log = None  # its stdout and stderr, in a temporary file created when it starts
+        self.log = None  # its stdout and stderr: a temporary file
         self.proc = None  # subprocess.Popen
 
     def __enter__(self) -> ServerAvviato:
-        """Refuse a port where a server already answers, start the command in its own session, then
-        wait for /health while watching the process; stopped again if any of it fails."""
+        """Refuse a port where a server answers, start the command, wait for /health; stop it on failure."""
         import shlex
         import subprocess
         import tempfile
@@ -5270,8 +5224,7 @@ class ServerAvviato:
         return self
 
     def controlla(self, quando: str, attesa: float = 0.0) -> None:
-        """An ErroreUtente with the tail of its log if the server has exited (within `attesa` seconds);
-        `quando` says what happened."""
+        """An ErroreUtente with its log's tail if the server has exited (within `attesa` s); `quando`: what."""
         import subprocess
 
         with contextlib.suppress(subprocess.TimeoutExpired):  # at 0 s: only whether it has exited
@@ -5280,13 +5233,13 @@ class ServerAvviato:
             raise ErroreUtente(f"{quando} {uscita(self.proc.returncode)}; ultime righe del suo log:\n{self.coda_log()}")
 
     def decisioni(self) -> Decisioni:
-        """What the server's log says it decided, read once it is ready."""
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
             return leggi_decisioni(f.read())
 
     def coda_log(self) -> str:
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
             return nascoste("".join("  | " + r for r in f.readlines()[-15:]).rstrip(), self.chiavi)
+
 
     def __exit__(self, *exc) -> None:
         import subprocess
@@ -5308,7 +5261,7 @@ class ServerAvviato:
 
 
 def chiavi_api(comando: List[str]) -> List[str]:
-    """The API keys in a server's command (--api-key, lists) and LLAMA_API_KEY, longest first."""
+    """The API keys of --api-key (lists too) and LLAMA_API_KEY, longest first."""
     dati = [p for prima, p in zip([""] + comando, comando) if prima == "--api-key"] + [
         p.partition("=")[2] for p in comando if p.startswith("--api-key=")] + [os.environ.get("LLAMA_API_KEY", "")]
     return sorted({c for d in dati for c in (d, *d.split(",")) if c}, key=lambda c: (-len(c), c))
@@ -5338,7 +5291,7 @@ def uscita(codice: int) -> str:
 
 
 def muori_con_il_padre():
-    """In the started server: Linux sends it SIGTERM if carico.py dies, even by SIGKILL."""
+    """In the started server: Linux sends it SIGTERM if carico.py dies, even of SIGKILL."""
     import ctypes
 
     with contextlib.suppress(OSError, AttributeError):
@@ -5346,12 +5299,11 @@ def muori_con_il_padre():
 
 
 # --confronta: two result files side by side ####################################################
-# "Repeat and average before drawing conclusions" made a verdict: with --ripeti runs in each file,
-# Welch's t-test (unequal variances: fits few runs) says if a difference is beyond the noise, at 95%;
-# with one run a file, it is only indicative.
+# With --ripeti runs in each file, Welch's t-test (unequal variances: fits few runs) says if a
+# difference is beyond the noise, at 95%; with one run a file, it is only indicative.
 
-# Two-sided 95% Student's t by degrees of freedom (a df between rows takes the lower: errs toward
-# "within the noise"). Six figures at 95%: between identical servers, one false "beyond" in four.
+# Two-sided 95% Student's t by degrees of freedom (between rows the lower: errs toward "within the
+# noise"). Six figures at 95%: between identical servers, one false "beyond" in four.
 T_CRITICO = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
              10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
 
@@ -5372,7 +5324,7 @@ OPZIONI_DI_CARICO = {"parallele": "--parallele", "max_token": "--token", "token_
 
 
 def prove_salvate(percorso: str, rifiuta) -> List[dict]:
-    """The whole runs of a --json file; a file that is not one: `rifiuta` (exit 2)."""
+    """The whole runs of a --json file; not one: `rifiuta` (exit 2)."""
     try:
         with open(percorso, encoding="utf-8") as f:
             dati = json.load(f)
@@ -5477,7 +5429,7 @@ def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) ->
 
 
 def descrivi_prove(prove: List[dict]) -> str:
-    """A file's runs of one load: the server (with and without --kv-unified apart), load, count."""
+    """A file's runs of one load: the server, the load, how many."""
     piano = prove[0].get("piano") if isinstance(prove[0].get("piano"), dict) else {}
     kv = " kv" if salvato(prove[0], ("server", "kv_unificata")) else ""
     np = prove[0].get("np") or f"{salvato(prove[0], ('server', 'n_slot'))}{kv}"
@@ -5488,13 +5440,13 @@ def descrivi_prove(prove: List[dict]) -> str:
 
 
 # The price of parallelism: each slot's context, conversations, what the server decided ##########
-# -c is split among the slots. On this llama.cpp a busy slot's n_prompt_tokens counts its prompt and the
-# tokens decoded so far (measured: 55 = 34 + 21, then 182 = 34 + 148): adding n_decoded counts them twice.
-# It counts a prompt as the slot feeds it, before the KV cache holds it: with --kv-unified the sum over
-# the slots is what they ask of the shared buffer, and can pass it.
+# On this llama.cpp a busy slot's n_prompt_tokens counts its prompt and the tokens decoded so far
+# (measured: 55 = 34 + 21, then 182 = 34 + 148): adding n_decoded counts them twice. It counts a prompt
+# as the slot feeds it, before the KV cache holds it: with --kv-unified the sum over the slots is what
+# they ask of the shared buffer, and can pass it.
 
 def contesto_degli_slot(dati) -> Optional[tuple]:
-    """Each slot's (tokens of its task, n_ctx), 0 when idle; None when the server does not say."""
+    """Each slot's (tokens of its task, n_ctx), 0 when idle; None where the server does not say."""
     contesto = []
     for slot in lista_slot(dati) or []:
         occupato = conta_occupati([slot])  # busy as the lab decides it: is_processing, or an older server's state
@@ -5506,8 +5458,7 @@ def contesto_degli_slot(dati) -> Optional[tuple]:
 
 
 class Osservatore(NamedTuple):
-    """What the extras watch at each /slots reading: each slot's context, added to the reading; then the
-    live line, when there is one."""
+    """At each /slots reading: each slot's context into the reading, then the live line if any."""
     diretta: Optional[Diretta]
 
     def seguendo(self, futuri: list, piano: Piano):
@@ -5524,7 +5475,7 @@ class Osservatore(NamedTuple):
 
 
 def letture_contesto(prova: Prova) -> List[Campione]:
-    """The readings with each slot's context; none if a busy reading lacked it (cannot tell)."""
+    """The readings with each slot's context; none if a busy reading lacked it."""
     campioni = prova.esecuzione.campioni
     if any(c.contesto is None and c.occupati for c in campioni):
         return []
@@ -5562,7 +5513,7 @@ def righe_contesto(prova: Prova) -> List[str]:
 
 
 def livello(tenuti: int, n_ctx: int, marche: Dict[str, str]) -> str:
-    """A cell of a slot's fill: blank when empty, a full block only at n_ctx."""
+    """A slot's fill: blank when empty, a full block only at n_ctx."""
     return marche["livelli"][min(8, max(tenuti > 0, 8 * tenuti // n_ctx))]
 
 
@@ -5583,8 +5534,8 @@ def corsie_contesto(prova: Prova) -> List[Tuple[str, int, List[Tratto]]]:
 # --turni and --sistema: conversations that outgrow the slot ####################################
 
 class Conversazioni(NamedTuple):
-    """--turni: each of --parallele users resends the whole history each turn, cache on (cache_n:
-    what was reused), until --turni turns or a failed one."""
+    """--turni: each of --parallele users resends the whole history each turn, cache on, until --turni
+    turns or a failed one."""
     piano: Piano
     primo_prompt: int
 
@@ -5624,12 +5575,12 @@ class Conversazioni(NamedTuple):
 
 
 def lanciatore(piano: Piano, primo_prompt: int):
-    """Who sends a run's requests when the extras do: the conversations (--turni), or the clock."""
+    """Who sends a run's requests: the conversations (--turni), or the clock."""
     return Conversazioni(piano, primo_prompt) if piano.oltre.turni else Programma(piano, primo_prompt)
 
 
 def tokenizza(client: Client, testo: str) -> List[bytes]:
-    """`testo` in the server's pieces, as bytes (half a UTF-8 character, maybe); none: exit 1."""
+    """`testo` in the server's pieces, as bytes (maybe half a UTF-8 character); none: exit 1."""
     risposta = chiedi(client, "/tokenize", {"content": testo, "with_pieces": True})
     altrove = tokenizza_extras(client, testo) if risposta.status == 404 else None  # not llama.cpp's
     if altrove is not None:
@@ -5688,13 +5639,12 @@ def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
 
 
 # --prompt-token: prompts of exact lengths, counted by the server's own tokenizer ##################
-# The server counts for itself (/tokenize), any model, offline (the peers download a tokenizer). Once a
-# session (every --np serves one model) a long text is cut into its pieces; a prompt of L tokens is L
-# pieces from a word start, a different one per request (about 80 on gemma-3, then they repeat), so
-# consecutive prompts differ from their first token. No /tokenize call per request.
+# /tokenize: any model, offline (the peers download a tokenizer). Once a session a long text is cut into
+# its pieces; a prompt of L tokens is L pieces from a word start, a different one per request (about 80
+# on gemma-3, then they repeat), so consecutive prompts differ from their first token.
 
 def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
-    """The plans with the pieces for exact prompts, once a session; each length counted again."""
+    """The plans with the pieces for exact prompts; each exact length counted again."""
     lunghezze = [oltre(p).prompt_token for p in piani if oltre(p).prompt_token]
     piu_lungo = max([b for _, b in lunghezze] + [oltre(p).prefisso or 0 for p in piani] + [1])
     pezzi = pezzi_del_server(client, piu_lungo + 1)
@@ -5725,8 +5675,8 @@ def taglia(pezzi: tuple, indice: int, lunghezza: int) -> str:
 
 
 def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Optional[int]]:
-    """Request `indice`'s prompt and (--prompt-token) its length, drawn by --seme and `indice`; from
-    `primo_prompt` on, so a repeat sends new prompts."""
+    """Request `indice`'s prompt and (--prompt-token) its length, by --seme and `indice`; from
+    `primo_prompt` on: a repeat sends new prompts."""
     piano_oltre = oltre(piano)
     prefisso = piano_oltre.prefisso or 0  # --prefisso: the same opening, from the first start, then its own text
     comune = taglia(piano_oltre.pezzi, 0, prefisso) if prefisso else ""
@@ -5760,8 +5710,7 @@ def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, 
 
 
 def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
-    """--dataset: JSONL (`prompt` or `messages`, `max_tokens`, `timestamp` on all lines or none) or
-    ShareGPT (each first human turn); a bad line: exit 2."""
+    """--dataset: JSONL (`prompt` or `messages`, `max_tokens`, `timestamp`) or ShareGPT; a bad line: exit 2."""
     try:
         with open(percorso, encoding="utf-8") as f:
             testo = f.read()
@@ -5847,8 +5796,8 @@ def righe_prompt_esatti(prova: Prova, log: Optional[str] = None) -> List[str]:
 
 
 def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
-    """--prefisso: why requests reused under half of it: taken before anyone computed it, or (the
-    log, -lv 4) a restored checkpoint or a redone prompt (sliding-window models, gemma-3)."""
+    """--prefisso: why requests reused under half of it: taken before anyone computed it, or (the log,
+    -lv 4) a restored checkpoint or a redone prompt (sliding-window models, gemma-3)."""
     prefisso, ok = oltre(prova.piano).prefisso, prova.esecuzione.riuscite
     poche = [r for r in ok if r.token_cache is not None and r.token_cache < prefisso / 2]
     if not poche:
@@ -5881,8 +5830,8 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
 
 
 def cache_ereditata(prova: Prova) -> List[Risultato]:
-    """--turni: first turns that reused more than the template's opening before any answer came
-    back: left by an earlier run on the same server."""
+    """--turni: first turns that reused more than the template's opening before any answer: an earlier
+    run's, on the same server."""
     prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)  # None only with no turn at all
     return [r for r in prova.esecuzione.riuscite if oltre(r).turno == 1 and (r.token_cache or 0) > APERTURA_MAX
             and r.inizio < prima_risposta]
@@ -5954,8 +5903,6 @@ class Decisioni(NamedTuple):
 
 
 def leggi_decisioni(log: str) -> Decisioni:
-    """`load_model: ... n_slots = 4, n_ctx_slot = 512, kv_unified = 'false'` and each
-    `llama_kv_cache: size = 6.00 MiB (512 cells, ...)` after `creating non-SWA KV cache`."""
     import re
 
     scelta = re.search(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(\w+)'", log)
@@ -5990,7 +5937,7 @@ CONVERSAZIONI_RAM, TOKEN_RAM = 4, 4096  # the lab's question: 4 conversations of
 
 
 def da_confrontare(prove: List[Prova]) -> Optional[Configurazione]:
-    """The RAM question's reference: the first -np 4 started, else the first; None: no --avvia."""
+    """The RAM question's reference: the first -np 4 started, else the first; None without --avvia."""
     avviate = [p.configurazione for p in prove if p.configurazione and p.configurazione.deciso]
     return next((c for c in avviate if c.np == CONVERSAZIONI_RAM), avviate[0]) if avviate else None
 
@@ -6000,8 +5947,8 @@ SERVER_RAM = (Configurazione(CONVERSAZIONI_RAM), Configurazione(CONVERSAZIONI_RA
 
 
 def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Configurazione, Optional[Decisioni]]], str]:
-    """SERVER_RAM started one at a time, with the KV cache each log says; a failed start is None
-    with why (a large model may not fit -c 16384)."""
+    """SERVER_RAM started one at a time, with each log's KV cache; a failed start (a large model may not
+    fit -c 16384) None, and why."""
     if prima.deciso.kv_mib is None:
         return [], "il log del server non scrive la cache KV (questo llama.cpp la scrive da -lv 4)"
     comando, misurate, perche = con_contesto(opzioni.oltre.avvia, CONVERSAZIONI_RAM * TOKEN_RAM), [], ""
@@ -6018,7 +5965,8 @@ def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Conf
 
 def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Optional[Decisioni]]],
               perche_nd: str) -> List[str]:
-    """--spiega with --avvia: the RAM question from measured servers (SWA caches do not scale)."""
+    """--spiega with --avvia: the RAM question, from measured servers (SWA caches do not scale)."""
+
     d, chiesto = prima.deciso, CONVERSAZIONI_RAM * TOKEN_RAM
     n_ctx = None if d.n_ctx_slot is None else d.n_ctx_slot * (1 if d.kv_unificata else d.n_slot or 1)
     righe = [f"La domanda del lab: {CONVERSAZIONI_RAM} conversazioni da {TOKEN_RAM} token.",
