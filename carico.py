@@ -3422,7 +3422,6 @@ def riassunto_vllm(prova: Prova, percentili: Sequence[int] = (99,)) -> dict:
 
 
 def righe_dettagli(prova: Prova, percentili: Optional[Sequence[int]] = None) -> List[str]:
-    """--dettagli: min, mean, percentiles, max per figure; the rates; failures by kind; caveats."""
     percentili = percentili or PERCENTILI_DETTAGLI
     d = dati_dettagli(prova, percentili=percentili)
     colonne = ("min", "media", *(f"p{p}" for p in percentili), "max")
@@ -3498,8 +3497,8 @@ def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
 # The live line: the run seen while it lasts, on a terminal #####################################
 
 class Diretta:
-    """One line on a terminal's stderr, rewritten at each of the sampler's /slots readings (no request
-    of its own), cleared at the end: stdout and the lab's lines stay as they are."""
+    """One line on a terminal's stderr, rewritten at each of the sampler's /slots readings, then cleared:
+    stdout and the lab's lines stay as they are."""
 
     def __init__(self, stderr, n_slot: Optional[int], sentinella: Optional[Sentinella] = None):
         self.stderr, self.n_slot, self.sentinella = stderr, n_slot, sentinella
@@ -3508,7 +3507,6 @@ class Diretta:
         self._generati = 0  # the tokens shown last
 
     def seguendo(self, futuri: list, piano: Piano):
-        """What the sampler calls with each reading of the run whose requests go into `futuri`."""
         self._futuri, self._piano = futuri, piano
         return self.aggiorna
 
@@ -3556,7 +3554,6 @@ def token_in_corso(dati) -> int:
 # --ripeti and --tabella: the same load again, and the deliverable's table ######################
 
 def tabella_md(testa: List[str], righe: List[List[str]]) -> List[str]:
-    """A Markdown table, as every table of carico prints it."""
     linee = [f"| {' | '.join(celle)} |" for celle in [testa, *righe]]
     return [linee[0], "|" + "---|" * len(testa), *linee[1:]]
 
@@ -3568,7 +3565,6 @@ def in_colonne(celle: Sequence[str], larghezze: Sequence[int], tra: str = "") ->
 
 
 def riga_breve(prova: Prova, ripetizione: int, ripeti: int) -> str:
-    """A run of a sweep in one line."""
     s, quale = prova.riepilogo, f"prova {ripetizione} di {ripeti}: " if ripeti > 1 else ""
     return (f"{quale}{quante(prova.esecuzione.n_richieste, 'richiesta', 'richieste')} in {fmt(s.tempo_totale, '.2f s')}, "
             f"latenza media {fmt(s.latenza_media, '.2f s')}, {fmt(s.throughput, '.1f token/s')}")
@@ -3649,8 +3645,8 @@ PASSO_MINIMO = 1.1  # a load that grew by less than 10% is the same load, not a 
 def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo: Optional[List[float]],
             seme: Optional[int], prompt: Optional[List[Tuple[int, int]]] = None,
             prefisso: Optional[List[int]] = None) -> List[Piano]:
-    """A plan per combination, the last flag fastest; with --ritmo, --parallele is a cap. Poisson arrivals
-    without --seme get a seed drawn here, printed and saved so that the run can be repeated."""
+    """A plan per combination, the last flag fastest. Poisson arrivals without --seme get a seed here,
+    printed and saved so that the run can be repeated."""
     if ritmo is not None and seme is None and base.oltre.arrivi == "poisson":
         import random
 
@@ -3663,7 +3659,6 @@ def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo
 
 
 def valore_di(chiave: str, piano: Piano, configurazione: Optional[Configurazione] = None) -> str:
-    """A point's value of what varied, as the tables print it."""
     return configurazione.etichetta if chiave == "np" else fmt(valore_numerico(chiave, piano), "g")
 
 
@@ -3675,12 +3670,10 @@ def valore_numerico(chiave: str, piano: Piano):
 
 
 def variate(piani: List[Piano]) -> List[str]:
-    """The listed flags that take more than one value among the plans."""
     return [v for v in VARIABILI if len({valore_numerico(v, p) for p in piani}) > 1]
 
 
 def chiavi_griglia(sessione: Sessione) -> List[str]:
-    """What varied: 'np' when --avvia started several servers, then the listed flags."""
     return (["np"] if len(sessione.opzioni.oltre.np or []) > 1 else []) + variate(sessione.piani)
 
 
@@ -3694,8 +3687,7 @@ class Punto:
 
     @property
     def intere(self) -> List[Prova]:
-        """The runs its figures are made of: not cut short, nor left out by `anomale`. Once: each run's
-        summary is computed anew each time it is asked for."""
+        """Its runs not cut short nor `anomale`: its figures'. Once: a run's summary is computed anew."""
         if self._intere is None:
             escluse = [id(p) for p, _ in anomale(self.prove)] if len(self.prove) > 1 else []
             self._intere = [p for p in self.prove if not p.esecuzione.interruzione and id(p) not in escluse] or self.prove
@@ -3709,7 +3701,6 @@ class Punto:
         return [v for v in (prendi(p) for p in self.intere) if v is not None]
 
     def cifre(self, campo: str) -> List[float]:
-        """Its runs' values of one field of their Riepilogo, where they have it."""
         return self.valori(lambda p: getattr(self._riepiloghi.get(id(p)) or self._riepiloghi.setdefault(
             id(p), p.riepilogo), campo))
 
@@ -3740,7 +3731,6 @@ class Punto:
 
     @property
     def velocita_slot(self) -> Optional[float]:
-        """A request's mean speed in its own slot (t/s)."""
         return velocita_media_slot(self.riuscite)
 
     @property
@@ -3751,7 +3741,6 @@ class Punto:
 
     @property
     def figure(self) -> Dict[str, List[float]]:
-        """The --dettagli figures (s) over all its requests."""
         insieme: Dict[str, List[float]] = {}
         for q in self.intere:
             for nome, valori in valori_figure(q).items():
@@ -3760,7 +3749,6 @@ class Punto:
 
     @property
     def attesa_media(self) -> Optional[float]:
-        """The mean wait for a slot with every slot busy, from the server's times."""
         return media([a for p in self.intere for a in attese_a_slot_pieni(p.esecuzione.riuscite, p.info.n_slot).values()])
 
     @property
@@ -3778,9 +3766,8 @@ class Punto:
 
 
 def anomale(prove: List[Prova]) -> List[Tuple[Prova, float]]:
-    """--ripeti: each whole run, with the median, whose throughput is under half the median of the point's
-    other whole runs' (something slowed it: a load beside the server). Left out of the figures, and said.
-    Only with two others or more: of two runs apart, either may be the odd one."""
+    """--ripeti: each whole run under half the median throughput of the point's other whole runs (a load
+    beside the server?), with that median. Only with two others: of two runs apart, either may be odd."""
     import statistics
 
     valori = [(p, p.riepilogo.throughput) for p in prove if not p.esecuzione.interruzione]
@@ -3791,8 +3778,9 @@ def anomale(prove: List[Prova]) -> List[Tuple[Prova, float]]:
 
 
 def frase_esclusa(prove: List[Prova], prova: Prova, mediana: float) -> str:
-    """Why a run of `anomale` is out: its throughput, its mean speed in a slot against the others' (not its
-    spread: a quiet run's speeds differ too), the machine after it."""
+    """Why a run of `anomale` is out: its speed in a slot against the others' (not its spread: a quiet
+    run's speeds differ too), the machine after it."""
+
     altre = [r for q in prove if q is not prova and not q.esecuzione.interruzione for r in q.esecuzione.riuscite]
     dopo = prova.macchina_dopo
     macchina = ("" if dopo is None else f"; subito dopo CPU al {dopo.cpu_occupata:.0%}" if dopo.cpu_occupata is not None
@@ -3810,7 +3798,6 @@ def dispersione(valori: List[float]) -> float:
 
 
 def t_critico(gl: float) -> float:
-    """Student's two-sided 95% t for `gl` degrees of freedom (T_CRITICO's next lower row)."""
     return T_CRITICO[max([g for g in T_CRITICO if g <= gl], default=1)]
 
 
@@ -3828,7 +3815,6 @@ def diversi(a: List[float], b: List[float]) -> Optional[bool]:
 
 
 def punti_di(prove: List[Prova]) -> List[Punto]:
-    """The runs grouped by point (same plan, same server), in the order they ran."""
 
     gruppi: Dict[tuple, List[Prova]] = {}
     for p in prove:
@@ -3848,8 +3834,7 @@ PERCENTILI_GRIGLIA = (50, 90)  # a sweep's table, per streamed figure, unless --
 
 
 def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[Sequence[int]] = None) -> List[str]:
-    """The sweep's table: a column per flag that varied, then each point's figures (with --ripeti, the
-    mean and the throughput's interval); along --prompt-token, prefill speed beside decode's."""
+    """The sweep's table: a column per flag that varied, then each point's figures (the mean of --ripeti)."""
     cache = "prefisso" in chiavi
     prefill = "prompt" in chiavi or cache
     testa = chiavi + ["n_ctx_slot"] * ("np" in chiavi) + ["throughput", "latenza media", "latenza p90", "latenza max"]
@@ -3901,8 +3886,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
 
 def serie(punti: List[Punto], chiavi: List[str],
           asse: Optional[str] = None) -> Tuple[str, List[Tuple[str, List[Punto]]]]:
-    """The sweep's curves: the axis (unless given, the first of ASSI that varied) and, per combination of
-    the other values, its title and its points in the axis' order."""
+    """The axis (unless given, the first of ASSI that varied) and per curve its title and its points."""
     asse = asse or next(a for a in ASSI if a in chiavi)
     gruppi: Dict[str, List[Punto]] = {}
     for punto in punti:
@@ -3961,8 +3945,7 @@ def errore_standard(a: List[float], b: List[float]) -> Tuple[float, float]:
 
 
 def dubbio_saturazione(asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
-    """Why the noise may have made this saturation, or None: one run a point (one noisy step makes one),
-    or a gain whose 95% interval reaches a quarter of the load's growth."""
+    """Why the noise may have made this saturation, or None."""
     if len(prima.intere) < 2 or len(dopo.intere) < 2:
         return "una prova per punto: il rumore non è misurato, e un solo passo rumoroso basta a farla sembrare"
     a, b = prima.cifre("throughput"), dopo.cifre("throughput")
@@ -4054,9 +4037,8 @@ def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
 
 
 def perche_satura(prima: Punto, dopo: Punto) -> str:
-    """Why `dopo` took no more than `prima`, each fact said where it holds: busy slots, the wait for one,
-    the speed in a slot fallen by over 10%, as far as k slots sharing the cores explain it (at most ÷k:
-    batching makes it less, never more) on a machine quiet around both runs."""
+    """Why `dopo` took no more than `prima`: each fact that holds. k slots sharing the cores divide one's
+    speed by k at most (batching makes it less, never more)."""
     attese, velocita = (prima.attesa_media, dopo.attesa_media), (prima.velocita_slot, dopo.velocita_slot)
     coda = (", e la coda è rimasta vuota" if dopo.picco_coda == 0 and prima.picco_coda in (0, None) else
             f", e la coda è arrivata a {fmt(dopo.picco_coda, 'd')} (prima {fmt(prima.picco_coda, 'd')})")
@@ -4107,9 +4089,8 @@ MINIMO_SOVRACCARICO = 6  # answers a run needs to tell an overload: a first and 
 
 
 def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
-    """With arrivals in time (--ritmo, --durata, a trace): while sending, over 10% fewer completed than
-    arrived, and the last third waited for a slot longer than the first, by more than a request's time in
-    its slot. A burst, or answers still on their way at the end, is no overload: the queue did not grow."""
+    """With arrivals in time: while sending, over 10% fewer completed than arrived, and the last third
+    waited for a slot longer than the first by more than a request's time in its slot (the queue grew)."""
 
     e = prova.esecuzione
     if not oltre(prova.piano).al_tempo:
@@ -4182,7 +4163,6 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
 
 
 def occupata_intorno(prova: Prova) -> Optional[str]:
-    """Why the machine was busy just before or after a run, or None."""
     return next((motivo for m in (prova.macchina, prova.macchina_dopo) if m for motivo in [macchina_occupata(m)]
                  if motivo), None)
 
@@ -4198,7 +4178,6 @@ def riga_occupata(punti: List[Punto], chiavi: List[str]) -> List[str]:
 
 
 class Scala(NamedTuple):
-    """The capacity curves' axes, shared in the terminal and in the SVG."""
     x_da: float  # throughput at the left edge: 0, unless that would crush every point to the right
     x_a: float
     y_a: float  # latency at the top; the bottom is 0
@@ -4206,7 +4185,7 @@ class Scala(NamedTuple):
 
 def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Tuple[Optional[Scala], List[tuple]]:
     """What both renderers draw: the axes (None: no point measured) and per curve its title, its points
-    with their first token's median, its verdict, and the point marked saturated (only without doubt)."""
+    with their first token's median, its verdict, the point marked saturated (only without doubt)."""
     segni = []
     for titolo, punti in gruppi:
         misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
@@ -4227,7 +4206,6 @@ def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Tuple[Optio
 
 
 def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, str], frasi: bool = True) -> List[str]:
-    """The capacity curves in the terminal: throughput across, latency up; a letter per curve."""
     scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return ["curva di capacità: nessun punto misurato"]
@@ -4374,7 +4352,6 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
 
 
 def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
-    """What --token or np changed: the speed in a slot, the time per token."""
     if not (a.velocita_slot and b.velocita_slot):
         senza = a if not a.velocita_slot else b
         return (f"A {asse}={valore_punto(senza, asse)} la velocità nel proprio slot è n/d (il server non la dà per una "
@@ -4386,9 +4363,8 @@ def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
 
 
 def riga_little(prova: Prova) -> Optional[str]:
-    """Little's law, L = λ × W: in flight for the client against held by the server (--metrics), at the
-    same readings. The difference was on its way, being read, or waiting for a connection. "coincidono"
-    only when the 95% interval is within one request; no verdict under three readings, or phase-locked."""
+    """Little's law, L = λ × W; in flight for the client against held by the server (--metrics), at the
+    same readings: "coincidono" only when the 95% interval is within one request."""
     import bisect
 
     e, s = prova.esecuzione, prova.riepilogo
@@ -4588,8 +4564,7 @@ LEGENDA = (("viaggio", "prima dello slot, con slot liberi"), ("coda", "in coda")
 
 
 def fasi(r: Risultato, attese: Dict[int, float]) -> List[Tuple[str, float, float]]:
-    """(phase, start, end) back from the answer by the server's times; the queue is only the wait with
-    every slot busy, the rest before the slot the trip."""
+    """(phase, start, end) by the server's times; the queue only with every slot busy, else the trip."""
     if not r.riuscita:
         return [("errore", r.inizio, r.fine)]
     slot = in_slot(r)
@@ -4612,7 +4587,6 @@ class Tratto(NamedTuple):
 
 
 def disegno(prova: Prova) -> Tuple[List[Tuple[str, List[Tratto]]], List[Tratto], Optional[str], list]:
-    """A run's lanes: each request, the busy slots (and their source), each context."""
     attese = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
     richieste = [(f"req {r.indice}", [Tratto(da, a, fase, None, f"{fase} {a - da:.3f} s")
                                       for fase, da, a in fasi(r, attese)]) for r in prova.esecuzione.risultati]
@@ -4662,7 +4636,6 @@ def fine_asse(e: Esecuzione) -> float:
 
 
 def fasi_viste(richieste: list, fine: float) -> set:
-    """The phases the lanes show (the trip only where wide enough to see)."""
     return {t.tipo for _, tratti in richieste for t in tratti if t.tipo != "viaggio" or t.a - t.da >= fine / 80}
 
 
@@ -4813,14 +4786,16 @@ def tabella_e_file(sessione: Sessione) -> None:
     punti = punti_di(prove)
     if chiavi and (variate(sessione.piani) or not (o.tabella or o.avvia)):
         curve = serie(punti, chiavi)
-        righe = tabella_griglia(punti, chiavi, o.percentili) + rapporti_np(punti, chiavi) + riga_occupata(punti, chiavi)
-        if o.grafico:
-            righe += [""] + curva(*curve, marche_per(sys.stdout), frasi=not o.spiega)
-        if o.spiega:
-            righe += [""] + spiegazione_griglia(*curve)
+        righe = tabella_griglia(punti, chiavi, o.percentili)
     elif (o.tabella or o.avvia) and o.capacita is None:  # --capacita: its own table of the points tried
-        righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove) + rapporti_np(punti, chiavi)
-        righe += riga_occupata(punti, chiavi)
+        righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove)
+    if righe:
+        righe += rapporti_np(punti, chiavi) + riga_occupata(punti, chiavi)
+    if curve and o.grafico:
+        righe += [""] + curva(*curve, marche_per(sys.stdout), frasi=not o.spiega)
+    if curve and o.spiega:
+        righe += [""] + spiegazione_griglia(*curve)
+
     file = [(o.file_json, lambda: testo_json(prove, sessione.piani, sessione.opzioni.url, o.slo, o.percentili or (),
                                              sessione.capacita)),
             (o.file_csv, lambda: testo_csv(prove)), (o.file_svg, lambda: svg(prove, curve, chiavi))]
@@ -5118,8 +5093,8 @@ VIAGGIO_MAX = 0.1  # s from the send to a free slot that are the trip (HTTP, par
 
 
 def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
-    """Client side only: answers of requests in flight together, back one by one at least half the
-    fastest latency apart, mean a server serving one at a time."""
+    """Answers of requests in flight together, back at least half the fastest latency apart: served one
+    at a time."""
     ordinate = sorted(ok, key=lambda r: r.fine)
     coppie = [(a, b) for a, b in zip(ordinate, ordinate[1:]) if b.inizio < a.fine]  # b was in flight while a was
     if len(ordinate) < 3 or len(coppie) < 2:
@@ -5155,8 +5130,7 @@ def maiuscola(frase: str) -> str:
 # --avvia: the whole lab in one command ##########################################################
 
 class Configurazione(NamedTuple):
-    """One server of a sweep: -np N (-1: `auto`, no -np), with or without --kv-unified; `deciso`: what its
-    log said it decided."""
+    """One server of a sweep: -np N (-1: `auto`, no -np), maybe --kv-unified; what its log said it decided."""
     np: int
     kv_unificata: bool = False
     deciso: Optional[Decisioni] = None
@@ -5175,8 +5149,7 @@ class Configurazione(NamedTuple):
 
 
 class ServerAvviato:
-    """`COMMAND -np N --host H --port P`, started and waited for; always stopped on exit, its log's tail
-    shown when it fails."""
+    """`COMMAND -np N --host H --port P`, started, waited for, always stopped on exit."""
 
     def __init__(self, comando: List[str], configurazione: Configurazione, url: str, attesa: float, stderr):
         parti = urllib.parse.urlsplit(url)
@@ -5429,7 +5402,6 @@ def senza_carico_comune(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) ->
 
 
 def descrivi_prove(prove: List[dict]) -> str:
-    """A file's runs of one load: the server, the load, how many."""
     piano = prove[0].get("piano") if isinstance(prove[0].get("piano"), dict) else {}
     kv = " kv" if salvato(prove[0], ("server", "kv_unificata")) else ""
     np = prove[0].get("np") or f"{salvato(prove[0], ('server', 'n_slot'))}{kv}"
@@ -5475,7 +5447,6 @@ class Osservatore(NamedTuple):
 
 
 def letture_contesto(prova: Prova) -> List[Campione]:
-    """The readings with each slot's context; none if a busy reading lacked it."""
     campioni = prova.esecuzione.campioni
     if any(c.contesto is None and c.occupati for c in campioni):
         return []
@@ -5534,8 +5505,7 @@ def corsie_contesto(prova: Prova) -> List[Tuple[str, int, List[Tratto]]]:
 # --turni and --sistema: conversations that outgrow the slot ####################################
 
 class Conversazioni(NamedTuple):
-    """--turni: each of --parallele users resends the whole history each turn, cache on, until --turni
-    turns or a failed one."""
+    """--turni: each user resends the whole history each turn, cache on, until --turni or a failure."""
     piano: Piano
     primo_prompt: int
 
@@ -5544,7 +5514,6 @@ class Conversazioni(NamedTuple):
         return {"role": "user", "content": f"(utente {self.primo_prompt + utente}, domanda {turno + 1}) {testo}"}
 
     def lancia(self, futuri: list, esecutore, client: Client, t0: float) -> EsecuzioneOltre:
-        """Each conversation's first turn, then each next once the previous is answered."""
         import concurrent.futures
 
         piano, turni = self.piano, self.piano.oltre.turni
@@ -5575,7 +5544,6 @@ class Conversazioni(NamedTuple):
 
 
 def lanciatore(piano: Piano, primo_prompt: int):
-    """Who sends a run's requests: the conversations (--turni), or the clock."""
     return Conversazioni(piano, primo_prompt) if piano.oltre.turni else Programma(piano, primo_prompt)
 
 
@@ -5675,8 +5643,7 @@ def taglia(pezzi: tuple, indice: int, lunghezza: int) -> str:
 
 
 def prompt_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[str, Optional[int]]:
-    """Request `indice`'s prompt and (--prompt-token) its length, by --seme and `indice`; from
-    `primo_prompt` on: a repeat sends new prompts."""
+    """Request `indice`'s prompt and (--prompt-token) its length; from `primo_prompt`: a repeat's are new."""
     piano_oltre = oltre(piano)
     prefisso = piano_oltre.prefisso or 0  # --prefisso: the same opening, from the first start, then its own text
     comune = taglia(piano_oltre.pezzi, 0, prefisso) if prefisso else ""
@@ -5746,7 +5713,6 @@ def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
 
 
 def voce_dataset(riga: str, dove: str, rifiuta) -> tuple:
-    """One JSONL line as (prompt or messages, max_tokens, timestamp), checked."""
     try:
         voce = json.loads(riga)
     except ValueError:
@@ -5830,8 +5796,7 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
 
 
 def cache_ereditata(prova: Prova) -> List[Risultato]:
-    """--turni: first turns that reused more than the template's opening before any answer: an earlier
-    run's, on the same server."""
+    """--turni: first turns that reused cache before any answer: an earlier run's, on the same server."""
     prima_risposta = min((r.fine for r in prova.esecuzione.risultati), default=None)  # None only with no turn at all
     return [r for r in prova.esecuzione.riuscite if oltre(r).turno == 1 and (r.token_cache or 0) > APERTURA_MAX
             and r.inizio < prima_risposta]
@@ -5947,8 +5912,7 @@ SERVER_RAM = (Configurazione(CONVERSAZIONI_RAM), Configurazione(CONVERSAZIONI_RA
 
 
 def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Configurazione, Optional[Decisioni]]], str]:
-    """SERVER_RAM started one at a time, with each log's KV cache; a failed start (a large model may not
-    fit -c 16384) None, and why."""
+    """SERVER_RAM started in turn, with each log's KV cache; a failed start None, and why."""
     if prima.deciso.kv_mib is None:
         return [], "il log del server non scrive la cache KV (questo llama.cpp la scrive da -lv 4)"
     comando, misurate, perche = con_contesto(opzioni.oltre.avvia, CONVERSAZIONI_RAM * TOKEN_RAM), [], ""
