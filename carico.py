@@ -3458,8 +3458,7 @@ def riga_slo(prova: Prova, slo: Dict[str, float]) -> str:
 
 
 def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], Optional[float], Optional[float], bool]:
-    """Those meeting every objective, their share, the goodput (req/s, token/s) as vLLM and aiperf define
-    it; whether timed from the planned send (the schedule not kept)."""
+    """Those meeting every objective, their share, vLLM's goodput (req/s, token/s), whether from the plan."""
     o = oltre(prova.piano)
     dal_previsto = bool(o.ritmo or o.traccia) and not ritmo_tenuto(prova)
     ritardo = lambda r: latenza_dal_previsto(r) - r.latenza if dal_previsto else 0.0  # noqa: E731
@@ -3497,8 +3496,7 @@ def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
 # The live line: the run seen while it lasts, on a terminal #####################################
 
 class Diretta:
-    """One line on a terminal's stderr, rewritten at each of the sampler's /slots readings, then cleared:
-    stdout and the lab's lines stay as they are."""
+    """A line on a terminal's stderr at each /slots reading, cleared at the end: stdout stays as it is."""
 
     def __init__(self, stderr, n_slot: Optional[int], sentinella: Optional[Sentinella] = None):
         self.stderr, self.n_slot, self.sentinella = stderr, n_slot, sentinella
@@ -3535,7 +3533,8 @@ class Diretta:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             colonne = os.get_terminal_size(self.stderr.fileno()).columns
         colonne = colonne or 80  # a terminal that does not say its width
-        self.stderr.write("\r" + self.riga(c, dati_slots)[:colonne - 1] + "\033[K")  # never wider than the terminal
+        self.stderr.write("\r" + self.riga(c, dati_slots)[:colonne - 1] + "\033[K")
+
         self.stderr.flush()
         return c
 
@@ -3645,8 +3644,7 @@ PASSO_MINIMO = 1.1  # a load that grew by less than 10% is the same load, not a 
 def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo: Optional[List[float]],
             seme: Optional[int], prompt: Optional[List[Tuple[int, int]]] = None,
             prefisso: Optional[List[int]] = None) -> List[Piano]:
-    """A plan per combination, the last flag fastest. Poisson arrivals without --seme get a seed here,
-    printed and saved so that the run can be repeated."""
+    """A plan per combination, the last flag fastest; Poisson without --seme: a seed drawn, printed, saved."""
     if ritmo is not None and seme is None and base.oltre.arrivi == "poisson":
         import random
 
@@ -3778,8 +3776,7 @@ def anomale(prove: List[Prova]) -> List[Tuple[Prova, float]]:
 
 
 def frase_esclusa(prove: List[Prova], prova: Prova, mediana: float) -> str:
-    """Why a run of `anomale` is out: its speed in a slot against the others' (not its spread: a quiet
-    run's speeds differ too), the machine after it."""
+    """Why a run of `anomale` is out; its speed in a slot, not its spread (a quiet run's differ too)."""
 
     altre = [r for q in prove if q is not prova and not q.esecuzione.interruzione for r in q.esecuzione.riuscite]
     dopo = prova.macchina_dopo
@@ -3994,8 +3991,7 @@ def poche_per_una_coda(punto: Punto, asse: str) -> bool:
 
 
 def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]:
-    """The one verdict a curve's lines, marks and explanation say: saturazione's step with its doubt;
-    under --ritmo, no later than the first overloaded point."""
+    """The one verdict lines, marks and explanation say; under --ritmo, no later than the first overload."""
     misurati = [p for p in punti if p.throughput is not None and p.latenza is not None
                 and not poche_per_una_coda(p, asse)]
     satura = saturazione(misurati, asse)
@@ -4071,8 +4067,7 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
 
 
 class Sovraccarico(NamedTuple):
-    """What the overload rule saw: req/s completed and sent while sending, the first and last third's mean
-    wait for a slot, and whether it grew beyond their noise (Welch, 95%)."""
+    """What the overload rule saw: req/s completed and sent, the first and last third's mean wait."""
     completate: float
     arrivate: float
     attesa_prima: float
@@ -4123,8 +4118,7 @@ def frase_sovraccarico(visto: Sovraccarico) -> str:
 
 
 def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
-    """The lab's comparison of servers: each -np's throughput over the smallest's; along --token too,
-    whether batching's advantage grew with longer answers (the lab's question)."""
+    """The lab's comparison: each -np's throughput over the smallest's; along --token, batching's gain."""
     if "np" not in chiavi:
         return []
     altre = [c for c in chiavi if c != "np"]
@@ -4184,8 +4178,8 @@ class Scala(NamedTuple):
 
 
 def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Tuple[Optional[Scala], List[tuple]]:
-    """What both renderers draw: the axes (None: no point measured) and per curve its title, its points
-    with their first token's median, its verdict, the point marked saturated (only without doubt)."""
+    """The axes (None: no point measured) and per curve its title, points with their TTFT p50, verdict,
+    and the point marked saturated (only without doubt)."""
     segni = []
     for titolo, punti in gruppi:
         misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
@@ -5093,8 +5087,7 @@ VIAGGIO_MAX = 0.1  # s from the send to a free slot that are the trip (HTTP, par
 
 
 def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
-    """Answers of requests in flight together, back at least half the fastest latency apart: served one
-    at a time."""
+    """Answers of requests in flight together, back at least half the fastest latency apart: one at a time."""
     ordinate = sorted(ok, key=lambda r: r.fine)
     coppie = [(a, b) for a, b in zip(ordinate, ordinate[1:]) if b.inizio < a.fine]  # b was in flight while a was
     if len(ordinate) < 3 or len(coppie) < 2:
