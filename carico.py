@@ -3850,10 +3850,10 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
         if ripetute:
             throughput += f" ±{fmt(ic95(punto.cifre('throughput')), '.2f')}"
         throughput += con_tagliate(punto)
-        dalla_cache = [r.token_cache for r in punto.riuscite]
+        dalla_cache = [r.token_cache for r in punto.riuscite if r.token_cache is not None]
         celle = [valore_punto(punto, c) for c in chiavi] + [fmt(p.info.n_ctx_slot, "d")] * ("np" in chiavi)
         celle += [throughput] + [fmt(x, ".2f s") for x in (punto.latenza, punto.latenza_p90, punto.latenza_max)]
-        celle += [fmt(media([t for t in dalla_cache if t is not None]), ".0f")] * cache
+        celle += [fmt(media(dalla_cache), ".0f")] * cache
         celle += [fmt(punto.velocita_prompt, ".1f")] * prefill
         picco = f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}"
         celle += [fmt(punto.velocita_slot, ".1f"), picco, fmt(punto.picco_coda, "d")]
@@ -4760,7 +4760,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
     voci += [("slot", f"slot occupati ({' e '.join(sorted(fonti))})")] * bool(fonti)
     voci += [("contesto", "contesto per slot, fino alla linea di n_ctx (/slots)")] * riempiti
     for fase, nome in voci:
-        if x > sinistra and x + 24 + 8 * len(nome) > LARGHEZZA_SVG:  # a new line
+        if x > sinistra and x + 24 + 8 * len(nome) > LARGHEZZA_SVG:
             x, y = sinistra, y + 18
         pannelli.append(elemento("rect", x=x, y=y, width=12, height=12, fill=COLORI_SVG[fase]))
         pannelli.append(scritta(x + 16, y + 11, nome))
@@ -5038,10 +5038,9 @@ def spiegazione(prova: Prova) -> List[str]:
         if little:
             frasi.append(little + ".")
     m, dopo = prova.macchina, prova.macchina_dopo
-    occupata_dopo = dopo and macchina_occupata(dopo)
+    motivo, occupata_dopo = m and macchina_occupata(m), dopo and macchina_occupata(dopo)
     quieta_dopo = None if occupata_dopo else dopo
     if m is not None:
-        motivo = macchina_occupata(m)
         if motivo:
             frasi.append(f"Macchina occupata prima della prova ({motivo}): cifre forse falsate.")
         elif m.cpu_occupata is not None and m.cpu_occupata >= LIBERA:
@@ -5052,7 +5051,7 @@ def spiegazione(prova: Prova) -> List[str]:
                          "più alto, conta anche il minuto prima: non dice che cosa gira adesso.")
         else:
             frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(m, quieta_dopo)}).")
-    if occupata_dopo and not (m and macchina_occupata(m)):
+    if occupata_dopo and not motivo:
         frasi.append(f"Macchina occupata subito dopo la prova ({occupata_dopo}): forse anche durante, cifre forse "
                      "falsate.")
     return frasi
@@ -5155,7 +5154,8 @@ class ServerAvviato:
         self.chiavi = chiavi_api(comando)  # never shown: its echo and its log's tail say *** instead
         self.url, self.attesa, self.stderr = url, attesa, stderr
         self.log = None  # its stdout and stderr: a temporary file
-        self.proc = None  # subprocess.Popen
+        self.proc = None
+
 
     def __enter__(self) -> ServerAvviato:
         """Refuse a port where a server answers, start the command, wait for /health; stop it on failure."""
