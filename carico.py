@@ -1432,7 +1432,7 @@ Se il server ha --metrics, anche il picco della sua coda (requests_deferred).
 # The extras' flags ############################################################################
 
 def token_o_zero(testo: str) -> int:
-    """A number of tokens, 0 included (--prefisso 0: no shared prefix, the run to compare with)."""
+    """Tokens, 0 included (--prefisso 0: no shared prefix, the run to compare with)."""
     if not testo.isdigit():
         raise argparse.ArgumentTypeError(f"'{testo}' non è un numero di token (0 o più)")
     return int(testo)
@@ -1471,7 +1471,7 @@ def lista_percentili(testo: str) -> List[Union[int, float]]:
 
 
 def obiettivi_slo(testo: str) -> Dict[str, float]:
-    """An argparse type: `latenza=5,ttft=1,tpot=0.1`, in seconds."""
+    """`latenza=5,ttft=1,tpot=0.1`, in seconds."""
     obiettivi = {}
     for voce in testo.split(","):
         chiave, uguale, valore = voce.strip().partition("=")
@@ -1483,7 +1483,7 @@ def obiettivi_slo(testo: str) -> Dict[str, float]:
 
 
 def file_scrivibile(testo: str) -> str:
-    """An output file that can be written: checked before any load is fired."""
+    """Checked writable before any load is fired."""
     cartella = os.path.dirname(os.path.abspath(testo))
     if os.path.isdir(testo):
         raise argparse.ArgumentTypeError(f"'{testo}' è una cartella, non un file")
@@ -1531,8 +1531,8 @@ def comando_server(testo: str) -> List[str]:
     return parti
 
 
-# The flags beyond the lab's four, in the groups --help shows: (title, description, [(names, argparse's
-# keywords)]). A table rather than calls, so that all of them can be read in one place.
+# The flags beyond the lab's four, in --help's groups: (title, description, [(names, keywords)]), a
+# table to read them all in one place.
 OPZIONI_OLTRE = (
     ("il server e le richieste", None, [
         (("--api-key",), dict(type=chiave_api, metavar="CHIAVE", help="chiave API (se manca: LLAMA_API_KEY); "
@@ -1613,40 +1613,39 @@ OPZIONI_OLTRE = (
 
 
 class PianoOltre(NamedTuple):
-    """What the extras change in what is sent."""
-    stream: bool = False  # --stream
-    modello: Optional[str] = None  # --modello: the requests' `model` field
+    """What the extras change in what is sent; a field named as its flag is its value."""
+    stream: bool = False
+    modello: Optional[str] = None  # the requests' `model` field
     testo: Optional[str] = None  # --prompt-file: one prompt for every request
-    ritmo: Optional[float] = None  # --ritmo: requests per second, sent by the clock (open loop)
-    arrivi: str = "poisson"  # --arrivi: poisson or costanti
-    seme: Optional[int] = None  # --seme: the seed of the Poisson schedule
-    durata: Optional[float] = None  # --durata: keep sending for this many seconds
-    esatti: bool = False  # --esatti: ignore_eos, so that every request generates exactly max_token
+    ritmo: Optional[float] = None  # requests per second, sent by the clock (open loop)
+    arrivi: str = "poisson"  # or costanti
+    seme: Optional[int] = None  # the seed of the Poisson schedule
+    durata: Optional[float] = None  # keep sending for this many seconds
+    esatti: bool = False  # ignore_eos: every request generates exactly max_token
     tetto_predefinito: bool = False  # --ritmo without --parallele: `parallele` is TETTO_RITMO, nobody asked it
-    turni: Optional[int] = None  # --turni: each of the `parallele` users holds a conversation of this many turns
-    sistema: Optional[int] = None  # --sistema: the conversations' system prompt, in tokens
+    turni: Optional[int] = None  # each of the `parallele` users holds a conversation of K turns
+    sistema: Optional[int] = None  # the conversations' system prompt, in tokens
     testo_sistema: Optional[str] = None  # that system prompt, made on the server's tokenizer
-    prompt_token: Optional[Tuple[int, int]] = None  # --prompt-token: each prompt's length in tokens, min and max
-    prefisso: Optional[int] = None  # --prefisso: tokens every prompt opens with, the same for all (cache on)
-    dataset: Optional[tuple] = None  # --dataset: each request's (prompt or messages, max_tokens, timestamp)
+    prompt_token: Optional[Tuple[int, int]] = None  # each prompt's length in tokens, min and max
+    prefisso: Optional[int] = None  # tokens every prompt opens with, the same for all (cache on)
+    dataset: Optional[tuple] = None  # each request's (prompt or messages, max_tokens, timestamp)
     token_minimo: Optional[int] = None  # --token MIN-MAX: each request's max_tokens drawn from MIN to max_token
-    nome_dataset: Optional[str] = None  # --dataset: its file and layout, for the report and the files
+    nome_dataset: Optional[str] = None  # --dataset's file and layout, for the report and the files
     pezzi: Optional[tuple] = None  # the text exact prompts are cut from, where each piece begins, where they may start
 
     @property
     def traccia(self) -> bool:
-        """--dataset with timestamps: each request sent at its own time, as the file recorded it."""
+        """--dataset with timestamps: each request sent at its recorded time."""
         return bool(self.dataset) and self.dataset[0][2] is not None
 
     @property
     def al_tempo(self) -> bool:
-        """Sent by the clock (--ritmo, --durata, a trace) rather than all at once."""
+        """Sent by the clock (--ritmo, --durata, a trace)."""
         return self.ritmo is not None or self.durata is not None or self.traccia
 
     @property
     def da_lanciare(self) -> bool:
-        """Sent by the extras rather than all at once: by the clock, as conversations (--turni), or with
-        prompts made one at a time as they leave (--prompt-token: never all of them alive at once)."""
+        """Sent by a lanciatore: by the clock, as conversations, or each prompt made on leaving."""
         return (self.al_tempo or self.turni is not None or self.prompt_token is not None or self.prefisso is not None
                 or self.dataset is not None or self.token_minimo is not None)
 
@@ -1663,7 +1662,6 @@ class RisultatoOltre(NamedTuple):
 
     @property
     def primo_token(self) -> Optional[float]:
-        """--stream: seconds from send to the first token, the first chunk with text."""
         return self.chunk_s[0] if self.chunk_s else None
 
 
@@ -1699,8 +1697,7 @@ VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: Esecuzion
 
 
 def oltre(record):
-    """The extras' record in a lab record's `oltre` slot (Piano, Risultato, Esecuzione, Opzioni), or one with
-    every default where the lab's own run left it None; a Client's, made the first time an extra needs it."""
+    """A record's `oltre` slot, or the defaults where it is None; a Client's made when needed."""
     if isinstance(record, Client):
         with record._lock:
             record.oltre = record.oltre or ClientOltre(record)
@@ -1718,18 +1715,16 @@ class ClientOltre:
 
 
 def prompt_oltre(indice: int, piano: Piano) -> str:
-    """Request i's prompt: --prompt-file's text, else the lab's."""
     return oltre(piano).testo if oltre(piano).testo is not None else prompt_per(indice)
 
 
 def domanda_oltre(prompt: str, piano: Piano) -> dict:
-    """A request's JSON, the lab's with what the extras add."""
     return {**domanda_chat(prompt, piano), **campi_oltre(oltre(piano))}
 
 
 def cifre_oltre(dati, chunk_s: Optional[List[float]] = None) -> dict:
-    """cifre_completamento, with the extras' record: the chunks' times (--stream), the text (a conversation sends
-    it back). A stream from a server that gives neither usage nor timings: one token per chunk with text, an estimate."""
+    """cifre_completamento with the chunks' times and the text; a stream without usage or timings:
+    one token per chunk with text, an estimate."""
     cifre = cifre_completamento(dati)
     scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
     messaggio = scelta.get("message") if isinstance(scelta.get("message"), dict) else {}
@@ -1739,7 +1734,7 @@ def cifre_oltre(dati, chunk_s: Optional[List[float]] = None) -> dict:
 
 
 def invia_oltre(client: Client, indice: int, domanda: dict, timeout: float, t0: float) -> Risultato:
-    """invia for the extras' requests: a stream read as it arrives (--stream), the answer's text kept."""
+    """invia, the answer's text kept; a stream read as it arrives."""
     if not domanda.get("stream"):
         return invia(client, indice, domanda, timeout, t0, cifre_oltre)
     inizio = time.perf_counter() - t0
@@ -1750,10 +1745,8 @@ def invia_oltre(client: Client, indice: int, domanda: dict, timeout: float, t0: 
 
 
 class Lancio:
-    """How the extras send a run's requests (esegui_carico's `lancio`): all at once as the lab's, with their
-    own JSON (`domande`, else the plan's from prompt `primo_prompt` on: a second run on the same server sends
-    new ones) and, with --stream, the first `parallele` made ready before the clock and sent at the start
-    (Partenza); or by the clock (--ritmo, --durata, a trace), or as conversations (--turni): lanciatore."""
+    """esegui_carico's `lancio`: all at once as the lab's (`domande`, else from `primo_prompt` on),
+    with --stream the first made ready before the clock (Partenza); or by a lanciatore."""
 
     def __init__(self, client: Client, piano: Piano, primo_prompt: int = 0, domande: Optional[List[dict]] = None):
         self.client, self.piano = client, piano
@@ -1763,7 +1756,7 @@ class Lancio:
         self.partenza = Partenza(client) if oltre(piano).stream and self.domande else None
 
     def prepara(self, esecutore, futuri: list) -> None:
-        """Before the clock: the workers started, and with --stream the first requests made ready."""
+        """Before the clock: the workers started, the first streams made ready."""
         if self.domande:
             pronti = avvia_i_lavoratori(esecutore, min(self.piano.parallele, len(self.domande)))
             if self.partenza:
@@ -1787,7 +1780,6 @@ class Lancio:
 
 
 def campi_oltre(piano_oltre: PianoOltre) -> dict:
-    """What the extras add to a request's JSON."""
     campi = {}
     if piano_oltre.modello:
         campi["model"] = piano_oltre.modello
@@ -1827,8 +1819,8 @@ ESCLUSIONI = (
 
 def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, piano: Piano,
                         opzioni: Opzioni) -> Tuple[List[Piano], Opzioni]:
-    """The extras' flags, checked together (an odd combination ends here: one Italian line, exit 2), their
-    files read, then turned into the plans (one per point of a sweep) and the options."""
+    """The extras' flags checked together (a bad combination: one Italian line, exit 2), their files
+    read, made into the plans (one per point of a sweep) and the options."""
     rifiuta = parser.error
     if any(isinstance(t, tuple) for t in a.token) and (len(a.token) > 1 or a.turni is not None):
         rifiuta("--token MIN-MAX vale da solo: non in una lista, non con --turni")
@@ -1933,7 +1925,6 @@ def leggi_prompt_file(percorso: str, rifiuta) -> str:
 
 
 # The session's extra steps ####################################################################
-# A session with extras is a Sessione that runs more: it calls the lab's own steps, and fills its hooks.
 
 class SessioneOltre(Sessione):
     """The session when any extra was asked for: it calls the lab's own steps, `collega` and `prova`,
@@ -1941,7 +1932,6 @@ class SessioneOltre(Sessione):
 
     @staticmethod
     def aggiungi_opzioni(parser: ParserItaliano) -> None:
-        """The extras' flags, in their groups after the lab's, and the help's epilog."""
         parser.epilog = EPILOGO
         for titolo, descrizione, opzioni in OPZIONI_OLTRE:
             gruppo = parser.add_argument_group(titolo, descrizione)
@@ -1951,12 +1941,12 @@ class SessioneOltre(Sessione):
     @staticmethod
     def dalle_opzioni(parser: argparse.ArgumentParser, a: argparse.Namespace, piano: Piano,
                       opzioni: Opzioni) -> Optional[Tuple[List[Piano], Opzioni]]:
-        """The plans and options of the extras' flags; None when only the lab's four were given."""
+        """None when only the lab's four flags were given."""
         return leggi_opzioni_oltre(parser, a, piano, opzioni) if oltre_il_lab(parser, a) else None
 
     def __init__(self, piani: List[Piano], opzioni: Opzioni):
         super().__init__(piani, opzioni)
-        self.oltre: OpzioniOltre = opzioni.oltre  # what the extras asked for
+        self.oltre: OpzioniOltre = opzioni.oltre
         self.con_props = bool(self.oltre.file_json)  # --json saves /props
         self.capacita: List[dict] = []  # --capacita: each server's answer and its points, for --json
         self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
@@ -1964,10 +1954,8 @@ class SessioneOltre(Sessione):
         self.inviate = 0  # the requests sent to the server of the runs now: its next run's first prompt
 
     def corri(self) -> None:
-        """For each server (the one at --url; with --avvia, one started per --np value): warm it up,
-        then run each plan --ripeti times, each run with its headers; after each point, the mean of
-        its repeats. A new server starts from the lab's first prompt; each run on the same server
-        moves on to prompts it has not been sent."""
+        """For each server (--url's, or one started per --np value): warm it up, then each plan
+        --ripeti times, then their mean. A new server starts from the lab's first prompt."""
         o = self.oltre
         if o.confronta:  # two files of results, no server
             print("\n".join(righe_confronto(*o.confronta)), flush=True)
@@ -1998,7 +1986,7 @@ class SessioneOltre(Sessione):
     @contextlib.contextmanager
     def server(self, configurazione: Optional[Configurazione]):
         """--avvia: the server for one -np value, started, then stopped whatever happens; it yields the
-        configuration with what the server decided (its line printed first). Else nothing."""
+        configuration with what the server decided (its line printed first)."""
         if configurazione is None:
             yield None
             return
@@ -2021,7 +2009,7 @@ class SessioneOltre(Sessione):
             server.controlla(quando, attesa=2.0 if fallite else 0.0)
 
     def intestazione(self, piano: Piano, configurazione: Optional[Configurazione]) -> None:
-        """Before a point of a sweep: which one (every value that varies, np included)."""
+        """Before a point of a sweep: every value that varies, np included."""
         piani, np = self.piani, self.oltre.np or [None]
         totale = len(piani) * len(np)
         if totale > 1:
@@ -2031,13 +2019,13 @@ class SessioneOltre(Sessione):
 
     @property
     def in_breve(self) -> bool:
-        """A sweep without --blocchi or --dettagli: each run in one line; its whole block is in the files."""
+        """A sweep without --blocchi or --dettagli: a run in one line (its block in the files)."""
         punti = len(self.piani) * len(self.oltre.np or [None])
         return punti > 1 and not (self.oltre.blocchi or self.oltre.dettagli)
 
     def ripetute(self, client: Client, info: InfoServer, piano: Piano,
                  configurazione: Optional[Configurazione]) -> List[Prova]:
-        """One point: --ripeti runs of `piano`, each said before it, each on prompts this server was not sent."""
+        """One point: --ripeti runs of `piano`, each on prompts this server was not sent."""
         prove = []
         for ripetizione in range(self.oltre.ripeti):
             if self.avviato is not None and self.avviato.log is not None:  # the run's own lines of the server's log
@@ -2063,22 +2051,21 @@ class SessioneOltre(Sessione):
         return client, info._replace(kv_unificata=kv)
 
     def osservatore(self, client: Client, info: InfoServer) -> Osservatore:
-        """Who watches a run's /slots readings: each slot's context, and the live line unless --silenzioso."""
+        """Each slot's context, and the live line unless --silenzioso."""
         return Osservatore(None if self.oltre.silenzioso else super().osservatore(client, info))
 
     def lancio(self, client: Client, piano: Piano) -> Lancio:
-        """The run's requests from the first prompt this server was not sent, with the extras' fields."""
         return Lancio(client, piano, self.inviate)
 
     def stampa_server(self, info: InfoServer) -> None:
-        """The `server:` line (in a sweep in one line, once a server); --avvia ... --np 4kv: the context shared."""
+        """The `server:` line (once a server in one-line sweeps); --np 4kv: the context shared."""
         if not (self.in_breve and self.prove and self.prove[-1].info is info):
             kv = f"\n  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"
             print(riga_server(info) + (kv if info.kv_unificata else ""), flush=True)
 
     def rapporto(self, prova: Prova) -> List[str]:
-        """The lab's lines with the extras' marks: --stream's tokens estimated and first token, --ritmo's cap. In
-        a sweep one line a run (in_breve), whole when a request failed or the run was cut short: each error said."""
+        """The lab's lines with the extras' marks; in_breve one line, whole when a request failed or
+        the run was cut short: each error said."""
         e = prova.esecuzione
         if self.in_breve and not (e.interruzione or e.server_andato or prova.riepilogo.n_fallite):
             return [riga_breve(prova, sum(p.piano is prova.piano and p.info is prova.info for p in self.prove),
@@ -2087,7 +2074,7 @@ class SessioneOltre(Sessione):
         return rapporto(prova, riga_oltre, riepilogo_oltre(prova), f"{prova.piano.parallele}{tetto}")
 
     def note(self, prova: Prova) -> List[str]:
-        """The lab's notes, told what the extras asked; then --stream's estimated tokens."""
+        """The lab's notes, told what the extras asked; then the estimated tokens."""
         piano_oltre, stimate = oltre(prova.piano), [r for r in prova.esecuzione.riuscite if oltre(r).token_stimati]
         return note(prova, piano_oltre.esatti, piano_oltre.turni is not None or piano_oltre.prefisso is not None,
                     bool(piano_oltre.turni), not piano_oltre.stream and prova.configurazione is None) + ([
@@ -2096,14 +2083,12 @@ class SessioneOltre(Sessione):
             "testo, uno per chunk, una stima (un chunk può portarne più d'uno)"] if stimate else [])
 
     def codice_fallite(self, fallite: List[Risultato]) -> int:
-        """The exit code when requests failed: 3 when conversations (--turni) ran out of context, as the
-        experiment means them to, and nothing else failed; 1 otherwise."""
+        """3 when only conversations running out of context failed (as --turni means); else 1."""
         turni = any(oltre(p.piano).turni for p in self.prove)
         return 3 if turni and all(map(contesto_finito, fallite)) else 1
 
     def dopo_la_prova(self, prova: Prova) -> None:
-        """What the extras print after a run's lab lines: its pace, its conversations, every figure, the
-        SLO, its picture, its explanation; then their notes on stderr."""
+        """The extras' lines after a run's lab lines, then their notes on stderr."""
         o, piano_oltre = self.oltre, oltre(prova.piano)
         righe = (righe_ritmo(prova) if piano_oltre.al_tempo else []) + righe_prompt_esatti(prova, self.log_della_prova())
         if piano_oltre.turni:
@@ -2127,21 +2112,21 @@ class SessioneOltre(Sessione):
             nota("/slots non dice quanti token tiene ogni slot (n_prompt_tokens): il contesto per slot è n/d")
 
     def alla_fine(self) -> None:
-        """The tables and the files: written even after an error or an interruption, whole (a Ctrl+C waits)."""
+        """The files, then the tables: even after an error or a stop, whole (a Ctrl+C waits)."""
         if self.prove:
             with segnali() as notati:
-                tabella_e_file(self)  # the files, then the tables
+                tabella_e_file(self)
             self.arresto = self.arresto or next(iter(notati), None)
 
 
 def riga_oltre(r: Risultato, larghezza: int = 1) -> str:
-    """A request's line with --stream's marks: ~ before tokens estimated, then the first chunk with text."""
+    """A request's line, ~ before tokens estimated, then the first token."""
     riga = riga_richiesta(r, larghezza, "~" if oltre(r).token_stimati else "")
     return riga + (f"  primo token {oltre(r).chunk_s[0]:.2f} s" if r.riuscita and oltre(r).chunk_s else "")
 
 
 def riepilogo_oltre(prova: Prova) -> Riepilogo:
-    """The lab's summary with --stream's: tokens estimated, answers the server cut short."""
+    """The lab's summary, with tokens estimated and answers the server cut short."""
     e = prova.esecuzione
     return prova.riepilogo._replace(token_stimati=any(oltre(r).token_stimati for r in e.riuscite), interrotte=sum(
         tipo_errore(r.errore) == TRONCATA for r in e.risultati if not r.riuscita))
@@ -2160,27 +2145,25 @@ RIFIUTI_DI_FILA = 3  # exchanges refused (or reset) in a row, with no answer bet
 
 
 class Sentinella:
-    """During a run, watches the client's exchanges (requests, and the sampler's readings of /slots or
-    /health): after RIFIUTI_DI_FILA refused or reset in a row with no HTTP answer between, it knocks
-    once at the server's port; refused there too, the server is gone: `andato` says when and why, and
+    """During a run, watches the client's exchanges (requests, readings of /slots or /health): after
+    RIFIUTI_DI_FILA it knocks at the port; refused there too, the server is gone (`andato`) and
     every exchange in flight is closed at once (Client.annulla), so the run ends within seconds."""
 
     def __init__(self, client: Client):
         self._client, self._lock = client, threading.Lock()
-        self.armata = False  # only during a run: a server still starting refuses too
-        self.di_fila, self.percorsi, self.come = 0, set(), set()  # refusals since the last answer: on which paths, how
-        self.andato: Optional[Tuple[float, str]] = None  # (time.perf_counter() when it was found gone, why)
+        self.arma(False)  # armed only during a run: a server still starting refuses too
 
     def arma(self, armata: bool = True) -> None:
-        with self._lock:
-            self.armata, self.di_fila, self.percorsi, self.come, self.andato = armata, 0, set(), set(), None
+        with self._lock:  # di_fila: refusals since the last answer, on which `percorsi`, `come`
+            self.armata, self.di_fila, self.percorsi, self.come = armata, 0, set(), set()
+            self.andato: Optional[Tuple[float, str]] = None  # (perf_counter() when found gone, why)
 
     def risposta(self) -> None:
         """An HTTP answer, any status: the server is there."""
         self.di_fila = 0
 
     def in_ascolto(self) -> bool:
-        """Whether anything accepts a connection at the server's port (a bare TCP knock, within 2 s)."""
+        """Whether anything accepts a connection at the port (a bare TCP knock, within 2 s)."""
         try:
             socket.create_connection((self._client.host, self._client._porta), timeout=2.0).close()
             return True
@@ -2190,7 +2173,7 @@ class Sentinella:
             return False
 
     def rifiuto(self, percorso: str, exc: Exception) -> bool:
-        """An exchange that failed; True when it was a refusal (or a reset) that counts."""
+        """An exchange that failed; True when a refusal (or a reset) that counts."""
         import http.client
 
         if not self.armata or self._client.annullato.is_set():
@@ -2220,11 +2203,9 @@ class Sentinella:
         return True
 
 
-
 class ParserItaliano(argparse.ArgumentParser):
-    """argparse with its few English words said in Italian: `uso:` for `usage:`, and its error
-    messages translated whole, so that a phrase is never half in one language. An option of
-    `llama serve` given to carico.py by mistake is named as such."""
+    """argparse in Italian: `uso:`, its errors translated whole (never half in one language), and an
+    option of `llama serve` given by mistake named as such."""
 
     nomi: Sequence[str] = ()  # the flags' names, for the nearest to a mistyped one (analizza_argomenti gives them)
 
@@ -2251,19 +2232,20 @@ class ParserItaliano(argparse.ArgumentParser):
         resto = next((re.sub(f"^{inglese}$", italiano, resto, flags=re.S) for inglese, italiano in self.ERRORI
                       if re.match(f"^{inglese}$", resto, flags=re.S)), resto)
         ignote = re.match(r"unrecognized arguments: (.*)$", message)
-        del_server = [p for p in (ignote.group(1).split() if ignote else []) if p.split("=")[0] in self.DEL_SERVER]
+        parole = ignote.group(1).split() if ignote else []
+        del_server = [p for p in parole if p.split("=")[0] in self.DEL_SERVER]
         if del_server:
             cosa = "è un'opzione" if len(del_server) == 1 else "sono opzioni"
             resto += (f": {', '.join(del_server)} {cosa} di llama serve, non di carico.py: va nel comando che avvia "
                       "il server (o in --avvia \"llama serve ...\"; -np in --np)")
-        elif ignote and not any(p.startswith("-") for p in ignote.group(1).split()):  # a value without its flag
-            esempio = next((f"--url {p if '://' in p else 'http://' + p}" for p in ignote.group(1).split()
+        elif ignote and not any(p.startswith("-") for p in parole):  # a value without its flag
+            esempio = next((f"--url {p if '://' in p else 'http://' + p}" for p in parole
                             if "://" in p or re.match(r"[\w.-]+:\d+(/|$)", p)), "--richieste 4")  # host:port too
             resto += f" (un valore va dopo la sua opzione: {esempio}; elenco: --help)"
         elif ignote:  # a flag mistyped: the nearest of carico's, if one is near
             import difflib
 
-            forse = [vicina for p in ignote.group(1).split() if p.startswith("-")
+            forse = [vicina for p in parole if p.startswith("-")
                      for vicina in difflib.get_close_matches(p.split("=")[0], self.nomi, n=1, cutoff=0.8)]
             resto += f" (forse {', '.join(dict.fromkeys(forse))}? l'elenco: --help)" if forse else ""
         self.print_usage(sys.stderr)
@@ -2286,8 +2268,8 @@ def formato_aiuto(prog: str) -> argparse.HelpFormatter:
 
 
 def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optional[Riepilogo] = None) -> List[str]:
-    """The end of the report of a run the server left: the refused and the unsent requests in one line
-    each, the summary, and when and why the sending stopped, with the requests it took and never answered."""
+    """The end of a run the server left: the refused and the unsent requests a line each, the
+    summary, when and why the sending stopped, and the requests it took and never answered."""
     e = prova.esecuzione
     inviate = {r.indice for r in e.risultati}
     rifiutate = [r.indice for r in e.risultati if rifiutata(r)]
@@ -2314,24 +2296,23 @@ def numeri_in_tratti(indici: List[int]) -> str:
 
 
 class ErroreOpzione(ErroreUtente):
-    """A flag wrong for this server (--modello it does not list): one Italian line, exit 2, as a bad flag. A flag
-    the server cannot honour (--prompt-token without a tokenizer) is the server's limit: ErroreUtente, exit 1."""
+    """A flag wrong for this server (--modello it does not list): exit 2, as a bad flag. One it
+    cannot honour (--prompt-token without a tokenizer) is its limit: ErroreUtente, exit 1."""
     codice = 2
 
 
 def perche_os(exc: Exception) -> str:
-    """Why a file could not be read, written or run, in Italian for the usual reasons (the system's text else)."""
+    """Why a file could not be read, written or run: in Italian for the usual reasons."""
     perche = {errno.ENOENT: "non esiste", errno.EACCES: "permesso negato", errno.EISDIR: "è una cartella",
               errno.ENOTDIR: "una parte del percorso non è una cartella", errno.ENOSPC: "il disco è pieno"}
     return perche.get(getattr(exc, "errno", None)) or getattr(exc, "strerror", None) or str(exc)
 
 
-
 # Servers that say less: /slots off, another server; /props for --json #########################
 
 def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoServer]) -> InfoServer:
-    """When /slots does not answer like llama.cpp (off with --no-slots, an older or another server),
-    the header line comes from /props; --json also keeps /props."""
+    """/slots not answering as llama.cpp's (--no-slots, another server): the header from /props,
+    which --json keeps."""
     avvisi = []
     if info is None or not info.slots_disponibile:
         if risposta_slots.status == 501:
@@ -2345,13 +2326,14 @@ def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoS
     props = props if isinstance(props, dict) else None
     if info is None and props is not None:
         impostazioni = props.get("default_generation_settings")
-        n_slot, n_ctx = props.get("total_slots"), impostazioni.get("n_ctx") if isinstance(impostazioni, dict) else None
-        if isinstance(n_slot, int) or isinstance(n_ctx, int):
-            info = InfoServer(n_slot if isinstance(n_slot, int) else None, n_ctx if isinstance(n_ctx, int) else None,
-                              False)
+        n_ctx = impostazioni.get("n_ctx") if isinstance(impostazioni, dict) else None
+        n_slot, n_ctx = (n if isinstance(n, int) else None for n in (props.get("total_slots"),
+                                                                     n_ctx))
+        if n_slot is not None or n_ctx is not None:
+            info = InfoServer(n_slot, n_ctx, False)
     if info is None:  # another server: what it answers, said once, and what this run can give
-        avvisi = [com_e_il_server(client, risposta_slots)]
-        return InfoServer(None, None, False, avvisi=tuple(avvisi), props=props, llama_cpp=False)
+        avvisi = (com_e_il_server(client, risposta_slots),)
+        return InfoServer(None, None, False, avvisi=avvisi, props=props, llama_cpp=False)
     return info._replace(avvisi=tuple(avvisi), props=props, llama_cpp=True)
 
 
@@ -2397,9 +2379,8 @@ def controlla_modello(client: Client, modello: Optional[str]) -> None:
 
 # Where a request's time went: the server's own times ###########################################
 
-# Two figures, two names. `attesa dello slot` (attesa_slot_s): latency less prompt and generation,
-# from the send until a slot took it: queue and trip (on its way, read, a slot awaiting a step).
-# `attesa in coda` (--dettagli, --spiega, the picture, attesa_in_coda_s): its part, all slots busy.
+# `attesa dello slot` (attesa_slot_s): latency less prompt and generation, from the send until a
+# slot took it: queue and trip. `attesa in coda` (attesa_in_coda_s): its part with all slots busy.
 
 def attesa_dello_slot(r: Risultato) -> Optional[float]:
     slot = in_slot(r)
@@ -2407,7 +2388,7 @@ def attesa_dello_slot(r: Risultato) -> Optional[float]:
 
 
 def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int, float]:
-    """Each request's `attesa in coda`, from the server's timings (steps as in picchi_dai_tempi)."""
+    """Each request's `attesa in coda`, from the server's timings."""
     if not n_slot:
         return {}
     pieni = []  # the spans when every slot was busy
@@ -2437,7 +2418,7 @@ def in_coda_davvero(prova: Prova) -> List[Risultato]:
 # first chunk, only the role, leaves when a slot takes the request and would hide the prefill.
 
 class ErroreNelFlusso(ErroreRichiesta):
-    """The server reported an error inside a stream (`data: {"error": ...}`), or cut it short."""
+    """An error inside a stream (`data: {"error": ...}`), or one cut short."""
 
 
 # A stream is whole only when a chunk says why it ended (finish_reason). A server may end one early with
@@ -2447,20 +2428,19 @@ TRONCATA = "il server ha interrotto la risposta"
 
 # Streams are read here, not by http.client (a line at a time, a settimeout and a poll each, no
 # kernel receive time: that needs recvmsg), nor by a thread each (a thousand woken per chunk,
-# queueing for the GIL, cost several cores at 50,000 chunks/s). Each request goes in one write (see
-# Partenza); ONE thread (LettoreFlussi) waits on every socket (selectors) and keeps each recv as it
-# came, with the kernel's time (SO_TIMESTAMPNS; two chunks in one read share the later stamp; TLS:
-# the read's). Measured: 50,000 reads/s cost 16-20 us each of its one core (over half the kernel's,
-# ACK included); framing (RFC 9112, 7.1), stamps and JSON add ~13 us a read and, done inline, put
-# the reader a chunk's gap behind (shared stamps). So they wait for moments with nothing to read, a
-# FETTA at a time: a stream that may have ended (forse_la_fine) is framed, parsed, its worker woken.
+# queueing for the GIL, cost several cores at 50,000 chunks/s). ONE thread (LettoreFlussi) waits on
+# every socket and keeps each recv with the kernel's time (SO_TIMESTAMPNS; two chunks in one read
+# share the later stamp; TLS: the read's). Measured: 50,000 reads/s cost 16-20 us each of its core;
+# framing, stamps and JSON add ~13 us a read and, inline, put the reader a chunk's gap behind. So
+# they wait for moments with nothing to read, a FETTA at a time: a stream that may have ended is
+# framed, parsed, its worker woken.
 SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
 LETTURA = 65536  # bytes a read asks for: a burst of events in one read
 SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one stamp's room
 
 
 def scarto_orologi() -> float:
-    """time.time() - time.perf_counter() (kernel stamps are wall-clock): the closest of 5 reads."""
+    """time.time() - time.perf_counter() (kernel stamps are wall-clock): the closest of 5."""
     letture = []
     for _ in range(5):
         a, parete, b = time.perf_counter(), time.time(), time.perf_counter()
@@ -2469,7 +2449,7 @@ def scarto_orologi() -> float:
 
 
 def stampi_del_kernel(sock: socket.socket) -> bool:
-    """Ask Linux to stamp `sock`'s reads with their arrival; False where it cannot."""
+    """Linux stamps `sock`'s reads with their arrival; False where it cannot."""
     if not sys.platform.startswith("linux") or hasattr(sock, "cipher"):
         return False
     try:
@@ -2490,9 +2470,9 @@ class Flusso:
         self.status: Optional[int] = None
         self.blocchi: List[Tuple[float, bytes]] = []  # the body: (arrived at, bytes)
         # Reads not yet framed, flat (read at, stamp or b"", bytes, ...): a tuple a read, at a
-        # thousand streams, wakes the garbage collector: its passes stop all threads tens of ms
+        # thousand streams, wakes the garbage collector, whose passes stop all threads tens of ms
         self.letture: list = []
-        self.scarto, self.fine_trovata = 0.0, False  # scarto_orologi's; the framing found the end
+        self.scarto, self.fine_trovata = 0.0, False
         self.esito: Optional[Tuple[dict, List[float], float]] = None  # leggi_flusso's, on a 200
         self.eccezione: Optional[BaseException] = None  # what cut it short: a timeout, a reset...
         self.finito = threading.Event()
@@ -2507,7 +2487,7 @@ class Flusso:
             return forse_la_fine(dati)
         if self.status is None and self.stampi and not self._buffer:
             # The usual first read (a thousand streams start together): headers off here, the body
-            # framed later as the short way does (where the kernel stamps reads); else the long way
+            # framed later as the short way does; else the long way
             fine = dati.find(b"\r\n\r\n")
             if fine > 0 and dati.startswith(b"HTTP/1.1 200 ") and (
                     b"\r\ntransfer-encoding: chunked\r\n" in dati[:fine + 2].lower()):
@@ -2614,7 +2594,7 @@ class Flusso:
 
     def _fatto(self, dati: bytes) -> bool:
         """Whether `data: [DONE]` came as a whole line (the end, even on a connection kept open),
-        sought as "[DONE]" comes in the last bytes (these and 256 more): a whole answer is slow."""
+        sought in the last bytes (these and 256 more) once "[DONE]" comes: all of it is slow."""
         coda = self._coda + dati
         self._coda = coda[-16:]
         if b"[DONE]" not in coda:
@@ -2633,8 +2613,8 @@ class Flusso:
 
 
 def forse_la_fine(dati: bytes) -> bool:
-    """Whether a chunked body's read may end it (framing tells): it ends as the last chunk, has
-    [DONE], or is under 16 bytes (a [DONE] cut between reads, its `\n\n` in a chunk of its own)."""
+    """Whether a chunked body's read may end it: it ends as the last chunk, has [DONE], or is under
+    16 bytes (a [DONE] cut between reads, its `\n\n` in a chunk of its own)."""
     return len(dati) < 16 or dati.endswith(b"\r\n\r\n") or b"[DONE]" in dati
 
 
@@ -2651,7 +2631,7 @@ class LettoreFlussi:
         self._svegliato = False  # a wake-up byte is already on its way
 
     def avvia(self) -> None:
-        """The thread started if it is not running: before the clock, ready for the first read."""
+        """The thread started, if not running: before the clock, ready for the first read."""
         with self._lock:
             self._avvia()
 
@@ -2694,8 +2674,7 @@ class LettoreFlussi:
         selettore.register(sveglia[0], selectors.EVENT_READ, None)
         scadenze: List[Tuple[float, int]] = []  # (deadline, stream's number), nearest first
         attivi: Dict[int, Flusso] = {}  # number -> the stream, while it is read
-        # maybe ended: (the stream, its _chiudi)
-        da_chiudere: collections.deque = collections.deque()
+        da_chiudere: collections.deque = collections.deque()  # maybe ended: (stream, its _chiudi)
         numeri, riposa_da = itertools.count(), time.monotonic()
 
         def da_leggere(flusso: Flusso) -> None:
