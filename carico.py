@@ -1409,9 +1409,8 @@ def token_o_fascia(testo: str):
 
 
 # Oltre il lab ##################################################################################
-# Below, each extra in its own section: opt-in, and none of it changes the lab's lines. A plain lab
-# run passes only through the check that none of their flags was given, the Sentinella that watches
-# the server and, on a terminal, the live line.
+# Below, each extra in its own section, opt-in; none changes the lab's lines. A plain lab run meets
+# only the check for their flags, the Sentinella and, on a terminal, the live line.
 
 EPILOGO = """\
 esempi:
@@ -1673,7 +1672,7 @@ class EsecuzioneOltre(NamedTuple):
 
 
 class OpzioniOltre(NamedTuple):
-    """The extras asked for: what to print and save, how many runs, which servers."""
+    """Each field its flag's: what to print and save, how many runs, which servers."""
     ripeti: int = 1
     tabella: bool = False
     grafico: bool = False
@@ -1684,13 +1683,13 @@ class OpzioniOltre(NamedTuple):
     avvia: Optional[List[str]] = None  # the server's command, split as a shell would
     np: Optional[List[Configurazione]] = None  # with --avvia: one server per value
     dettagli: bool = False
-    blocchi: bool = False  # a sweep: each run's whole block, not one line
-    slo: Optional[Dict[str, float]] = None  # --slo: objective -> seconds
-    riscaldamento: int = 0  # warm-up requests before the first run on each server
-    silenzioso: bool = False  # no live line
-    confronta: Optional[tuple] = None  # --confronta: ((name, its runs as --json saved them), the same for B)
-    percentili: Optional[List[Union[int, float]]] = None  # --percentili: which ones --dettagli and a sweep's table show
-    capacita: Optional[float] = None  # --capacita: the share of requests (%) that must meet --slo
+    blocchi: bool = False
+    slo: Optional[Dict[str, float]] = None  # objective -> seconds
+    riscaldamento: int = 0
+    silenzioso: bool = False
+    confronta: Optional[tuple] = None  # ((name, its runs as --json saved them), the same for B)
+    percentili: Optional[List[Union[int, float]]] = None
+    capacita: Optional[float] = None  # the share of requests (%) that must meet --slo
 
 
 VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: EsecuzioneOltre(), Opzioni: OpzioniOltre()}
@@ -1798,12 +1797,12 @@ def opzioni_date(parser: argparse.ArgumentParser, a: argparse.Namespace) -> set:
 
 
 def oltre_il_lab(parser: argparse.ArgumentParser, a: argparse.Namespace) -> bool:
-    """Whether the flags ask for more than the lab's one run: a flag beyond its four, or a list of values."""
+    """More than the lab's one run: a flag beyond its four, or a list of values."""
     liste = len(a.parallele or []) > 1 or len(a.token) > 1 or not isinstance(a.token[0], int)
     return liste or bool(opzioni_date(parser, a) - {"--url", "--richieste", "--parallele", "--token"})
 
 
-# Flags that do not go together: (a flag, the flags it excludes, what to say of the first of them given: {}).
+# Flags that do not go together: (a flag, those it excludes, what to say of the first given: {}).
 ESCLUSIONI = (
     ("--durata", ("--richieste",), "--durata e {} si escludono: con --durata si inviano richieste finché dura il tempo"),
     ("--dataset", ("--token MIN-MAX", "--prompt-file", "--prompt-token", "--prefisso", "--turni"),
@@ -1907,7 +1906,6 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
     if a.percentili is not None and not (a.dettagli or a.json or griglia_con_flussi):
         rifiuta("--percentili sceglie i percentili di --dettagli (e del file di --json, e della tabella di una griglia "
                "con --stream): da solo non cambia nulla; aggiungi --dettagli")
-    # Each field is its flag's (file_json: --json).
     opzioni_oltre = OpzioniOltre(**{campo: getattr(a, campo.replace("file_", "")) for campo in OpzioniOltre._fields})
     return piani, opzioni._replace(oltre=opzioni_oltre)
 
@@ -1927,8 +1925,8 @@ def leggi_prompt_file(percorso: str, rifiuta) -> str:
 # The session's extra steps ####################################################################
 
 class SessioneOltre(Sessione):
-    """The session when any extra was asked for: it calls the lab's own steps, `collega` and `prova`,
-    for each server, point and repeat, and fills the lab's hooks (the live line, after a run, at the end)."""
+    """Any extra asked for: the lab's own steps, `collega` and `prova`, for each server, point and
+    repeat, and the lab's hooks filled (the live line, after a run, at the end)."""
 
     @staticmethod
     def aggiungi_opzioni(parser: ParserItaliano) -> None:
@@ -1951,7 +1949,7 @@ class SessioneOltre(Sessione):
         self.capacita: List[dict] = []  # --capacita: each server's answer and its points, for --json
         self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
         self.log_da = 0  # where the current run's lines begin in its log
-        self.inviate = 0  # the requests sent to the server of the runs now: its next run's first prompt
+        self.inviate = 0  # the requests sent to this server: its next run's first prompt
 
     def corri(self) -> None:
         """For each server (--url's, or one started per --np value): warm it up, then each plan
@@ -2037,7 +2035,7 @@ class SessioneOltre(Sessione):
         return prove
 
     def log_della_prova(self) -> Optional[str]:
-        """--avvia: what the server logged during the run just ended (at -lv 4: how it reused its cache)."""
+        """--avvia: what the server logged in the run just ended (at -lv 4: how it reused its cache)."""
         if self.avviato is None or self.avviato.log is None or self.avviato.proc.poll() is not None:
             return None
         with open(self.avviato.log.name, encoding="utf-8", errors="replace") as f:
@@ -2134,20 +2132,20 @@ def riepilogo_oltre(prova: Prova) -> Riepilogo:
 
 # When something goes wrong: what a lab run meets only then ####################################
 # The lab's chapter reaches these where it meets the trouble, each marked `seam`: a flag that is
-# wrong (argparse in Italian), a server that goes away mid-run (Sentinella watches for it).
+# wrong (argparse in Italian), a server that goes away mid-run (Sentinella).
 
 # Stopped with Ctrl+C, llama serve closes its port at once but never answers the requests in flight,
 # and keeps their connections open until they close (measured: ../shared/llama-server-api.md); a
-# server that is killed resets them. Either way nothing more will come: waiting out --timeout, or
-# sending more requests to a closed port (a closed loop does, thousands a second), measures nothing.
+# killed server resets them. Either way nothing more comes: waiting out --timeout, or sending more
+# to a closed port (a closed loop does, thousands a second), measures nothing.
 
-RIFIUTI_DI_FILA = 3  # exchanges refused (or reset) in a row, with no answer between, before knocking at the port
+RIFIUTI_DI_FILA = 3  # refused (or reset) in a row, no answer between, before a knock at the port
 
 
 class Sentinella:
-    """During a run, watches the client's exchanges (requests, readings of /slots or /health): after
-    RIFIUTI_DI_FILA it knocks at the port; refused there too, the server is gone (`andato`) and
-    every exchange in flight is closed at once (Client.annulla), so the run ends within seconds."""
+    """During a run, watches the client's exchanges (requests, readings of /slots or /health); the
+    port refusing a knock too, the server is gone (`andato`) and every exchange in flight is closed
+    at once (Client.annulla), so the run ends within seconds."""
 
     def __init__(self, client: Client):
         self._client, self._lock = client, threading.Lock()
@@ -2207,7 +2205,7 @@ class ParserItaliano(argparse.ArgumentParser):
     """argparse in Italian: `uso:`, its errors translated whole (never half in one language), and an
     option of `llama serve` given by mistake named as such."""
 
-    nomi: Sequence[str] = ()  # the flags' names, for the nearest to a mistyped one (analizza_argomenti gives them)
+    nomi: Sequence[str] = ()  # the flags' names, for the nearest to a mistyped one
 
     def __init__(self, **parametri):
         super().__init__(formatter_class=formato_aiuto, **parametri)
@@ -2220,7 +2218,7 @@ class ParserItaliano(argparse.ArgumentParser):
               ("unrecognized arguments: (.*)", r"opzioni non riconosciute: \1"),
               ("ambiguous option: (\\S+) could match (.*)", r"opzione ambigua: \1 potrebbe essere \2"),
               ("the following arguments are required: (.*)", r"mancano le opzioni: \1"))
-    # Options of `llama serve` that students give to carico.py: where they belong instead.
+    # Options of `llama serve` that students give to carico.py.
     DEL_SERVER = ("--metrics", "--kv-unified", "-kvu", "-np", "--parallel", "-c", "--ctx-size", "-t", "--threads",
                   "-m", "--model", "-hf", "-ngl", "--no-slots", "--port", "--host", "-a", "--alias")
 
@@ -2338,7 +2336,7 @@ def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoS
 
 
 def com_e_il_server(client: Client, risposta_slots: Risposta) -> str:
-    """Not llama.cpp (no /slots nor /props): which endpoints it answers, so what a run can give."""
+    """Not llama.cpp: which endpoints it answers, so what a run can give."""
     def risponde(percorso: str, campo: str) -> bool:
         try:
             return client.chiama("POST", percorso, {campo: "a"}).status == 200
@@ -2369,8 +2367,8 @@ def modelli_del_server(client: Client) -> Optional[List[str]]:
 
 
 def controlla_modello(client: Client, modello: Optional[str]) -> None:
-    """--modello refused where the server lists its models without it: one with one model answers
-    whatever the name (llama.cpp, llama-cpp-python), and the run would measure another."""
+    """--modello not in the server's list: one model answers any name (llama.cpp, llama-cpp-python)
+    and the run would measure another."""
     nomi = modelli_del_server(client) if modello else None
     if nomi and modello not in nomi:
         raise ErroreOpzione(f"--modello {modello}: il server su {client.base} non ha questo modello; /v1/models "
@@ -2415,7 +2413,7 @@ def in_coda_davvero(prova: Prova) -> List[Risultato]:
 
 # --stream: the time to the first token, and between tokens ######################################
 # As vLLM's benchmark defines them, but the first token is the first chunk with text: llama.cpp's
-# first chunk, only the role, leaves when a slot takes the request and would hide the prefill.
+# first chunk, only the role, leaves when a slot takes the request: it would hide the prefill.
 
 class ErroreNelFlusso(ErroreRichiesta):
     """An error inside a stream (`data: {"error": ...}`), or one cut short."""
@@ -2619,7 +2617,7 @@ def forse_la_fine(dati: bytes) -> bool:
 
 
 class LettoreFlussi:
-    """The one thread that reads every stream in flight (see above)."""
+    """The one thread that reads every stream in flight."""
 
     RIPOSO = 1.0  # idle seconds before the thread ends: a run's next stream finds it there
 
@@ -2646,7 +2644,8 @@ class LettoreFlussi:
             self._sveglia[1].send(b"\0")
 
     def segui(self, flusso: Flusso, partenza: Optional[Partenza] = None) -> None:
-        """Read `flusso` to its end (`finito`); its request sent, or (Partenza) sent at start."""
+        """Read `flusso` to its end (`finito`); its request sent, or (Partenza) sent at the
+        start."""
         with self._lock:
             if partenza is not None and not partenza.partita:
                 partenza.in_attesa.append(flusso)
@@ -2656,7 +2655,7 @@ class LettoreFlussi:
             self._avvia(sveglia=True)
 
     def parti(self, partenza: Partenza, t0: Optional[float]) -> None:
-        """The start: the reader sends the streams waiting for it (none once the run is stopped)."""
+        """The start: the streams waiting for it sent (none once the run is stopped)."""
         with self._lock:
             if partenza.partita:
                 return
@@ -2835,7 +2834,7 @@ class LettoreFlussi:
 
 
 def leggi_con_tempo(flusso: Flusso) -> Optional[Tuple[float, bytes, bytes]]:
-    """One read: (read at, stamp or b"", the bytes: b"" if closed); None if nothing came."""
+    """(read at, stamp or b"", the bytes: b"" if closed); None if nothing came."""
     try:
         if flusso.stampi:
             dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
@@ -2850,7 +2849,7 @@ def leggi_con_tempo(flusso: Flusso) -> Optional[Tuple[float, bytes, bytes]]:
 
 
 def da_riprovare(exc: OSError) -> bool:
-    """Whether a non-blocking call failed only because it would wait (TLS: either way)."""
+    """A non-blocking call failed only because it would wait (TLS: either way)."""
     ssl = sys.modules.get("ssl")  # imported by https (see con_tls)
     tls = (ssl.SSLWantReadError, ssl.SSLWantWriteError) if ssl else ()
     return isinstance(exc, (BlockingIOError, *tls))
@@ -2867,9 +2866,8 @@ def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) 
 
 
 def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, timeout: float = TIMEOUT_INFO) -> None:
-    """Before the clock starts: every request's bytes made, and `quanti_socket` connections opened for the first
-    streams (a connect is not part of what a stream measures); with none, what is left is dropped. A
-    connection that fails is left to its request."""
+    """Before the clock: every request's bytes made, `quanti_socket` connections opened (a connect
+    is not part of a stream's times; one failing is left to its request); 0: the rest closed."""
     stato = oltre(client)
     with client._lock:
         vecchie, stato.pronte = stato.pronte, []
@@ -2884,24 +2882,23 @@ def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, ti
             sock = client._connetti(scadenza)
         except OSError:
             return
-        stampi_del_kernel(sock)  # Linux turns stamping on a moment after the first socket asks: ask before the clock
+        stampi_del_kernel(sock)  # Linux stamps a moment after the first socket asks: ask early
         stato.pronte.append(sock)
 
 
 class Partenza:
-    """--stream: the first `parallele` requests made ready before the clock, and sent at the start by the
-    reader, one after the other from one thread. Sent by their workers at the clock instead, a thousand
-    threads would each wait to wake and take the interpreter's lock: 0.1-0.3 s from the first send to the
-    last (measured at 1,000 streams, on a busy machine)."""
+    """--stream: the first `parallele` requests made ready before the clock, sent at the start by
+    the reader one after the other. Sent by their workers, a thousand threads would each wait to
+    wake and take the GIL: 0.1-0.3 s from the first send to the last (1,000 streams, busy box)."""
 
     def __init__(self, client: Client):
         self.client, self.t0, self.partita, self.in_attesa = client, 0.0, False, []  # (the reader's lock guards the last two)
         self.pronte = threading.Semaphore(0)  # one per stream handed to the reader before the start
 
     def prepara(self, esecutore, domande: List[dict], quanti_pronti: int, timeout: float, futuri: list) -> None:
-        """Every request encoded, the first `quanti_pronti` connected and handed to `esecutore`'s workers
-        (their futures added to `futuri`), then waited for until they are at the start (a few seconds at
-        most: one that is late is sent when it comes). A Ctrl+C meanwhile: see ferma."""
+        """Every request encoded, the first `quanti_pronti` connected and handed to workers (their
+        futures to `futuri`), then awaited at the start (within seconds: a late one goes later)."""
+
         apri_in_anticipo(self.client, domande, quanti_pronti, timeout)
         futuri += [esecutore.submit(self.invia, i, domanda, timeout) for i, domanda in enumerate(domande[:quanti_pronti])]
         scadenza = time.monotonic() + TIMEOUT_INFO
@@ -2913,13 +2910,11 @@ class Partenza:
         oltre(self.client).flussi.parti(self, t0)
 
     def ferma(self) -> None:
-        """After the run, or when it is stopped before the clock (then nothing is sent): the connections
-        left unused are closed."""
+        """After the run, or stopped before the clock (nothing sent): unused connections closed."""
         oltre(self.client).flussi.parti(self, None)
         apri_in_anticipo(self.client, [], 0)
 
     def invia(self, indice: int, domanda: dict, timeout: float) -> Risultato:
-        """As invia: a Risultato, never an exception."""
         try:
             return ricevi_flusso(self.client, indice, domanda, timeout, 0.0, self)
         except Exception as exc:  # a worker never raises; it was sent at the start, the clock's 0
@@ -2928,7 +2923,7 @@ class Partenza:
 
 
 def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
-    """The bytes of a streamed request, made before they are needed: its headers as http.client writes them."""
+    """A streamed request's bytes, made before needed: its headers as http.client writes them."""
     corpo = json.dumps(domanda).encode("utf-8")
     intestazioni = dict(client._intestazioni, **{"Accept-Encoding": "identity", "Content-Type": "application/json",
                                                  "Content-Length": str(len(corpo))})
@@ -2938,9 +2933,8 @@ def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
 
 def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
                   partenza: Optional[Partenza] = None) -> Risultato:
-    """One streamed request, timed from its send (the connection is opened before): sent here (with a
-    Partenza: by the reader, at the start), read by the client's LettoreFlussi; every chunk's time, and
-    the end, are when their bytes arrived."""
+    """One streamed request, timed from its send: sent here (with a Partenza: by the reader, at the
+    start), read by LettoreFlussi; each chunk's time, and the end's, when their bytes arrived."""
     if client.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
         raise NonInviata(NON_INVIATA)
     stato = oltre(client)
@@ -2984,8 +2978,8 @@ PEZZO = 128  # events parsed in one json.loads
 
 def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None, Tuple[dict, List[float], float]]:
     """The `data:` lines to `[DONE]`, each at its read's time, folded in one completion (the last
-    chunks carry finish_reason, usage, timings), with each text chunk's time and the end's. Yields
-    after each FETTA of work (the reader reads in between)."""
+    chunks carry finish_reason, usage, timings), with each text chunk's time and the end's. Yields a
+    FETTA at a time."""
     righe, resto, t = [], b"", 0.0  # (time, data) a line; a partial line waits for the next read
     scade = time.perf_counter() + FETTA
     for t, blocco in blocchi:
@@ -3043,7 +3037,7 @@ NON_JSON = object()  # an event that is not JSON (None is JSON: null)
 
 def eventi_json(dati: List[bytes]) -> list:
     """Each event's JSON, in one json.loads of a list (a call each costs as much again); one at a
-    time only if that fails, NON_JSON for one that is not JSON."""
+    time if that fails, NON_JSON for one that is not JSON."""
     with contextlib.suppress(ValueError):  # UnicodeDecodeError included
         eventi = json.loads((b"[" + b",".join(dati) + b"]").decode("utf-8"))
         if len(eventi) == len(dati):  # else an event was not one JSON value ("1,2"): one at a time
@@ -3071,7 +3065,7 @@ def itl(r: Risultato) -> List[float]:
 
 
 def token_per_chunk(r: Risultato) -> Optional[float]:
-    """Tokens per chunk with text, on average (llama.cpp sends one; other servers may send more)."""
+    """Tokens per chunk with text, on average (llama.cpp sends one, other servers more)."""
     chunk = oltre(r).chunk_s
     return r.token / len(chunk) if chunk and r.token and not oltre(r).token_stimati else None
 
@@ -3098,13 +3092,12 @@ def orari(piano_oltre: PianoOltre) -> Iterator[float]:
 
 class Programma(NamedTuple):
     """Requests sent by the clock: --ritmo at planned times (open loop: a slow answer does not delay
-    the next); else one as each in flight ends (closed loop), to --durata or --richieste. The first
-    always leaves; --parallele stays the cap: one finding it full waits, and is counted."""
+    the next, nor a late send); else one as each in flight ends (closed loop), to --durata or
+    --richieste. The first always leaves; the cap (--parallele) full, one waits, counted."""
     piano: Piano
     primo_prompt: int
 
     def lancia(self, futuri: list, esecutore, client: Client, t0: float) -> EsecuzioneOltre:
-        """Submit each request at its time from t0: a late send does not push back the next."""
         piano, piano_oltre = self.piano, self.piano.oltre
         posti = threading.Semaphore(piano.parallele)
         tempi = (orari(piano_oltre) if piano_oltre.ritmo else (t for _, _, t in itertools.cycle(
@@ -3136,14 +3129,13 @@ class Programma(NamedTuple):
         return EsecuzioneOltre(trattenute, ultimo, non_inviate, in_ritardo)
 
     def invia_al_tempo(self, client: Client, indice: int, previsto: Optional[float], t0: float) -> Risultato:
-        """One request, its prompt made as it leaves (never all alive at once)."""
+        """Its prompt made as it leaves (never all alive at once)."""
         domanda, lunghezza = domanda_di(indice, self.piano, self.primo_prompt)
         r = invia_oltre(client, indice, domanda, self.piano.timeout, t0)
         return r._replace(oltre=oltre(r)._replace(previsto=previsto, prompt_esatto=lunghezza))
 
 
 def ritardo_invio(r: Risultato) -> Optional[float]:
-    """How late a request left against the schedule (--ritmo, a trace)."""
     return None if oltre(r).previsto is None else r.inizio - oltre(r).previsto
 
 
@@ -3152,7 +3144,6 @@ def ritardi_invio(e: Esecuzione) -> List[float]:
 
 
 def ritmo_di(tempi: List[float]) -> Optional[float]:
-    """Events per second over a list of times."""
     durata = max(tempi) - min(tempi) if tempi else 0
     return (len(tempi) - 1) / durata if durata > 0 else None
 
@@ -3174,9 +3165,8 @@ def ms(secondi: Optional[float]) -> Optional[float]:
 
 
 def righe_ritmo(prova: Prova) -> List[str]:
-    """After the lab's summary: with --ritmo the rate asked, the schedule's and the one sent, and how
-    late the sends were against the schedule; with --durata how many requests were sent and answered,
-    and why the total time is not the duration."""
+    """After the lab's summary: the rate asked, the schedule's, the one sent and how late the sends
+    were; with --durata how many were sent and answered, why the total time is not the duration."""
     e, piano_oltre = prova.esecuzione, oltre(prova.piano)
     righe, scosta = [], ""
     if piano_oltre.ritmo or piano_oltre.traccia:  # the schedule, then the sends against it
@@ -3225,7 +3215,7 @@ def ritmo_tenuto(prova: Prova) -> bool:
 
 
 def note_ritmo(prova: Prova) -> List[str]:
-    """What stderr says when the schedule was not kept: the figures hold for the rate sent."""
+    """The schedule not kept: the figures hold for the rate sent."""
     e, piano = prova.esecuzione, prova.piano
     if ritmo_tenuto(prova):
         return []
@@ -3252,8 +3242,8 @@ def note_ritmo(prova: Prova) -> List[str]:
 
 
 def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
-    """The --parallele cap full under a schedule: was it the limit? False: the server was (the cap
-    at or above its slots, all seen busy: a higher cap only moves the wait into its queue)."""
+    """The cap full under a schedule: was it the limit? False: the server was (the cap at or above
+    its slots, all seen busy: a higher cap only moves the wait into its queue)."""
     n_slot, picco = prova.info.n_slot, prova.riepilogo.picco
     if n_slot is None:
         return None
@@ -3263,7 +3253,7 @@ def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
 
 
 def chi_ha_frenato(prova: Prova) -> str:
-    """The advice when the cap was full, as far as il_tetto_ha_frenato can tell."""
+    """The advice when the cap was full."""
     tetto, n_slot, parallele = il_tetto_ha_frenato(prova), prova.info.n_slot, prova.piano.parallele
     if tetto:
         return (f"il server aveva slot liberi ({parallele} in volo su {n_slot} slot): alza --parallele (fino a {n_slot}). "
