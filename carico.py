@@ -1616,10 +1616,10 @@ class PianoOltre(NamedTuple):
     stream: bool = False
     modello: Optional[str] = None  # the requests' `model` field
     testo: Optional[str] = None  # --prompt-file: one prompt for every request
-    ritmo: Optional[float] = None  # requests per second, sent by the clock (open loop)
+    ritmo: Optional[float] = None  # requests a second, sent by the clock (open loop)
     arrivi: str = "poisson"  # or costanti
-    seme: Optional[int] = None  # the seed of the Poisson schedule
-    durata: Optional[float] = None  # keep sending for this many seconds
+    seme: Optional[int] = None
+    durata: Optional[float] = None
     esatti: bool = False  # ignore_eos: every request generates exactly max_token
     tetto_predefinito: bool = False  # --ritmo without --parallele: `parallele` is TETTO_RITMO, nobody asked it
     turni: Optional[int] = None  # each of the `parallele` users holds a conversation of K turns
@@ -1630,7 +1630,7 @@ class PianoOltre(NamedTuple):
     dataset: Optional[tuple] = None  # each request's (prompt or messages, max_tokens, timestamp)
     token_minimo: Optional[int] = None  # --token MIN-MAX: each request's max_tokens drawn from MIN to max_token
     nome_dataset: Optional[str] = None  # --dataset's file and layout, for the report and the files
-    pezzi: Optional[tuple] = None  # the text exact prompts are cut from, where each piece begins, where they may start
+    pezzi: Optional[tuple] = None  # exact prompts' text, each piece's start, where one may start
 
     @property
     def traccia(self) -> bool:
@@ -1665,10 +1665,10 @@ class RisultatoOltre(NamedTuple):
 
 
 class EsecuzioneOltre(NamedTuple):
-    trattenute: int = 0  # --ritmo: requests sent late because --parallele were already in flight
+    trattenute: int = 0  # --ritmo: requests sent late because --parallele were in flight
     ultimo_invio: Optional[float] = None  # --durata: when the last request left
-    non_inviate: int = 0  # --ritmo with --durata: the schedule's requests the cap kept from leaving in time
-    in_ritardo: int = 0  # likewise, those carico itself was too late for: its clock woke past --durata (a busy machine)
+    non_inviate: int = 0  # --ritmo with --durata: planned, the cap kept them from leaving in time
+    in_ritardo: int = 0  # likewise, those carico was too late for: it woke past --durata (busy)
 
 
 class OpzioniOltre(NamedTuple):
@@ -1704,12 +1704,10 @@ def oltre(record):
 
 
 class ClientOltre:
-    """What the extras keep on a Client."""
-
     def __init__(self, client: Client):
         self.pronte: List[socket.socket] = []  # --stream: connections opened before the clock
-        self.richieste_pronte: Dict[int, bytes] = {}  # --stream: id of a request's JSON -> its bytes, made before it
-        self.flussi = LettoreFlussi(client)  # --stream: one thread reads every stream
+        self.richieste_pronte: Dict[int, bytes] = {}  # id of a request's JSON -> its bytes
+        self.flussi = LettoreFlussi(client)
         self.pezzi: Dict[int, bytes] = {}  # a tokenizer without pieces (/extras/tokenize): each id's, once
 
 
@@ -1722,8 +1720,7 @@ def domanda_oltre(prompt: str, piano: Piano) -> dict:
 
 
 def cifre_oltre(dati, chunk_s: Optional[List[float]] = None) -> dict:
-    """cifre_completamento with the chunks' times and the text; a stream without usage or timings:
-    one token per chunk with text, an estimate."""
+    """With the chunks' times and the text; no usage nor timings: a token a chunk, estimated."""
     cifre = cifre_completamento(dati)
     scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
     messaggio = scelta.get("message") if isinstance(scelta.get("message"), dict) else {}
@@ -1744,8 +1741,7 @@ def invia_oltre(client: Client, indice: int, domanda: dict, timeout: float, t0: 
 
 
 class Lancio:
-    """esegui_carico's `lancio`: all at once as the lab's (`domande`, else from `primo_prompt` on),
-    with --stream the first made ready before the clock (Partenza); or by a lanciatore."""
+    """`lancio`: all at once (`domande`, else from `primo_prompt`), or a lanciatore."""
 
     def __init__(self, client: Client, piano: Piano, primo_prompt: int = 0, domande: Optional[List[dict]] = None):
         self.client, self.piano = client, piano
@@ -1792,7 +1788,7 @@ def campi_oltre(piano_oltre: PianoOltre) -> dict:
 
 
 def opzioni_date(parser: argparse.ArgumentParser, a: argparse.Namespace) -> set:
-    """The flags given, as typed (--prompt-file): those whose value is not their default."""
+    """The flags given, as typed (--prompt-file): those not at their default."""
     return {"--" + k.replace("_", "-") for k, v in vars(a).items() if v != parser.get_default(k)}
 
 
@@ -1818,8 +1814,7 @@ ESCLUSIONI = (
 
 def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, piano: Piano,
                         opzioni: Opzioni) -> Tuple[List[Piano], Opzioni]:
-    """The extras' flags checked together (a bad combination: one Italian line, exit 2), their files
-    read, made into the plans (one per point of a sweep) and the options."""
+    """Checked together (a bad mix: exit 2), files read: the plans (a point each), the options."""
     rifiuta = parser.error
     if any(isinstance(t, tuple) for t in a.token) and (len(a.token) > 1 or a.turni is not None):
         rifiuta("--token MIN-MAX vale da solo: non in una lista, non con --turni")
@@ -1841,8 +1836,8 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         if superflua:
             rifiuta(f"--capacita sceglie da sé i ritmi da provare: {superflua} non serve "
                     "(--ritmo R, un valore solo, è il primo)")
-        # every point a --ritmo run (its cap), from 1 req/s unless said; steady arrivals unless asked (a seed
-        # means Poisson): then the rate sent is the rate asked
+        # every point a --ritmo run (its cap), from 1 req/s unless said; steady arrivals unless
+        # asked (a seed means Poisson): then the rate sent is the rate asked
         a.ritmo = a.ritmo or [1.0]
         a.arrivi = a.arrivi or ("poisson" if a.seme is not None else "costanti")
     presenti = opzioni_date(parser, a) | ({"--token MIN-MAX"} if minimo is not None else set())
@@ -1911,7 +1906,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
 
 
 def leggi_prompt_file(percorso: str, rifiuta) -> str:
-    """--prompt-file: the text every request sends; `rifiuta` is the parser's error."""
+    """--prompt-file: the text every request sends."""
     try:
         with open(percorso, encoding="utf-8") as f:
             testo = f.read().strip()
@@ -1925,8 +1920,7 @@ def leggi_prompt_file(percorso: str, rifiuta) -> str:
 # The session's extra steps ####################################################################
 
 class SessioneOltre(Sessione):
-    """Any extra asked for: the lab's own steps, `collega` and `prova`, for each server, point and
-    repeat, and the lab's hooks filled (the live line, after a run, at the end)."""
+    """Any extra asked: the lab's steps for each server, point and repeat; the lab's hooks."""
 
     @staticmethod
     def aggiungi_opzioni(parser: ParserItaliano) -> None:
@@ -1952,8 +1946,7 @@ class SessioneOltre(Sessione):
         self.inviate = 0  # the requests sent to this server: its next run's first prompt
 
     def corri(self) -> None:
-        """For each server (--url's, or one started per --np value): warm it up, then each plan
-        --ripeti times, then their mean. A new server starts from the lab's first prompt."""
+        """Each server (--url's, one per --np): warmed up, each plan --ripeti times, the mean."""
         o = self.oltre
         if o.confronta:  # two files of results, no server
             print("\n".join(righe_confronto(*o.confronta)), flush=True)
@@ -1983,8 +1976,7 @@ class SessioneOltre(Sessione):
 
     @contextlib.contextmanager
     def server(self, configurazione: Optional[Configurazione]):
-        """--avvia: the server for one -np value, started, then stopped whatever happens; it yields the
-        configuration with what the server decided (its line printed first)."""
+        """--avvia: one -np's server, stopped whatever happens; yields what it decided."""
         if configurazione is None:
             yield None
             return
@@ -2062,8 +2054,7 @@ class SessioneOltre(Sessione):
             print(riga_server(info) + (kv if info.kv_unificata else ""), flush=True)
 
     def rapporto(self, prova: Prova) -> List[str]:
-        """The lab's lines with the extras' marks; in_breve one line, whole when a request failed or
-        the run was cut short: each error said."""
+        """The lab's lines with the extras' marks; in_breve one, whole if one failed or cut."""
         e = prova.esecuzione
         if self.in_breve and not (e.interruzione or e.server_andato or prova.riepilogo.n_fallite):
             return [riga_breve(prova, sum(p.piano is prova.piano and p.info is prova.info for p in self.prove),
@@ -2143,9 +2134,8 @@ RIFIUTI_DI_FILA = 3  # refused (or reset) in a row, no answer between, before a 
 
 
 class Sentinella:
-    """During a run, watches the client's exchanges (requests, readings of /slots or /health); the
-    port refusing a knock too, the server is gone (`andato`) and every exchange in flight is closed
-    at once (Client.annulla), so the run ends within seconds."""
+    """During a run, watches the client's exchanges; the server gone (`andato`), every exchange in
+    flight is closed at once (Client.annulla), so the run ends within seconds."""
 
     def __init__(self, client: Client):
         self._client, self._lock = client, threading.Lock()
@@ -2189,8 +2179,8 @@ class Sentinella:
                           "scaduta" if isinstance(exc, socket.timeout) else "chiusa")
             if self.di_fila < RIFIUTI_DI_FILA or self.andato is not None:
                 return True
-            # A few resets from a server that is still there; but a killed server resets its connections a
-            # moment before the kernel closes its port: knock again a moment later before believing it.
+            # A server still there may reset a few; a killed one resets them a moment before the
+            # kernel closes its port: knock again a moment later before believing it.
             if self.in_ascolto() and (time.sleep(0.25) or self.in_ascolto()):
                 self.di_fila = 0
                 return True
@@ -2202,8 +2192,7 @@ class Sentinella:
 
 
 class ParserItaliano(argparse.ArgumentParser):
-    """argparse in Italian: `uso:`, its errors translated whole (never half in one language), and an
-    option of `llama serve` given by mistake named as such."""
+    """argparse in Italian (errors translated whole); an option of `llama serve` named as such."""
 
     nomi: Sequence[str] = ()  # the flags' names, for the nearest to a mistyped one
 
@@ -2266,8 +2255,7 @@ def formato_aiuto(prog: str) -> argparse.HelpFormatter:
 
 
 def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optional[Riepilogo] = None) -> List[str]:
-    """The end of a run the server left: the refused and the unsent requests a line each, the
-    summary, when and why the sending stopped, and the requests it took and never answered."""
+    """The end of a run the server left: refused and unsent requests, the summary, when and why."""
     e = prova.esecuzione
     inviate = {r.indice for r in e.risultati}
     rifiutate = [r.indice for r in e.risultati if rifiutata(r)]
@@ -2288,14 +2276,13 @@ def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optiona
 
 
 def numeri_in_tratti(indici: List[int]) -> str:
-    """Request numbers in runs: [0, 2, 4] -> "0, 2, 4", [3, 4, 5, 8] -> "3-5, 8" (a range holds every number in it)."""
+    """Request numbers in runs: [0, 2, 4] -> "0, 2, 4", [3, 4, 5, 8] -> "3-5, 8"."""
     gruppi = [[i for _, i in g] for _, g in itertools.groupby(enumerate(indici), lambda p: p[1] - p[0])]
     return ", ".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in gruppi)
 
 
 class ErroreOpzione(ErroreUtente):
-    """A flag wrong for this server (--modello it does not list): exit 2, as a bad flag. One it
-    cannot honour (--prompt-token without a tokenizer) is its limit: ErroreUtente, exit 1."""
+    """A flag wrong for this server (--modello): exit 2; one it cannot honour: exit 1."""
     codice = 2
 
 
@@ -2309,8 +2296,7 @@ def perche_os(exc: Exception) -> str:
 # Servers that say less: /slots off, another server; /props for --json #########################
 
 def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoServer]) -> InfoServer:
-    """/slots not answering as llama.cpp's (--no-slots, another server): the header from /props,
-    which --json keeps."""
+    """/slots not as llama.cpp's (--no-slots, another server): the header from /props."""
     avvisi = []
     if info is None or not info.slots_disponibile:
         if risposta_slots.status == 501:
@@ -2367,8 +2353,7 @@ def modelli_del_server(client: Client) -> Optional[List[str]]:
 
 
 def controlla_modello(client: Client, modello: Optional[str]) -> None:
-    """--modello not in the server's list: one model answers any name (llama.cpp, llama-cpp-python)
-    and the run would measure another."""
+    """--modello not listed: a server with one model answers any name, and the run measures it."""
     nomi = modelli_del_server(client) if modello else None
     if nomi and modello not in nomi:
         raise ErroreOpzione(f"--modello {modello}: il server su {client.base} non ha questo modello; /v1/models "
@@ -2405,11 +2390,6 @@ def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int,
     return attese
 
 
-def in_coda_davvero(prova: Prova) -> List[Risultato]:
-    ok = prova.esecuzione.riuscite
-    attese = attese_a_slot_pieni(ok, prova.info.n_slot)
-    return [r for r in ok if attese.get(r.indice, 0.0) > 0]
-
 
 # --stream: the time to the first token, and between tokens ######################################
 # As vLLM's benchmark defines them, but the first token is the first chunk with text: llama.cpp's
@@ -2419,8 +2399,8 @@ class ErroreNelFlusso(ErroreRichiesta):
     """An error inside a stream (`data: {"error": ...}`), or one cut short."""
 
 
-# A stream is whole only when a chunk says why it ended (finish_reason). A server may end one early with
-# `[DONE]` (llama-cpp-python, when another request waits) or just close it: a failure, never a latency.
+# A stream is whole only when a chunk says why it ended (finish_reason). A server may end one early
+# with `[DONE]` (llama-cpp-python, another request waiting) or close it: a failure, not a latency.
 TRONCATA = "il server ha interrotto la risposta"
 
 
@@ -2430,8 +2410,7 @@ TRONCATA = "il server ha interrotto la risposta"
 # every socket and keeps each recv with the kernel's time (SO_TIMESTAMPNS; two chunks in one read
 # share the later stamp; TLS: the read's). Measured: 50,000 reads/s cost 16-20 us each of its core;
 # framing, stamps and JSON add ~13 us a read and, inline, put the reader a chunk's gap behind. So
-# they wait for moments with nothing to read, a FETTA at a time: a stream that may have ended is
-# framed, parsed, its worker woken.
+# that work waits for moments with nothing to read, a FETTA at a time.
 SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
 LETTURA = 65536  # bytes a read asks for: a burst of events in one read
 SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one stamp's room
@@ -2458,7 +2437,7 @@ def stampi_del_kernel(sock: socket.socket) -> bool:
 
 
 class Flusso:
-    """A streamed answer in flight: LettoreFlussi feeds it, its worker waits on `finito`."""
+    """A streamed answer: LettoreFlussi feeds it, its worker waits on `finito`."""
 
     def __init__(self, sock: socket.socket, scadenza: float):
         self.sock, self.scadenza = sock, scadenza  # scadenza: --timeout's end (monotonic)
@@ -2556,8 +2535,7 @@ class Flusso:
         return dopo
 
     def _togli_pezzi(self, dati: bytes) -> Tuple[bytes, bool]:
-        """chunked: the payload so far, and whether the last chunk came. Read by position, not
-        cutting the buffer per chunk: a late read may bring dozens."""
+        """chunked: the payload so far, and if it ended. By position: a late read brings dozens."""
         buffer = self._buffer + dati if self._buffer else dati
         pos, carico_utile = 0, []
         while True:
@@ -2591,8 +2569,8 @@ class Flusso:
         return b"".join(carico_utile), False
 
     def _fatto(self, dati: bytes) -> bool:
-        """Whether `data: [DONE]` came as a whole line (the end, even on a connection kept open),
-        sought in the last bytes (these and 256 more) once "[DONE]" comes: all of it is slow."""
+        """`data: [DONE]` as a whole line (the end, even kept open), sought in the last bytes (all
+        of the answer: slow)."""
         coda = self._coda + dati
         self._coda = coda[-16:]
         if b"[DONE]" not in coda:
@@ -2611,8 +2589,7 @@ class Flusso:
 
 
 def forse_la_fine(dati: bytes) -> bool:
-    """Whether a chunked body's read may end it: it ends as the last chunk, has [DONE], or is under
-    16 bytes (a [DONE] cut between reads, its `\n\n` in a chunk of its own)."""
+    """A read that may end a chunked body (under 16 bytes: a [DONE] cut, its `\n\n` in a chunk)."""
     return len(dati) < 16 or dati.endswith(b"\r\n\r\n") or b"[DONE]" in dati
 
 
@@ -2644,8 +2621,7 @@ class LettoreFlussi:
             self._sveglia[1].send(b"\0")
 
     def segui(self, flusso: Flusso, partenza: Optional[Partenza] = None) -> None:
-        """Read `flusso` to its end (`finito`); its request sent, or (Partenza) sent at the
-        start."""
+        """Read `flusso` to its end (`finito`); sent, or sent at the start (Partenza)."""
         with self._lock:
             if partenza is not None and not partenza.partita:
                 partenza.in_attesa.append(flusso)
@@ -2745,8 +2721,7 @@ class LettoreFlussi:
         return False
 
     def _invia(self, flusso: Flusso) -> None:
-        """A request made ready before the start: its time, then its bytes in one call (what exceeds
-        the socket's buffer waits for the server, within the deadline)."""
+        """A request made ready: its time, its bytes in one call (the rest within the deadline)."""
         if self._client.annullato.is_set():  # Ctrl+C before the start: nothing is sent
             raise NonInviata(NON_INVIATA)
         flusso.scadenza = time.monotonic() + flusso.timeout  # --timeout counts from the send
@@ -2796,14 +2771,12 @@ class LettoreFlussi:
 
     def _da_inquadrare(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
         """Until framed (_chiudi), a stream that may have ended is unread, free of its deadline."""
-        with contextlib.suppress(KeyError, ValueError, OSError):  # (as in _fine)
-            selettore.unregister(flusso.sock)
-        attivi.pop(flusso.numero, None)
+        self._togli(selettore, attivi, flusso)
         da_chiudere.append((flusso, self._chiudi(selettore, attivi, flusso)))
 
     def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> Generator[None, None, bool]:
-        """Frame a stream that may have ended: if so, parse it (a 200), wake its worker; else True:
-        read on. A FETTA a next() (a read at least): 4,000 tokens at once held the reader 50 ms."""
+        """Frame it: ended, parse it and wake its worker; else True: read on. A FETTA a next() (a
+        read at least): 4,000 tokens at once held the reader 50 ms."""
         import selectors
 
         if flusso.finito.is_set():
@@ -2825,10 +2798,14 @@ class LettoreFlussi:
         return False
 
     @staticmethod
-    def _fine(selettore, attivi: Dict[int, Flusso], flusso: Flusso, eccezione: Optional[BaseException] = None) -> None:
+    def _togli(selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> None:
         with contextlib.suppress(KeyError, ValueError, OSError):
             selettore.unregister(flusso.sock)
         attivi.pop(getattr(flusso, "numero", None), None)
+
+    def _fine(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso,
+              eccezione: Optional[BaseException] = None) -> None:
+        self._togli(selettore, attivi, flusso)
         flusso.eccezione = eccezione
         flusso.finito.set()
 
@@ -2866,8 +2843,8 @@ def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) 
 
 
 def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, timeout: float = TIMEOUT_INFO) -> None:
-    """Before the clock: every request's bytes made, `quanti_socket` connections opened (a connect
-    is not part of a stream's times; one failing is left to its request); 0: the rest closed."""
+    """Before the clock (a connect is not part of a stream's times): the requests' bytes, and
+    `quanti_socket` connections (one failing is left to its request; 0: the rest closed)."""
     stato = oltre(client)
     with client._lock:
         vecchie, stato.pronte = stato.pronte, []
@@ -2887,17 +2864,16 @@ def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, ti
 
 
 class Partenza:
-    """--stream: the first `parallele` requests made ready before the clock, sent at the start by
-    the reader one after the other. Sent by their workers, a thousand threads would each wait to
-    wake and take the GIL: 0.1-0.3 s from the first send to the last (1,000 streams, busy box)."""
+    """--stream: the first requests, sent at the start by the reader one after the other. By their
+    workers, 1,000 threads waking for the GIL took 0.1-0.3 s from first send to last (measured)."""
 
     def __init__(self, client: Client):
-        self.client, self.t0, self.partita, self.in_attesa = client, 0.0, False, []  # (the reader's lock guards the last two)
+        self.client, self.t0 = client, 0.0
+        self.partita, self.in_attesa = False, []  # the reader's lock guards these
         self.pronte = threading.Semaphore(0)  # one per stream handed to the reader before the start
 
     def prepara(self, esecutore, domande: List[dict], quanti_pronti: int, timeout: float, futuri: list) -> None:
-        """Every request encoded, the first `quanti_pronti` connected and handed to workers (their
-        futures to `futuri`), then awaited at the start (within seconds: a late one goes later)."""
+        """The first `quanti_pronti` connected, to workers (to `futuri`), awaited at the start."""
 
         apri_in_anticipo(self.client, domande, quanti_pronti, timeout)
         futuri += [esecutore.submit(self.invia, i, domanda, timeout) for i, domanda in enumerate(domande[:quanti_pronti])]
@@ -2917,8 +2893,8 @@ class Partenza:
     def invia(self, indice: int, domanda: dict, timeout: float) -> Risultato:
         try:
             return ricevi_flusso(self.client, indice, domanda, timeout, 0.0, self)
-        except Exception as exc:  # a worker never raises; it was sent at the start, the clock's 0
-            self.pronte.release()  # (failed before it was handed to the reader: the start need not wait for it)
+        except Exception as exc:  # a worker never raises; sent at the start, the clock's 0
+            self.pronte.release()  # (failed before it reached the reader: the start need not wait)
             return fallita(self.client, indice, 0.0, time.perf_counter() - self.t0, exc)
 
 
@@ -2933,8 +2909,7 @@ def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
 
 def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
                   partenza: Optional[Partenza] = None) -> Risultato:
-    """One streamed request, timed from its send: sent here (with a Partenza: by the reader, at the
-    start), read by LettoreFlussi; each chunk's time, and the end's, when their bytes arrived."""
+    """A streamed request, timed from its send; each chunk's time, and the end's: its arrival."""
     if client.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
         raise NonInviata(NON_INVIATA)
     stato = oltre(client)
@@ -2950,7 +2925,7 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
                 sock.settimeout(max(0.001, scadenza - time.monotonic()))
                 flusso.inviata = time.perf_counter()
                 sock.sendall(richiesta)
-            else:  # sent at the start in one system call: the socket made non-blocking now, before the clock
+            else:  # sent at the start in one system call: non-blocking now, before the clock
                 sock.setblocking(False)
                 flusso.richiesta, flusso.timeout = richiesta, timeout
             stato.flussi.segui(flusso, partenza)
@@ -2977,9 +2952,7 @@ PEZZO = 128  # events parsed in one json.loads
 
 
 def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None, Tuple[dict, List[float], float]]:
-    """The `data:` lines to `[DONE]`, each at its read's time, folded in one completion (the last
-    chunks carry finish_reason, usage, timings), with each text chunk's time and the end's. Yields a
-    FETTA at a time."""
+    """The `data:` lines folded in one completion, with each text chunk's time; a FETTA a next()."""
     righe, resto, t = [], b"", 0.0  # (time, data) a line; a partial line waits for the next read
     scade = time.perf_counter() + FETTA
     for t, blocco in blocchi:
@@ -3036,8 +3009,7 @@ NON_JSON = object()  # an event that is not JSON (None is JSON: null)
 
 
 def eventi_json(dati: List[bytes]) -> list:
-    """Each event's JSON, in one json.loads of a list (a call each costs as much again); one at a
-    time if that fails, NON_JSON for one that is not JSON."""
+    """In one json.loads (a call each costs as much again); if that fails one each, NON_JSON."""
     with contextlib.suppress(ValueError):  # UnicodeDecodeError included
         eventi = json.loads((b"[" + b",".join(dati) + b"]").decode("utf-8"))
         if len(eventi) == len(dati):  # else an event was not one JSON value ("1,2"): one at a time
@@ -3076,8 +3048,7 @@ TETTO_RITMO = 256  # --ritmo without --parallele: at most this many in flight (a
 
 
 def orari(piano_oltre: PianoOltre) -> Iterator[float]:
-    """Each send's time from the start: every 1/ritmo s (--arrivi costanti), or Poisson's gaps of
-    mean 1/ritmo, as independent users; one --seme and rate give one schedule, each rate its own."""
+    """Each send's time: every 1/ritmo s, or Poisson's gaps; one seme and rate, one schedule."""
     import random
 
     if piano_oltre.arrivi == "costanti":
@@ -3091,8 +3062,7 @@ def orari(piano_oltre: PianoOltre) -> Iterator[float]:
 
 
 class Programma(NamedTuple):
-    """Requests sent by the clock: --ritmo at planned times (open loop: a slow answer does not delay
-    the next, nor a late send); else one as each in flight ends (closed loop), to --durata or
+    """--ritmo at planned times (open loop), else one as each ends (closed), to --durata or
     --richieste. The first always leaves; the cap (--parallele) full, one waits, counted."""
     piano: Piano
     primo_prompt: int
@@ -3149,13 +3119,13 @@ def ritmo_di(tempi: List[float]) -> Optional[float]:
 
 
 def invii_al_secondo(prova: Prova) -> Optional[float]:
-    """Requests sent a second, as the server saw; --durata: over its window (8 in 6 s: 1.33)."""
+    """Requests sent a second; --durata: over its window (8 in 6 s: 1.33)."""
     finestra, risultati = finestra_durata(prova), prova.esecuzione.risultati
     return len(risultati) / finestra if finestra else ritmo_di([r.inizio for r in risultati])
 
 
 def finestra_durata(prova: Prova) -> Optional[float]:
-    """--durata's window: the duration or, after a Ctrl+C, up to the stop."""
+    """--durata, or up to a Ctrl+C."""
     durata, fermata = oltre(prova.piano).durata, prova.esecuzione.interrotta_a
     return min(durata, fermata) if durata and fermata else durata
 
@@ -3165,8 +3135,7 @@ def ms(secondi: Optional[float]) -> Optional[float]:
 
 
 def righe_ritmo(prova: Prova) -> List[str]:
-    """After the lab's summary: the rate asked, the schedule's, the one sent and how late the sends
-    were; with --durata how many were sent and answered, why the total time is not the duration."""
+    """The rate asked, planned, sent, how late; --durata: sent, answered, the total time."""
     e, piano_oltre = prova.esecuzione, oltre(prova.piano)
     righe, scosta = [], ""
     if piano_oltre.ritmo or piano_oltre.traccia:  # the schedule, then the sends against it
@@ -3200,14 +3169,14 @@ def righe_ritmo(prova: Prova) -> List[str]:
 
 
 def ritardo_perdonato(prova: Prova) -> float:
-    """Lateness still on time (ritmo_tenuto, attese_del_tetto): max(10 ms, mean gap / 10)."""
+    """Lateness still on time: max(10 ms, mean gap / 10)."""
     previsti = [p for p in (oltre(r).previsto for r in prova.esecuzione.risultati) if p is not None]
     ritmo = oltre(prova.piano).ritmo or ritmo_di(previsti)  # a trace: its mean rate
     return max(0.010, 0.1 / ritmo) if ritmo else 0.010
 
 
 def ritmo_tenuto(prova: Prova) -> bool:
-    """The schedule kept: no send held by the cap or missed, p99 lateness in ritardo_perdonato."""
+    """No send held by the cap or missed, p99 lateness in ritardo_perdonato."""
     o, p99 = oltre(prova.esecuzione), percentile(ritardi_invio(prova.esecuzione), 99)
     if o.trattenute or o.non_inviate or o.in_ritardo:
         return False
@@ -3242,8 +3211,7 @@ def note_ritmo(prova: Prova) -> List[str]:
 
 
 def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
-    """The cap full under a schedule: was it the limit? False: the server was (the cap at or above
-    its slots, all seen busy: a higher cap only moves the wait into its queue)."""
+    """The cap full: was it the limit? False: the server was (cap >= its slots, all seen busy)."""
     n_slot, picco = prova.info.n_slot, prova.riepilogo.picco
     if n_slot is None:
         return None
@@ -3270,7 +3238,7 @@ def chi_ha_frenato(prova: Prova) -> str:
 
 
 def attese_del_tetto(prova: Prova) -> Dict[int, float]:
-    """--ritmo, the cap full: how late each request it held left (beyond ritardo_perdonato)."""
+    """--ritmo, the cap full: how late each request it held left, beyond ritardo_perdonato."""
     e = prova.esecuzione
     if not oltre(e).trattenute:
         return {}
@@ -4934,7 +4902,8 @@ def spiegazione(prova: Prova) -> List[str]:
     attese = {r.indice: a for r, a in ((r, attesa_dello_slot(r)) for r in ok) if a is not None}
     tetto = attese_del_tetto(prova)
     if attese:
-        aspettato, in_coda = in_coda_davvero(prova), attese_a_slot_pieni(ok, info.n_slot)
+        in_coda = attese_a_slot_pieni(ok, info.n_slot)
+        aspettato = [r for r in ok if in_coda.get(r.indice, 0.0) > 0]
         if prova.occupati_prima:  # its timings miss the others' work: the wait from the send says it
             lenta = max(attese, key=attese.get)
             latenza = next(r.latenza for r in ok if r.indice == lenta)
