@@ -1621,14 +1621,14 @@ class PianoOltre(NamedTuple):
     seme: Optional[int] = None
     durata: Optional[float] = None
     esatti: bool = False  # ignore_eos: every request generates exactly max_token
-    tetto_predefinito: bool = False  # --ritmo without --parallele: `parallele` is TETTO_RITMO, nobody asked it
+    tetto_predefinito: bool = False  # --ritmo without --parallele: `parallele` is TETTO_RITMO
     turni: Optional[int] = None  # each of the `parallele` users holds a conversation of K turns
     sistema: Optional[int] = None  # the conversations' system prompt, in tokens
     testo_sistema: Optional[str] = None  # that system prompt, made on the server's tokenizer
     prompt_token: Optional[Tuple[int, int]] = None  # each prompt's length in tokens, min and max
     prefisso: Optional[int] = None  # tokens every prompt opens with, the same for all (cache on)
     dataset: Optional[tuple] = None  # each request's (prompt or messages, max_tokens, timestamp)
-    token_minimo: Optional[int] = None  # --token MIN-MAX: each request's max_tokens drawn from MIN to max_token
+    token_minimo: Optional[int] = None  # --token MIN-MAX: max_tokens drawn from MIN to max_token
     nome_dataset: Optional[str] = None  # --dataset's file and layout, for the report and the files
     pezzi: Optional[tuple] = None  # exact prompts' text, each piece's start, where one may start
 
@@ -1651,9 +1651,9 @@ class PianoOltre(NamedTuple):
 
 class RisultatoOltre(NamedTuple):
     """What the extras read of one request."""
-    chunk_s: Optional[Tuple[float, ...]] = None  # --stream: seconds from send to each chunk with text
+    chunk_s: Optional[Tuple[float, ...]] = None  # --stream: from send to each chunk with text (s)
     previsto: Optional[float] = None  # --ritmo: when the schedule meant to send it
-    prompt_esatto: Optional[int] = None  # --prompt-token: the prompt's tokens by the server's tokenizer
+    prompt_esatto: Optional[int] = None  # --prompt-token: its tokens by the server's tokenizer
     testo: Optional[str] = None  # the answer's text: a conversation (--turni) sends it back
     conversazione: Optional[int] = None  # --turni: whose conversation (0 to parallele - 1)
     turno: Optional[int] = None  # --turni: which of its turns (from 1)
@@ -1708,7 +1708,7 @@ class ClientOltre:
         self.pronte: List[socket.socket] = []  # --stream: connections opened before the clock
         self.richieste_pronte: Dict[int, bytes] = {}  # id of a request's JSON -> its bytes
         self.flussi = LettoreFlussi(client)
-        self.pezzi: Dict[int, bytes] = {}  # a tokenizer without pieces (/extras/tokenize): each id's, once
+        self.pezzi: Dict[int, bytes] = {}  # /extras/tokenize (no pieces): each id's piece, once
 
 
 def prompt_oltre(indice: int, piano: Piano) -> str:
@@ -1783,7 +1783,7 @@ def campi_oltre(piano_oltre: PianoOltre) -> dict:
     if piano_oltre.stream:
         campi.update(stream=True, stream_options={"include_usage": True})  # usage in the last chunk
     if piano_oltre.prefisso is not None:  # 0 too: the run to compare with, under the same cache
-        campi["cache_prompt"] = True  # a shared prefix is there to be reused: the cache is the experiment
+        campi["cache_prompt"] = True  # the cache is the experiment: a shared prefix is reused
     return campi
 
 
@@ -1818,7 +1818,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
     rifiuta = parser.error
     if any(isinstance(t, tuple) for t in a.token) and (len(a.token) > 1 or a.turni is not None):
         rifiuta("--token MIN-MAX vale da solo: non in una lista, non con --turni")
-    minimo = a.token[0][0] if isinstance(a.token[0], tuple) else None  # --token MIN-MAX: drawn by --seme
+    minimo = a.token[0][0] if isinstance(a.token[0], tuple) else None  # --token MIN-MAX (--seme)
     a.token = [a.token[0][1]] if minimo is not None else a.token
     if a.np is not None and a.avvia is None:
         rifiuta("--np va usato insieme a --avvia")
@@ -1871,7 +1871,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
     piano_oltre = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
                              tetto_predefinito=a.ritmo is not None and a.parallele is None, turni=a.turni,
                              sistema=a.sistema, token_minimo=minimo)
-    if a.dataset is not None:  # every request of the file, unless --richieste says how many (from the top, again)
+    if a.dataset is not None:  # all its requests, unless --richieste (from the top, again)
         dataset, formato = leggi_dataset(a.dataset, rifiuta)
         if dataset[0][2] is not None and (a.ritmo is not None or a.durata is not None):
             rifiuta(f"--dataset '{a.dataset}' ha i timestamp: è una traccia, con i suoi orari; "
@@ -1880,11 +1880,11 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
             rifiuta(f"--richieste {a.richieste}: la traccia '{a.dataset}' ne ha {len(dataset)}, con i loro orari")
         piano_oltre = piano_oltre._replace(dataset=dataset, nome_dataset=f"{a.dataset} ({formato})")
         piano = piano._replace(richieste=a.richieste or len(dataset))
-        if piano_oltre.traccia and a.parallele is None:  # an open loop, as --ritmo: the cap only against a runaway
+        if piano_oltre.traccia and a.parallele is None:  # open loop: the cap only against a runaway
             piano_oltre = piano_oltre._replace(tetto_predefinito=True)
             a.parallele = [min(TETTO_RITMO, piano.richieste)]
     a.confronta = a.confronta and tuple((f, prove_salvate(f, rifiuta)) for f in a.confronta)
-    if a.confronta and (diverse := senza_carico_comune(*a.confronta)):  # nothing to compare: the files must change
+    if a.confronta and (diverse := senza_carico_comune(*a.confronta)):  # else nothing to compare
         rifiuta(diverse)
     contate_all_invio = a.durata is not None or a.turni is not None  # as many requests as get sent
     base = piano._replace(richieste=None if contate_all_invio else piano.richieste, intervallo=a.intervallo,
@@ -1897,7 +1897,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
     punti = len(piani) * len(a.np or [None])
     if punti > MAX_PUNTI and not a.forza:
         rifiuta(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
-    griglia_con_flussi = a.stream and (len(piani) > 1 or len(a.np or []) > 1)  # its table shows them
+    griglia_con_flussi = a.stream and (len(piani) > 1 or len(a.np or []) > 1)  # shown in its table
     if a.percentili is not None and not (a.dettagli or a.json or griglia_con_flussi):
         rifiuta("--percentili sceglie i percentili di --dettagli (e del file di --json, e della tabella di una griglia "
                "con --stream): da solo non cambia nulla; aggiungi --dettagli")
@@ -1940,7 +1940,7 @@ class SessioneOltre(Sessione):
         super().__init__(piani, opzioni)
         self.oltre: OpzioniOltre = opzioni.oltre
         self.con_props = bool(self.oltre.file_json)  # --json saves /props
-        self.capacita: List[dict] = []  # --capacita: each server's answer and its points, for --json
+        self.capacita: List[dict] = []  # --capacita: each server's answer and points, for --json
         self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
         self.log_da = 0  # where the current run's lines begin in its log
         self.inviate = 0  # the requests sent to this server: its next run's first prompt
@@ -1954,11 +1954,13 @@ class SessioneOltre(Sessione):
         for configurazione in o.np or [None]:
             with self.server(configurazione) as decisa:  # --avvia: with what the server decided
                 client, info = self.collega(decisa)
-                controlla_modello(client, oltre(self.piani[0]).modello)
-                if oltre(self.piani[0]).sistema and not oltre(self.piani[0]).testo_sistema:
-                    self.piani = con_prompt_di_sistema(client, self.piani)  # on the server's tokenizer
-                if any(oltre(p).prompt_token or oltre(p).prefisso for p in self.piani) and not oltre(self.piani[0]).pezzi:
-                    self.piani = con_pezzi(client, self.piani)  # exact prompts, on the server's tokenizer
+                primo = oltre(self.piani[0])
+                controlla_modello(client, primo.modello)
+                if primo.sistema and not primo.testo_sistema:
+                    self.piani = con_prompt_di_sistema(client, self.piani)  # server's tokenizer
+                if not primo.pezzi and any(oltre(p).prompt_token or oltre(p).prefisso
+                                           for p in self.piani):
+                    self.piani = con_pezzi(client, self.piani)  # exact prompts, server's tokenizer
                 if o.riscaldamento:
                     riscalda(client, self.piani[0], info, o.riscaldamento)
                 self.inviate = 0
@@ -1994,12 +1996,12 @@ class SessioneOltre(Sessione):
                 raise ServerAndato(f"il server (-np {configurazione.etichetta}) ha smesso di rispondere durante la "
                                    f"prova ma non è uscito; ultime righe del suo log:\n{server.coda_log()}") from None
             self.avviato = None
-            # A request that failed may have seen the server die before its process had finished exiting.
+            # A failed request may have seen the server die before its process had exited.
             fallite = any(not r.riuscita for p in self.prove[-1:] for r in p.esecuzione.risultati)
             server.controlla(quando, attesa=2.0 if fallite else 0.0)
 
     def intestazione(self, piano: Piano, configurazione: Optional[Configurazione]) -> None:
-        """Before a point of a sweep: every value that varies, np included."""
+        """Before a sweep's point: every value that varies, np included."""
         piani, np = self.piani, self.oltre.np or [None]
         totale = len(piani) * len(np)
         if totale > 1:
@@ -2018,7 +2020,7 @@ class SessioneOltre(Sessione):
         """One point: --ripeti runs of `piano`, each on prompts this server was not sent."""
         prove = []
         for ripetizione in range(self.oltre.ripeti):
-            if self.avviato is not None and self.avviato.log is not None:  # the run's own lines of the server's log
+            if self.avviato is not None and self.avviato.log is not None:  # its own log lines
                 self.log_da = os.path.getsize(self.avviato.log.name)
             if self.oltre.ripeti > 1 and not self.in_breve:  # in one line, it says which
                 print(f"prova {ripetizione + 1} di {self.oltre.ripeti}")
@@ -2036,12 +2038,11 @@ class SessioneOltre(Sessione):
 
     def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
         client, info = super().collega()
-        c = configurazione  # what --avvia knows of a shared context: asked (4kv), or said by the server's log
+        c = configurazione  # a shared context: asked (4kv), or said by the server's log
         kv = None if c is None else c.kv_unificata or (c.deciso.kv_unificata if c.deciso else None)
         return client, info._replace(kv_unificata=kv)
 
     def osservatore(self, client: Client, info: InfoServer) -> Osservatore:
-        """Each slot's context, and the live line unless --silenzioso."""
         return Osservatore(None if self.oltre.silenzioso else super().osservatore(client, info))
 
     def lancio(self, client: Client, piano: Piano) -> Lancio:
@@ -2063,7 +2064,6 @@ class SessioneOltre(Sessione):
         return rapporto(prova, riga_oltre, riepilogo_oltre(prova), f"{prova.piano.parallele}{tetto}")
 
     def note(self, prova: Prova) -> List[str]:
-        """The lab's notes, told what the extras asked; then the estimated tokens."""
         piano_oltre, stimate = oltre(prova.piano), [r for r in prova.esecuzione.riuscite if oltre(r).token_stimati]
         return note(prova, piano_oltre.esatti, piano_oltre.turni is not None or piano_oltre.prefisso is not None,
                     bool(piano_oltre.turni), not piano_oltre.stream and prova.configurazione is None) + ([
@@ -2077,7 +2077,6 @@ class SessioneOltre(Sessione):
         return 3 if turni and all(map(contesto_finito, fallite)) else 1
 
     def dopo_la_prova(self, prova: Prova) -> None:
-        """The extras' lines after a run's lab lines, then their notes on stderr."""
         o, piano_oltre = self.oltre, oltre(prova.piano)
         righe = (righe_ritmo(prova) if piano_oltre.al_tempo else []) + righe_prompt_esatti(prova, self.log_della_prova())
         if piano_oltre.turni:
@@ -2092,7 +2091,7 @@ class SessioneOltre(Sessione):
             righe += [""] + spiegazione(prova)
         if o.avvia or o.ripeti > 1 or len(self.piani) > 1:
             righe.append("")
-        if righe and not self.in_breve:  # in one line: the rest is in the files, and with --blocchi
+        if righe and not self.in_breve:  # in one line: the rest in the files, and with --blocchi
             print("\n".join(righe), flush=True)
         for testo in note_ritmo(prova) if piano_oltre.ritmo or piano_oltre.traccia else []:
             nota(testo)
@@ -2109,21 +2108,17 @@ class SessioneOltre(Sessione):
 
 
 def riga_oltre(r: Risultato, larghezza: int = 1) -> str:
-    """A request's line, ~ before tokens estimated, then the first token."""
     riga = riga_richiesta(r, larghezza, "~" if oltre(r).token_stimati else "")
     return riga + (f"  primo token {oltre(r).chunk_s[0]:.2f} s" if r.riuscita and oltre(r).chunk_s else "")
 
 
 def riepilogo_oltre(prova: Prova) -> Riepilogo:
-    """The lab's summary, with tokens estimated and answers the server cut short."""
     e = prova.esecuzione
     return prova.riepilogo._replace(token_stimati=any(oltre(r).token_stimati for r in e.riuscite), interrotte=sum(
         tipo_errore(r.errore) == TRONCATA for r in e.risultati if not r.riuscita))
 
 
 # When something goes wrong: what a lab run meets only then ####################################
-# The lab's chapter reaches these where it meets the trouble, each marked `seam`: a flag that is
-# wrong (argparse in Italian), a server that goes away mid-run (Sentinella).
 
 # Stopped with Ctrl+C, llama serve closes its port at once but never answers the requests in flight,
 # and keeps their connections open until they close (measured: ../shared/llama-server-api.md); a
@@ -2154,11 +2149,11 @@ class Sentinella:
         """Whether anything accepts a connection at the port (a bare TCP knock, within 2 s)."""
         try:
             socket.create_connection((self._client.host, self._client._porta), timeout=2.0).close()
-            return True
         except socket.timeout:
-            return True  # slow is not gone
+            pass  # slow is not gone
         except OSError:
             return False
+        return True
 
     def rifiuto(self, percorso: str, exc: Exception) -> bool:
         """An exchange that failed; True when a refusal (or a reset) that counts."""
@@ -2166,7 +2161,7 @@ class Sentinella:
 
         if not self.armata or self._client.annullato.is_set():
             return False
-        if isinstance(exc, socket.timeout):  # no answer in time: refused only if the port no longer listens
+        if isinstance(exc, socket.timeout):  # no answer in time: refused only if the port is shut
             if self.in_ascolto():
                 return False
         elif not isinstance(exc, (ConnectionRefusedError, ConnectionResetError, BrokenPipeError,
@@ -2266,7 +2261,7 @@ def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optiona
         if indici:
             righe.append(f"  req {numeri_in_tratti(indici)}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
                          else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
-    # Left open (a server stopped with Ctrl+C) or closed (a killed one): sent and taken, never answered.
+    # Left open (a server stopped with Ctrl+C) or reset (a killed one): taken, never answered.
     in_volo = sum(r.errore in (IN_VOLO, descrivi_errore_rete(ConnectionResetError(), 0)) for r in e.risultati)
     return righe + [""] + righe_riepilogo(s or prova.riepilogo, e.n_richieste, parallele, prova.info,
                                           "il server non rispondeva più") + [
@@ -2405,19 +2400,18 @@ TRONCATA = "il server ha interrotto la risposta"
 
 
 # Streams are read here, not by http.client (a line at a time, a settimeout and a poll each, no
-# kernel receive time: that needs recvmsg), nor by a thread each (a thousand woken per chunk,
-# queueing for the GIL, cost several cores at 50,000 chunks/s). ONE thread (LettoreFlussi) waits on
-# every socket and keeps each recv with the kernel's time (SO_TIMESTAMPNS; two chunks in one read
-# share the later stamp; TLS: the read's). Measured: 50,000 reads/s cost 16-20 us each of its core;
-# framing, stamps and JSON add ~13 us a read and, inline, put the reader a chunk's gap behind. So
-# that work waits for moments with nothing to read, a FETTA at a time.
+# kernel receive time: that needs recvmsg), nor by a thread each (a thousand woken per chunk cost
+# several cores at 50,000 chunks/s). ONE thread (LettoreFlussi) keeps each recv with the kernel's
+# time (SO_TIMESTAMPNS; two chunks in one read share the later stamp). Measured: 50,000 reads/s
+# cost 16-20 us each; framing, stamps and JSON add ~13 us a read and, inline, put the reader a
+# chunk's gap behind: that work waits for moments with nothing to read, a FETTA at a time.
 SO_TIMESTAMPNS = 35  # Linux's number; Python's socket module does not name it
 LETTURA = 65536  # bytes a read asks for: a burst of events in one read
 SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  # one stamp's room
 
 
 def scarto_orologi() -> float:
-    """time.time() - time.perf_counter() (kernel stamps are wall-clock): the closest of 5."""
+    """time.time() - time.perf_counter() (kernel stamps are wall-clock), the closest of 5."""
     letture = []
     for _ in range(5):
         a, parete, b = time.perf_counter(), time.time(), time.perf_counter()
@@ -2569,8 +2563,7 @@ class Flusso:
         return b"".join(carico_utile), False
 
     def _fatto(self, dati: bytes) -> bool:
-        """`data: [DONE]` as a whole line (the end, even kept open), sought in the last bytes (all
-        of the answer: slow)."""
+        """A whole `data: [DONE]` line (the end, even kept open), in the last bytes (all: slow)."""
         coda = self._coda + dati
         self._coda = coda[-16:]
         if b"[DONE]" not in coda:
@@ -2789,7 +2782,7 @@ class LettoreFlussi:
                     return True
                 yield
             if flusso.status == 200:
-                yield  # (the framing's slice is over)
+                yield  # (the framing's slice)
                 flusso.esito = yield from leggi_flusso(iter(flusso.blocchi))
         except Exception as exc:  # a bad framing, a broken stream, a socket closed meanwhile
             self._fine(selettore, attivi, flusso, exc)
@@ -2811,7 +2804,7 @@ class LettoreFlussi:
 
 
 def leggi_con_tempo(flusso: Flusso) -> Optional[Tuple[float, bytes, bytes]]:
-    """(read at, stamp or b"", the bytes: b"" if closed); None if nothing came."""
+    """(read at, stamp or b"", bytes: b"" closed); None if nothing came."""
     try:
         if flusso.stampi:
             dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
@@ -2833,7 +2826,7 @@ def da_riprovare(exc: OSError) -> bool:
 
 
 def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) -> float:
-    """When the bytes arrived: the kernel's stamp (wall clock less `scarto`), else the read's."""
+    """The kernel's stamp (wall clock less `scarto`), else the read's time."""
     if len(stampo) >= 16:
         secondi, nano = int.from_bytes(stampo[:8], sys.byteorder), int.from_bytes(stampo[8:16], sys.byteorder)
         arrivo = secondi + nano / 1e9 - scarto
@@ -2910,7 +2903,7 @@ def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
 def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
                   partenza: Optional[Partenza] = None) -> Risultato:
     """A streamed request, timed from its send; each chunk's time, and the end's: its arrival."""
-    if client.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
+    if client.annullato.is_set():  # Ctrl+C, or the server went away: nothing more sent
         raise NonInviata(NON_INVIATA)
     stato = oltre(client)
     richiesta = stato.richieste_pronte.pop(id(domanda), None) or richiesta_in_flusso(client, domanda)
@@ -2929,7 +2922,7 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
                 sock.setblocking(False)
                 flusso.richiesta, flusso.timeout = richiesta, timeout
             stato.flussi.segui(flusso, partenza)
-            flusso.finito.wait()  # the reader always sets it: at the end, an error, the deadline
+            flusso.finito.wait()  # the reader always sets it: the end, an error, the deadline
         finally:
             client.lascia(sock)
         if flusso.eccezione is not None:
@@ -2941,13 +2934,13 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
         raise client.errore_di_rete(CHAT, exc, descrivi_errore_rete(exc, timeout)) from None
     if flusso.status != 200:
         raise ErroreRichiesta(descrivi_errore_http(Risposta(flusso.status, flusso.corpo())))
-    dati, chunk, fine = flusso.esito  # parsed by the reader, when it had a moment
+    dati, chunk, fine = flusso.esito  # parsed by the reader in a free moment
     t0 = partenza.t0 if partenza is not None else t0
     inizio = flusso.inviata - t0
     return Risultato(indice, inizio, fine - t0, **cifre_oltre(dati, [t - flusso.inviata for t in chunk]))
 
 
-FETTA = 0.001  # seconds of end work (framing, parsing) between two looks at the sockets
+FETTA = 0.001  # seconds of end work (framing, parsing) between looks at the sockets
 PEZZO = 128  # events parsed in one json.loads
 
 
@@ -3031,7 +3024,7 @@ def tpot(r: Risultato) -> Optional[float]:
 
 
 def itl(r: Risultato) -> List[float]:
-    """The gaps between chunks with text, as vLLM's: a chunk of two tokens is one gap, not two."""
+    """The gaps between chunks with text, as vLLM's: a chunk of two tokens is one gap."""
     chunk = oltre(r).chunk_s or ()
     return [b - a for a, b in zip(chunk, chunk[1:])]
 
@@ -3044,7 +3037,7 @@ def token_per_chunk(r: Risultato) -> Optional[float]:
 
 # --ritmo and --durata: requests sent by the clock ##############################################
 
-TETTO_RITMO = 256  # --ritmo without --parallele: at most this many in flight (a thread each)
+TETTO_RITMO = 256  # --ritmo without --parallele: at most so many in flight (a thread each)
 
 
 def orari(piano_oltre: PianoOltre) -> Iterator[float]:
@@ -3090,7 +3083,7 @@ class Programma(NamedTuple):
                     posti.release()
                 if previsto is not None and not client.annullato.is_set():  # the unsent, and why
                     mancate = 1 + sum(1 for _ in itertools.takewhile(lambda t: t < durata, tempi))
-                    non_inviate, in_ritardo = (mancate, 0) if not preso else (0, mancate)  # the cap; else carico late
+                    non_inviate, in_ritardo = (mancate, 0) if not preso else (0, mancate)
                 break
             futuro = esecutore.submit(self.invia_al_tempo, client, i, previsto, t0)
             futuro.add_done_callback(lambda _: posti.release())
@@ -3138,12 +3131,12 @@ def righe_ritmo(prova: Prova) -> List[str]:
     """The rate asked, planned, sent, how late; --durata: sent, answered, the total time."""
     e, piano_oltre = prova.esecuzione, oltre(prova.piano)
     righe, scosta = [], ""
-    if piano_oltre.ritmo or piano_oltre.traccia:  # the schedule, then the sends against it
+    if piano_oltre.ritmo or piano_oltre.traccia:  # the schedule, then the sends
         previsti = [oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None]
         ritardi = ritardi_invio(e)
         if piano_oltre.ritmo:
             arrivi = f"arrivi di Poisson, seme {piano_oltre.seme}" if piano_oltre.arrivi == "poisson" else "arrivi costanti"
-            nel_programma = len(previsti) + oltre(e).non_inviate + oltre(e).in_ritardo  # the unsent: --durata only
+            nel_programma = len(previsti) + oltre(e).non_inviate + oltre(e).in_ritardo
             programmato = nel_programma / finestra_durata(prova) if piano_oltre.durata else ritmo_di(previsti)
             programma = f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}"
             if piano_oltre.arrivi == "poisson" and programmato and abs(programmato / piano_oltre.ritmo - 1) >= 0.05:
@@ -3221,7 +3214,6 @@ def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
 
 
 def chi_ha_frenato(prova: Prova) -> str:
-    """The advice when the cap was full."""
     tetto, n_slot, parallele = il_tetto_ha_frenato(prova), prova.info.n_slot, prova.piano.parallele
     if tetto:
         return (f"il server aveva slot liberi ({parallele} in volo su {n_slot} slot): alza --parallele (fino a {n_slot}). "
