@@ -1438,7 +1438,7 @@ def token_o_zero(testo: str) -> int:
 
 
 def lunghezze_prompt(testo: str) -> List[Tuple[int, int]]:
-    """`200`, `100-300` (uniform) or a sweep's single lengths `128,512`: each as (min, max) tokens."""
+    """`200`, `100-300` (uniform) or a sweep's `128,512`: each as (min, max) tokens."""
     lunghezze = []
     for voce in testo.split(","):
         da, trattino, a = voce.strip().partition("-")
@@ -1513,7 +1513,7 @@ def lista_np(testo: str) -> List[Configurazione]:
 
 
 def comando_server(testo: str) -> List[str]:
-    """The server's command without -np, host and port, which carico.py adds itself."""
+    """Without -np, host and port: carico.py adds them."""
     import shlex
 
     try:
@@ -1530,8 +1530,7 @@ def comando_server(testo: str) -> List[str]:
     return parti
 
 
-# The flags beyond the lab's four, in --help's groups: (title, description, [(names, keywords)]), a
-# table to read them all in one place.
+# The flags beyond the lab's four, in --help's groups: (title, description, [(names, keywords)]).
 OPZIONI_OLTRE = (
     ("il server e le richieste", None, [
         (("--api-key",), dict(type=chiave_api, metavar="CHIAVE", help="chiave API (se manca: LLAMA_API_KEY); "
@@ -1629,7 +1628,7 @@ class PianoOltre(NamedTuple):
     prefisso: Optional[int] = None  # tokens every prompt opens with, the same for all (cache on)
     dataset: Optional[tuple] = None  # each request's (prompt or messages, max_tokens, timestamp)
     token_minimo: Optional[int] = None  # --token MIN-MAX: max_tokens drawn from MIN to max_token
-    nome_dataset: Optional[str] = None  # --dataset's file and layout, for the report and the files
+    nome_dataset: Optional[str] = None  # --dataset's file and layout
     pezzi: Optional[tuple] = None  # exact prompts' text, each piece's start, where one may start
 
     @property
@@ -1644,9 +1643,9 @@ class PianoOltre(NamedTuple):
 
     @property
     def da_lanciare(self) -> bool:
-        """Sent by a lanciatore: by the clock, as conversations, or each prompt made on leaving."""
-        return (self.al_tempo or self.turni is not None or self.prompt_token is not None or self.prefisso is not None
-                or self.dataset is not None or self.token_minimo is not None)
+        """By a lanciatore: the clock, conversations, or each prompt made on leaving."""
+        dati = (self.turni, self.prompt_token, self.prefisso, self.dataset, self.token_minimo)
+        return self.al_tempo or any(dato is not None for dato in dati)
 
 
 class RisultatoOltre(NamedTuple):
@@ -1696,7 +1695,7 @@ VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: Esecuzion
 
 
 def oltre(record):
-    """A record's `oltre` slot, or the defaults where it is None; a Client's made when needed."""
+    """A record's `oltre` slot, or the defaults if None; a Client's made when needed."""
     if isinstance(record, Client):
         with record._lock:
             record.oltre = record.oltre or ClientOltre(record)
@@ -1730,7 +1729,7 @@ def cifre_oltre(dati, chunk_s: Optional[List[float]] = None) -> dict:
 
 
 def invia_oltre(client: Client, indice: int, domanda: dict, timeout: float, t0: float) -> Risultato:
-    """invia, the answer's text kept; a stream read as it arrives."""
+    """invia, the answer's text kept; a stream read as it comes."""
     if not domanda.get("stream"):
         return invia(client, indice, domanda, timeout, t0, cifre_oltre)
     inizio = time.perf_counter() - t0
@@ -1769,7 +1768,7 @@ class Lancio:
         return None
 
     def ferma(self) -> None:
-        """After the run, or when it is stopped before the clock; safe twice."""
+        """After the run, or stopped before the clock; safe twice."""
         if self.partenza:
             self.partenza.ferma()
 
@@ -1814,7 +1813,7 @@ ESCLUSIONI = (
 
 def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, piano: Piano,
                         opzioni: Opzioni) -> Tuple[List[Piano], Opzioni]:
-    """Checked together (a bad mix: exit 2), files read: the plans (a point each), the options."""
+    """Checked together (a bad mix: exit 2), files read: plans (a point each), options."""
     rifiuta = parser.error
     if any(isinstance(t, tuple) for t in a.token) and (len(a.token) > 1 or a.turni is not None):
         rifiuta("--token MIN-MAX vale da solo: non in una lista, non con --turni")
@@ -1866,7 +1865,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         rifiuta("--sistema va usato insieme a --turni: è il prompt di sistema delle conversazioni")
     if a.turni is not None and (len(a.parallele or []) > 1 or len(a.token) > 1):
         rifiuta("--turni prova una conversazione per utente: --parallele e --token vogliono un valore solo")
-    # The files the flags name, read whole before any load: a bad one is a bad flag.
+    # Files read whole before any load: a bad one is a bad flag.
     testo = leggi_prompt_file(a.prompt_file, rifiuta) if a.prompt_file is not None else None
     piano_oltre = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
                              tetto_predefinito=a.ritmo is not None and a.parallele is None, turni=a.turni,
@@ -1942,7 +1941,7 @@ class SessioneOltre(Sessione):
         self.con_props = bool(self.oltre.file_json)  # --json saves /props
         self.capacita: List[dict] = []  # --capacita: each server's answer and points, for --json
         self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
-        self.log_da = 0  # where the current run's lines begin in its log
+        self.log_da = 0  # where the current run begins in its log
         self.inviate = 0  # the requests sent to this server: its next run's first prompt
 
     def corri(self) -> None:
@@ -2011,13 +2010,13 @@ class SessioneOltre(Sessione):
 
     @property
     def in_breve(self) -> bool:
-        """A sweep without --blocchi or --dettagli: a run in one line (its block in the files)."""
+        """A sweep without --blocchi or --dettagli: a run a line (its block in the files)."""
         punti = len(self.piani) * len(self.oltre.np or [None])
         return punti > 1 and not (self.oltre.blocchi or self.oltre.dettagli)
 
     def ripetute(self, client: Client, info: InfoServer, piano: Piano,
                  configurazione: Optional[Configurazione]) -> List[Prova]:
-        """One point: --ripeti runs of `piano`, each on prompts this server was not sent."""
+        """--ripeti runs of `piano`, each on prompts this server was not sent."""
         prove = []
         for ripetizione in range(self.oltre.ripeti):
             if self.avviato is not None and self.avviato.log is not None:  # its own log lines
@@ -2029,7 +2028,7 @@ class SessioneOltre(Sessione):
         return prove
 
     def log_della_prova(self) -> Optional[str]:
-        """--avvia: what the server logged in the run just ended (at -lv 4: how it reused its cache)."""
+        """--avvia: what the server logged in the run (at -lv 4: how it reused its cache)."""
         if self.avviato is None or self.avviato.log is None or self.avviato.proc.poll() is not None:
             return None
         with open(self.avviato.log.name, encoding="utf-8", errors="replace") as f:
@@ -2049,7 +2048,7 @@ class SessioneOltre(Sessione):
         return Lancio(client, piano, self.inviate)
 
     def stampa_server(self, info: InfoServer) -> None:
-        """The `server:` line (once a server in one-line sweeps); --np 4kv: the context shared."""
+        """Once a server in one-line sweeps; 4kv: the context shared."""
         if not (self.in_breve and self.prove and self.prove[-1].info is info):
             kv = f"\n  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"
             print(riga_server(info) + (kv if info.kv_unificata else ""), flush=True)
@@ -2072,7 +2071,7 @@ class SessioneOltre(Sessione):
             "testo, uno per chunk, una stima (un chunk può portarne più d'uno)"] if stimate else [])
 
     def codice_fallite(self, fallite: List[Risultato]) -> int:
-        """3 when only conversations running out of context failed (as --turni means); else 1."""
+        """3 when only conversations out of context failed (as --turni means); else 1."""
         turni = any(oltre(p.piano).turni for p in self.prove)
         return 3 if turni and all(map(contesto_finito, fallite)) else 1
 
@@ -2100,7 +2099,7 @@ class SessioneOltre(Sessione):
             nota("/slots non dice quanti token tiene ogni slot (n_prompt_tokens): il contesto per slot è n/d")
 
     def alla_fine(self) -> None:
-        """The files, then the tables: even after an error or a stop, whole (a Ctrl+C waits)."""
+        """The files, then the tables: even after an error or a stop, whole (Ctrl+C waits)."""
         if self.prove:
             with segnali() as notati:
                 tabella_e_file(self)
@@ -2130,7 +2129,7 @@ RIFIUTI_DI_FILA = 3  # refused (or reset) in a row, no answer between, before a 
 
 class Sentinella:
     """During a run, watches the client's exchanges; the server gone (`andato`), every exchange in
-    flight is closed at once (Client.annulla), so the run ends within seconds."""
+    flight is closed at once (Client.annulla): the run ends within seconds."""
 
     def __init__(self, client: Client):
         self._client, self._lock = client, threading.Lock()
@@ -2146,7 +2145,7 @@ class Sentinella:
         self.di_fila = 0
 
     def in_ascolto(self) -> bool:
-        """Whether anything accepts a connection at the port (a bare TCP knock, within 2 s)."""
+        """Anything accepting a connection at the port (a bare TCP knock, within 2 s)."""
         try:
             socket.create_connection((self._client.host, self._client._porta), timeout=2.0).close()
         except socket.timeout:
@@ -2156,7 +2155,7 @@ class Sentinella:
         return True
 
     def rifiuto(self, percorso: str, exc: Exception) -> bool:
-        """An exchange that failed; True when a refusal (or a reset) that counts."""
+        """An exchange that failed; True: a refusal (or a reset) that counts."""
         import http.client
 
         if not self.armata or self._client.annullato.is_set():
@@ -2224,7 +2223,7 @@ class ParserItaliano(argparse.ArgumentParser):
             esempio = next((f"--url {p if '://' in p else 'http://' + p}" for p in parole
                             if "://" in p or re.match(r"[\w.-]+:\d+(/|$)", p)), "--richieste 4")  # host:port too
             resto += f" (un valore va dopo la sua opzione: {esempio}; elenco: --help)"
-        elif ignote:  # a flag mistyped: the nearest of carico's, if one is near
+        elif ignote:  # a flag mistyped: carico's nearest, if one is near
             import difflib
 
             forse = [vicina for p in parole if p.startswith("-")
@@ -2241,7 +2240,7 @@ class ParserItaliano(argparse.ArgumentParser):
 
 
 def formato_aiuto(prog: str) -> argparse.HelpFormatter:
-    # The width given here, so that argparse does not import shutil (5 ms of start-up) to ask it.
+    # Given here, so that argparse does not import shutil (5 ms of start-up) to ask it.
     try:
         larghezza = os.get_terminal_size(sys.stdout.fileno()).columns
     except (OSError, ValueError, AttributeError):
@@ -2250,7 +2249,7 @@ def formato_aiuto(prog: str) -> argparse.HelpFormatter:
 
 
 def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optional[Riepilogo] = None) -> List[str]:
-    """The end of a run the server left: refused and unsent requests, the summary, when and why."""
+    """A run the server left: refused and unsent requests, the summary, when and why."""
     e = prova.esecuzione
     inviate = {r.indice for r in e.risultati}
     rifiutate = [r.indice for r in e.risultati if rifiutata(r)]
@@ -2271,7 +2270,7 @@ def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optiona
 
 
 def numeri_in_tratti(indici: List[int]) -> str:
-    """Request numbers in runs: [0, 2, 4] -> "0, 2, 4", [3, 4, 5, 8] -> "3-5, 8"."""
+    """[0, 2, 4] -> "0, 2, 4", [3, 4, 5, 8] -> "3-5, 8"."""
     gruppi = [[i for _, i in g] for _, g in itertools.groupby(enumerate(indici), lambda p: p[1] - p[0])]
     return ", ".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in gruppi)
 
@@ -2282,7 +2281,7 @@ class ErroreOpzione(ErroreUtente):
 
 
 def perche_os(exc: Exception) -> str:
-    """Why a file could not be read, written or run: in Italian for the usual reasons."""
+    """Why a file could not be read, written or run, in Italian."""
     perche = {errno.ENOENT: "non esiste", errno.EACCES: "permesso negato", errno.EISDIR: "è una cartella",
               errno.ENOTDIR: "una parte del percorso non è una cartella", errno.ENOSPC: "il disco è pieno"}
     return perche.get(getattr(exc, "errno", None)) or getattr(exc, "strerror", None) or str(exc)
@@ -2336,7 +2335,7 @@ def com_e_il_server(client: Client, risposta_slots: Risposta) -> str:
 
 
 def modelli_del_server(client: Client) -> Optional[List[str]]:
-    """The model ids /v1/models lists (llama.cpp: the alias -a, else the model's path)."""
+    """The ids /v1/models lists (llama.cpp: the alias -a, else the model's path)."""
     try:
         risposta = client.chiama("GET", "/v1/models")
     except ErroreRete:
@@ -2589,17 +2588,17 @@ def forse_la_fine(dati: bytes) -> bool:
 class LettoreFlussi:
     """The one thread that reads every stream in flight."""
 
-    RIPOSO = 1.0  # idle seconds before the thread ends: a run's next stream finds it there
+    RIPOSO = 1.0  # idle seconds before the thread ends: a run's next stream finds it
 
     def __init__(self, client: Client):
         self._client, self._lock = client, threading.Lock()
-        self._nuovi: List[Flusso] = []  # from the workers, not yet in the selector
+        self._nuovi: List[Flusso] = []  # from the workers, not yet selected
         self._thread: Optional[threading.Thread] = None
         self._sveglia: Optional[Tuple[socket.socket, socket.socket]] = None  # for new streams
-        self._svegliato = False  # a wake-up byte is already on its way
+        self._svegliato = False  # a wake-up byte already on its way
 
     def avvia(self) -> None:
-        """The thread started, if not running: before the clock, ready for the first read."""
+        """Started if not running: before the clock, ready for the first read."""
         with self._lock:
             self._avvia()
 
@@ -2703,7 +2702,7 @@ class LettoreFlussi:
                 s.close()
 
     def _un_passo(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso, passo) -> bool:
-        """False, the stream ended, if `passo(flusso)` raised."""
+        """False, the stream ended, if `passo` raised."""
         try:
             passo(flusso)
             return True
@@ -2836,7 +2835,7 @@ def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) 
 
 
 def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, timeout: float = TIMEOUT_INFO) -> None:
-    """Before the clock (a connect is not part of a stream's times): the requests' bytes, and
+    """Before the clock (a connect is no part of a stream's times): the requests' bytes, and
     `quanti_socket` connections (one failing is left to its request; 0: the rest closed)."""
     stato = oltre(client)
     with client._lock:
@@ -2867,7 +2866,6 @@ class Partenza:
 
     def prepara(self, esecutore, domande: List[dict], quanti_pronti: int, timeout: float, futuri: list) -> None:
         """The first `quanti_pronti` connected, to workers (to `futuri`), awaited at the start."""
-
         apri_in_anticipo(self.client, domande, quanti_pronti, timeout)
         futuri += [esecutore.submit(self.invia, i, domanda, timeout) for i, domanda in enumerate(domande[:quanti_pronti])]
         scadenza = time.monotonic() + TIMEOUT_INFO
@@ -2892,7 +2890,7 @@ class Partenza:
 
 
 def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
-    """A streamed request's bytes, made before needed: its headers as http.client writes them."""
+    """Its headers as http.client writes them."""
     corpo = json.dumps(domanda).encode("utf-8")
     intestazioni = dict(client._intestazioni, **{"Accept-Encoding": "identity", "Content-Type": "application/json",
                                                  "Content-Length": str(len(corpo))})
@@ -3002,7 +3000,7 @@ NON_JSON = object()  # an event that is not JSON (None is JSON: null)
 
 
 def eventi_json(dati: List[bytes]) -> list:
-    """In one json.loads (a call each costs as much again); if that fails one each, NON_JSON."""
+    """In one json.loads (a call each costs as much again); failing, one each, or NON_JSON."""
     with contextlib.suppress(ValueError):  # UnicodeDecodeError included
         eventi = json.loads((b"[" + b",".join(dati) + b"]").decode("utf-8"))
         if len(eventi) == len(dati):  # else an event was not one JSON value ("1,2"): one at a time
@@ -3030,7 +3028,7 @@ def itl(r: Risultato) -> List[float]:
 
 
 def token_per_chunk(r: Risultato) -> Optional[float]:
-    """Tokens per chunk with text, on average (llama.cpp sends one, other servers more)."""
+    """Tokens per chunk with text, on average (llama.cpp sends one, others more)."""
     chunk = oltre(r).chunk_s
     return r.token / len(chunk) if chunk and r.token and not oltre(r).token_stimati else None
 
@@ -3041,7 +3039,7 @@ TETTO_RITMO = 256  # --ritmo without --parallele: at most so many in flight (a t
 
 
 def orari(piano_oltre: PianoOltre) -> Iterator[float]:
-    """Each send's time: every 1/ritmo s, or Poisson's gaps; one seme and rate, one schedule."""
+    """Every 1/ritmo s, or Poisson's gaps; one seme and rate, one schedule."""
     import random
 
     if piano_oltre.arrivi == "costanti":
@@ -3204,7 +3202,7 @@ def note_ritmo(prova: Prova) -> List[str]:
 
 
 def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
-    """The cap full: was it the limit? False: the server was (cap >= its slots, all seen busy)."""
+    """The cap full: the limit? False: the server was (cap >= its slots, all seen busy)."""
     n_slot, picco = prova.info.n_slot, prova.riepilogo.picco
     if n_slot is None:
         return None
