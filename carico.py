@@ -1644,8 +1644,8 @@ class PianoOltre(NamedTuple):
     @property
     def da_lanciare(self) -> bool:
         """By a lanciatore: the clock, conversations, or each prompt made on leaving."""
-        dati = (self.turni, self.prompt_token, self.prefisso, self.dataset, self.token_minimo)
-        return self.al_tempo or any(dato is not None for dato in dati)
+        return self.al_tempo or any(v is not None for v in (
+            self.turni, self.prompt_token, self.prefisso, self.dataset, self.token_minimo))
 
 
 class RisultatoOltre(NamedTuple):
@@ -2305,8 +2305,8 @@ def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoS
     if info is None and props is not None:
         impostazioni = props.get("default_generation_settings")
         n_ctx = impostazioni.get("n_ctx") if isinstance(impostazioni, dict) else None
-        n_slot, n_ctx = (n if isinstance(n, int) else None for n in (props.get("total_slots"),
-                                                                     n_ctx))
+        n_slot, n_ctx = (n if isinstance(n, int) else None
+                         for n in (props.get("total_slots"), n_ctx))
         if n_slot is not None or n_ctx is not None:
             info = InfoServer(n_slot, n_ctx, False)
     if info is None:  # another server: what it answers, said once, and what this run can give
