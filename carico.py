@@ -717,7 +717,7 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato=None) -> None:
         if passati >= attesa:
             ancora = f": risponde ancora {descrivi_errore_http(risposta)}" if risposta is not None else ""
             perche = (f"; ultime righe del suo log:\n{avviato.coda_log()}" if avviato is not None
-                      else ": aspetta che finisca di caricare il modello e riprova")
+                      else ". Aspetta che finisca di caricare il modello e riprova")
             raise ErroreUtente(f"il server {client.base} non è pronto dopo {attesa:g} s (--attesa){ancora}{perche}")
         if avvisato is None or passati - avvisato >= 10:  # at first, then every 10 s
             cosa = "sta partendo" if risposta is None else "sta caricando il modello"  # not listening yet, or 503
@@ -978,8 +978,8 @@ def messaggio_chiave(client: Client) -> str:
     if client.con_chiave:
         return (f"il server su {client.base} ha rifiutato la chiave API (HTTP 401): "
                 "controlla --api-key o la variabile LLAMA_API_KEY")
-    return (f"il server su {client.base} richiede una chiave API (è stato avviato con --api-key): "
-            "passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY")
+    return (f"il server su {client.base} richiede una chiave API (è stato avviato con --api-key). "
+            "Passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY")
 
 
 def fallita(client: Client, indice: int, inizio: float, fine: float, exc: Exception) -> Risultato:
@@ -1101,9 +1101,8 @@ def guarda_il_server(client: Client, info: InfoServer) -> Optional[int]:
         in_coda = richieste_in_coda(metriche.corpo) if metriche and metriche.status == 200 else None
         coda = f" e {quante(in_coda, 'richiesta', 'richieste')} in coda" if in_coda else ""
         print(f"carico.py: attenzione: il server sta già lavorando ({occupati} slot su {fmt(info.n_slot, 'd')} "
-              f"occupati{coda} prima della prova: richieste di una prova interrotta, o di un altro client): le cifre "
-              "saranno falsate. Aspetta che gli slot si liberino (o riavvia il server) e ripeti", file=sys.stderr,
-              flush=True)
+              f"occupati{coda} prima della prova): le cifre saranno falsate. Sono richieste di una prova interrotta "
+              "o di un altro client: aspetta che finiscano (o riavvia il server) e ripeti", file=sys.stderr, flush=True)
     return occupati
 
 
@@ -1142,9 +1141,8 @@ def macchina_occupata(m: Macchina) -> Optional[str]:
 
 
 # What the run's figures mean: notes on stderr after every run, with or without extras ###########
-# Three things change what the lab's figures mean, and its lines cannot show them: a peak nobody
-# could see, requests that stopped before --token (the model said it was done), and prompt tokens
-# the server still took from a cache.
+# Three things change what the lab's figures mean, and its lines cannot show them: a peak nobody could see,
+# requests that stopped before --token (the model said it was done), prompt tokens the server took from a cache.
 
 def quante(n: int, una: str, molte: str) -> str:
     """A count with its word in the right number: quante(1, "richiesta", "richieste") is '1 richiesta'."""
@@ -1160,11 +1158,11 @@ def note(prova: Prova, esatti: bool = False, cache_voluta: bool = False, convers
          lasciate_generano: bool = True) -> List[str]:  # (what the extras asked: SessioneOltre.note)
     e, s = prova.esecuzione, prova.riepilogo
     testi = []
-    if prova.occupati_prima:  # what the server's timings prove counts this run's requests alone
+    if prova.occupati_prima:
         testi.append(f"il server aveva già {quante(prova.occupati_prima, 'slot occupato', 'slot occupati')} prima "
-                     "della prova: quello che i tempi del server provano (slot occupati insieme, coda, attesa in coda) "
-                     "conta solo le richieste di questa prova, le letture di /slots e /metrics anche le altre; quanto "
-                     "ognuna ha aspettato davvero uno slot è la sua attesa dello slot (attesa_slot_s in --csv e --json)")
+                     "della prova. I tempi del server (slot occupati insieme, coda, attesa in coda) contano solo le "
+                     "richieste di questa prova, /slots e /metrics anche le altre. L'attesa vera di ogni richiesta è "
+                     "la sua attesa dello slot (attesa_slot_s in --csv e --json)")
     letti = [c for c in e.campioni if c.occupati is not None]
     breve = s.tempo_totale is not None and s.tempo_totale < 2 * prova.piano.intervallo
     tutti = s.picco is not None and s.picco == prova.info.n_slot  # every slot seen busy: nothing to underestimate
@@ -1174,34 +1172,30 @@ def note(prova: Prova, esatti: bool = False, cache_voluta: bool = False, convers
         testi.append(f"il picco di slot occupati può essere sottostimato: {durata} (--intervallo "
                      f"{prova.piano.intervallo:g}), senza i tempi del server")
     if e.riuscite and all(in_slot(r) is None and r.tps is None for r in e.riuscite):  # not llama.cpp's answers
-        testi.append("il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio slot, gli "
-                     "slot occupati, l'attesa dello slot e quella in coda restano n/d" if not prova.info.slots_disponibile else  # the note at the start said "se li dà"
-                     "le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
-                     "dello slot e quella in coda, gli slot occupati provati dai tempi sono n/d")
-    corte = frase_corte(prova, esatti)
-    if corte:
-        testi.append(corte)
+        testi.append("le risposte non hanno i timings di llama.cpp: velocità nel proprio slot, attese dello slot e "
+                     "in coda, slot occupati dai tempi sono n/d" if prova.info.slots_disponibile else
+                     "il server non ha dato né /slots né i suoi tempi (timings): velocità nel proprio slot, slot "
+                     "occupati, attese dello slot e in coda sono n/d")
+    testi.append(frase_corte(prova, esatti))
     chiave = sum(1 for r in e.risultati if (r.errore or "").startswith("HTTP 401"))
     if chiave:  # any request's 401, not only /health's
         testi.append(f"{quante(chiave, 'richiesta rifiutata', 'richieste rifiutate')} con HTTP 401: il server vuole "
-                     "una chiave API; passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY (se l'hai già "
+                     "una chiave API. Passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY (se l'hai già "
                      "passata, controllala)")
     dalla_cache = [r for r in e.risultati if r.token_cache]
     if dalla_cache and not cache_voluta:  # --turni, --prefisso: the cache is the experiment
-        testi.append(f"il server ha preso dalla cache {sum(r.token_cache for r in dalla_cache)} token di prompt "
-                    f"in {quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede "
-                    "cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce avvantaggiata. "
-                    "Riavvia il server prima di ripetere la prova")
-    kv_piena = None if conversazioni else frase_kv_piena(prova)  # step 5's cost: a shared buffer that four long requests exhaust
-    if kv_piena:
-        testi.append(kv_piena)
+        testi.append(f"il server ha preso dalla cache {sum(r.token_cache for r in dalla_cache)} token di prompt in "
+                     f"{quante(len(dalla_cache), 'richiesta', 'richieste')}, anche se carico.py chiede cache_prompt: "
+                     "false. Quei token non sono stati calcolati: la prova ne esce avvantaggiata. Riavvia il server "
+                     "prima di ripeterla")
+    testi.append(None if conversazioni else frase_kv_piena(prova))  # step 5's cost: a shared buffer, full
     if e.lasciate and lasciate_generano:  # not a stream, nor a server --avvia stops
         # Measured (b11434, -np 1): a request closed is cancelled a second later (its HTTP thread's poll, which other
         # requests' results postpone: server_response::recv_with_timeout), its slot busy 3-6 s more; a stream, at once.
         lasciate = quante(e.lasciate, "richiesta lasciata", "richieste lasciate")
-        testi.append(f"senza --stream il server può continuare a generare {lasciate} in volo: aspetta qualche secondo "
+        testi.append(f"senza --stream il server può continuare a generare {lasciate} in volo. Aspetta qualche secondo "
                      "prima di ripetere, o la prossima prova ne sarà falsata")
-    return testi
+    return [testo for testo in testi if testo]
 
 
 def fermate_prima(prova: Prova) -> List[Risultato]:
@@ -1211,8 +1205,7 @@ def fermate_prima(prova: Prova) -> List[Risultato]:
 
 
 def frase_corte(prova: Prova, esatti: bool = False) -> Optional[str]:
-    """What stderr, --spiega and --dettagli say of answers shorter than --token: half of them or more empty
-    (nothing was generated, the figures measure little), or some stopped early; None when none did."""
+    """What stderr, --spiega and --dettagli say of answers shorter than --token: mostly empty, or some stopped early."""
     vuote = [r for r in prova.esecuzione.riuscite if r.token == 0]
     if vuote and len(vuote) * 2 >= len(prova.esecuzione.riuscite):  # half or more: the template, whatever --esatti
         return frase_vuote(prova, len(vuote))
@@ -1230,27 +1223,25 @@ def frase_fermate(prova: Prova, esatti: bool = False) -> str:
     n_ctx = prova.info.n_ctx_slot
     fuori = n_ctx is not None and any(r.token_prompt is not None and r.token_prompt + piano.max_token > n_ctx
                                       for r in corte)  # ignore_eos would not reach --token: the context ends first
-    return (frase + ": il throughput conta i token generati davvero, e non si confronta con prove che arrivano a "
-            "--token; " + (f"il prompt più --token {piano.max_token} non sta nei {n_ctx} token dello slot" if fuori else
-                           "--esatti li fa generare tutti" if prova.info.llama_cpp is not False else
-                           "--esatti (ignore_eos) li farebbe generare tutti su llama.cpp, ma altri server lo ignorano"))
+    return (frase + ". Il throughput conta solo i token generati: non confrontarlo con prove che arrivano a --token. "
+            + (f"Il prompt più --token {piano.max_token} non sta nei {n_ctx} token dello slot" if fuori else
+               "--esatti li fa generare tutti" if prova.info.llama_cpp is not False else
+               "--esatti (ignore_eos) li farebbe generare tutti su llama.cpp, ma altri server lo ignorano"))
 
 
 def frase_vuote(prova: Prova, vuote: int) -> str:
-    """Most answers had 0 tokens: the model stopped at once. The usual cause is the chat template, which
-    --esatti cannot mend (and only llama.cpp honours ignore_eos)."""
+    """The usual cause, a chat template: --esatti cannot mend it (and only llama.cpp honours ignore_eos)."""
     return (f"{vuote} risposte su {len(prova.esecuzione.riuscite)} hanno 0 token: il modello si ferma subito, e "
-            "questa prova non misura la generazione. Di solito è il template di chat del server, che non va con il "
-            "modello: prova una richiesta a mano (curl -d '{\"messages\":[{\"role\":\"user\",\"content\":"
-            "\"Ciao\"}]}' .../v1/chat/completions) e guarda il testo; per llama.cpp il template viene dal GGUF o da "
-            "--chat-template, per llama-cpp-python da --chat_format" + (
+            "questa prova non misura la generazione. Di solito il template di chat del server non va con il modello. "
+            "Prova una richiesta a mano (curl -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Ciao\"}]}' "
+            ".../v1/chat/completions) e guarda il testo. Il template viene dal GGUF o da --chat-template su llama.cpp, "
+            "da --chat_format su llama-cpp-python" + (
                 ". Con --esatti (ignore_eos) llama.cpp genera comunque --token token, ma il testo resta sbagliato"
                 if prova.info.llama_cpp else ""))
 
 
-# An answer the slot's context ended is not a whole one. The chat answer says finish_reason length, as at
-# --token, but with fewer tokens than asked and the prompt and the answer filling the slot's n_ctx (measured:
-# 479 of 600 at -np 4, usage.total_tokens 512; `truncated` is only in the log). --esatti cannot mend it.
+# An answer the slot's context cut: finish_reason length as at --token, fewer tokens than asked, prompt and answer
+# filling n_ctx (measured: 479 of 600 at -np 4, usage.total_tokens 512; `truncated` only in the log). No --esatti.
 
 def tagliata_dal_contesto(r: Risultato, prova: Prova) -> bool:
     """Whether the slot's context cut an answer (as --turni says it: full at n_ctx - 1, the last token unstored)."""
@@ -1271,12 +1262,9 @@ def segno_tagliata(r: Risultato, tagliate: List[Risultato]) -> str:
 
 def riga_tagliate(prova: Prova) -> List[str]:
     """After the lab's summary, when the context cut answers: how many, and what helps (never --esatti)."""
-    tagliate = tagliate_dal_contesto(prova)
-    if not tagliate:
-        return []
-    quante_tagliate = quante(len(tagliate), "risposta", "risposte")
-    return [f"tagliate dal contesto dello slot ({prova.info.n_ctx_slot} token): {quante_tagliate} su "
-            f"{len(prova.esecuzione.riuscite)} (finish_reason length); {cosa_aiuta(prova)}"]
+    n = len(tagliate_dal_contesto(prova))
+    return [f"tagliate dal contesto dello slot ({prova.info.n_ctx_slot} token): {quante(n, 'risposta', 'risposte')} "
+            f"su {len(prova.esecuzione.riuscite)} (finish_reason length); {cosa_aiuta(prova)}"] if n else []
 
 
 def cosa_aiuta(prova: Prova) -> str:
@@ -1287,9 +1275,8 @@ def cosa_aiuta(prova: Prova) -> str:
             "aiuta un -c più grande o, senza --kv-unified, meno slot (-np)")
 
 
-# The two ways this llama.cpp says a request did not fit: the slot's context (400, when a slot takes it),
-# and no room in the KV cache (500, for every request in flight: measured with --kv-unified, four long
-# requests together at -np 4 -c 2048 all failed; none waited in the queue, none was evicted).
+# How this llama.cpp says a request did not fit: the slot's context (400, when a slot takes it), or no room in the
+# KV cache (500 to every request in flight: with --kv-unified, four long ones at -np 4 -c 2048 all failed, none queued).
 CONTESTO_FINITO = {"exceed_context_size_error": "slot", "Context size has been exceeded": "kv"}
 PERCHE_FINITO = {"slot": "il contesto dello slot è finito",
                   "kv": "il buffer KV condiviso fra gli slot (--kv-unified) è pieno"}
@@ -1301,32 +1288,26 @@ def contesto_finito(r: Risultato) -> Optional[str]:
 
 
 def kv_condivisa(prova: Prova) -> bool:
-    """The slots share one KV buffer (--kv-unified): --avvia started the server so, or the server said it
-    with a 500 "Context size has been exceeded.", which this llama.cpp sends only from a shared buffer
-    (without --kv-unified each slot has its own, and a prompt too long gets the 400 when a slot takes it)."""
+    """The slots share one KV buffer (--kv-unified): --avvia started the server so, or a 500 said it."""
     return prova.info.kv_unificata or any(contesto_finito(r) == "kv" for r in prova.esecuzione.risultati)
 
 
 def kv_saputa(prova: Prova) -> Optional[bool]:
-    """kv_condivisa where carico knows: False from --avvia's log or with one slot; None by hand with more slots
-    (/slots and /props give each slot's n_ctx, the same whether the slots share -c or split it)."""
-    if kv_condivisa(prova) or prova.info.n_slot == 1 or prova.info.kv_unificata is not None:
-        return kv_condivisa(prova)
-    return None
+    """kv_condivisa, or None by hand with more slots: n_ctx per slot is the same whether they share -c or split it."""
+    saputa = kv_condivisa(prova) or prova.info.n_slot == 1 or prova.info.kv_unificata is not None
+    return kv_condivisa(prova) if saputa else None
 
 
 def frase_kv_piena(prova: Prova) -> Optional[str]:
     """What a 500 "Context size has been exceeded." means, said once after the run, whoever started the server."""
-    piene = [r for r in prova.esecuzione.risultati if contesto_finito(r) == "kv"]
-    if not piene:
-        return None
+    piene = sum(1 for r in prova.esecuzione.risultati if contesto_finito(r) == "kv")
     buffer = f"dei suoi {prova.info.n_ctx_slot} token" if prova.info.n_ctx_slot else "del buffer"
-    return (f"{quante(len(piene), 'richiesta è fallita', 'richieste sono fallite')} con HTTP 500 \"Context size has been "
-            "exceeded.\": questo llama.cpp lo risponde solo quando gli slot condividono un buffer KV (--kv-unified) e "
-            f"le richieste in volo insieme chiedono più {buffer}: fallisce ogni richiesta in volo, nessuna aspetta in "
-            "coda. Il buffer basta quando i prompt in volo insieme, con le loro risposte, ci stanno: meno richieste "
-            "insieme (--parallele, fino a una), prompt più corti o un -c più grande; senza "
-            "--kv-unified ogni slot ha solo -c diviso -np token, e un prompt che non ci sta viene rifiutato (HTTP 400)")
+    return (f"{quante(piene, 'richiesta è fallita', 'richieste sono fallite')} con HTTP 500 \"Context size has been "
+            f"exceeded.\": {PERCHE_FINITO['kv']}. Questo llama.cpp lo risponde solo con un buffer condiviso, "
+            f"quando le richieste in volo insieme chiedono più {buffer}. Falliscono tutte, nessuna aspetta in coda. "
+            "Il buffer basta se i prompt in volo insieme ci stanno con le risposte: meno richieste insieme "
+            "(--parallele, fino a una), prompt più corti o un -c più grande. Senza --kv-unified ogni slot ha solo -c "
+            "diviso -np token, e un prompt che non ci sta viene rifiutato (HTTP 400)") if piene else None
 
 
 # The lab's flags, checked ######################################################################
@@ -1362,8 +1343,8 @@ def url_server(testo: str) -> str:
     if not parti.hostname:
         raise argparse.ArgumentTypeError(f"'{testo}' non dice a quale host collegarsi")
     if parti.path.rstrip("/") not in ("", "/v1") or parti.query or parti.fragment:
-        raise argparse.ArgumentTypeError(f"'{testo}' deve essere la radice del server (per esempio "
-                                         f"http://127.0.0.1:8080), non il percorso '{parti.path}'")
+        raise argparse.ArgumentTypeError(f"'{testo}' deve essere la radice del server, senza '{parti.path}' (per "
+                                         "esempio http://127.0.0.1:8080)")
     return f"{parti.scheme}://{parti.netloc}"
 
 
@@ -1389,8 +1370,8 @@ def lista_di(converti):
         doppio = next((v for v in valori if valori.count(v) > 1), None)
         if doppio is not None:
             raise argparse.ArgumentTypeError(f"il valore {format(doppio, 'g') if isinstance(doppio, float) else doppio} "
-                                             f"è ripetuto nella lista '{testo}': ogni valore "
-                                             "è un punto della griglia (per ripetere una prova usa --ripeti)")
+                                             f"è ripetuto nella lista '{testo}': ogni valore è un punto della "
+                                             "griglia. Per ripetere una prova usa --ripeti")
         return valori
     return controlla
 

@@ -28,8 +28,8 @@ def test_che_cosa_e_il_server_detto_una_volta(fake, carica):
     assert note == [f"carico.py: nota: il server su {server.url} non è llama.cpp (/slots: HTTP 404). Risponde a "
                     "/v1/models (fake-model), /extras/tokenize; non a /slots, /props, /metrics. Slot, contesto e coda "
                     "sono n/d: slot occupati e attesa vengono solo dai timings delle risposte, se ci sono"], err
-    assert ("carico.py: nota: il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio "
-            "slot, gli slot occupati, l'attesa dello slot e quella in coda restano n/d") in err.splitlines()
+    assert ("carico.py: nota: il server non ha dato né /slots né i suoi tempi (timings): velocità nel proprio "
+            "slot, slot occupati, attese dello slot e in coda sono n/d") in err.splitlines()
     assert out.splitlines()[0] == "server: n/d slot, n_ctx per slot = n/d"
     assert "(16 token generati)" in out  # usage is there: the lab's figures that need nothing else
     assert "non sembra llama.cpp" not in err and "se li dà\ncarico.py" not in err
@@ -68,7 +68,7 @@ def test_risposte_vuote_dette_per_quello_che_sono(fake, carica):
     assert rc == 0
     (vuote,) = [r for r in err.splitlines() if "hanno 0 token" in r]
     assert vuote.startswith("carico.py: nota: 3 risposte su 3 hanno 0 token: il modello si ferma subito, e questa "
-                            "prova non misura la generazione. Di solito è il template di chat del server"), vuote
+                            "prova non misura la generazione. Di solito il template di chat del server non va con il modello"), vuote
     assert "--chat_format" in vuote and "--chat-template" in vuote
     assert "--esatti" not in err  # it cannot mend a template, and this server ignores ignore_eos
 
@@ -101,7 +101,7 @@ def test_401_su_una_richiesta_dice_della_chiave(fake, carica):
     rc, out, err = carica(server.url, "--richieste", "3", "--parallele", "1")
     assert rc == 1
     assert out.count('errore: HTTP 401: {"detail": "Invalid API key"}') == 3, out
-    assert ("carico.py: nota: 3 richieste rifiutate con HTTP 401: il server vuole una chiave API; passala con "
+    assert ("carico.py: nota: 3 richieste rifiutate con HTTP 401: il server vuole una chiave API. Passala con "
             "--api-key CHIAVE o con la variabile LLAMA_API_KEY (se l'hai già passata, controllala)") in err.splitlines()
 
 

@@ -446,8 +446,8 @@ def test_coda_dedotta_dalle_latenze():
 
 
 def test_la_nota_sui_tempi_non_resta_se_non_li_ha_dati():
-    nota = ("il server non ha dato né /slots né i suoi tempi (timings): la velocità nel proprio slot, gli slot "
-            "occupati, l'attesa dello slot e quella in coda restano n/d")
+    nota = ("il server non ha dato né /slots né i suoi tempi (timings): velocità nel proprio slot, slot occupati, "
+            "attese dello slot e in coda sono n/d")
     assert nota in carico.note(senza_nulla([0.93, 1.84, 2.86, 3.74]))
     con_tempi = senza_nulla([1.0])._replace(esecuzione=Esecuzione([Risultato(0, 0.0, 1.0, 32, 40.0, 5.0, 990.0)], [], 1))
     assert nota not in carico.note(con_tempi)
@@ -475,8 +475,8 @@ def test_reale_letture_in_fase_con_gli_arrivi_costanti(llama, carica):
 
 def test_la_nota_sui_tempi_con_slots_letti():
     """/slots answered but the answers had no timings: the note names what only the timings give."""
-    nota = ("le risposte del server non hanno i timings di llama.cpp: la velocità nel proprio slot, l'attesa "
-            "dello slot e quella in coda, gli slot occupati provati dai tempi sono n/d")
+    nota = ("le risposte non hanno i timings di llama.cpp: velocità nel proprio slot, attese dello slot e in coda, "
+            "slot occupati dai tempi sono n/d")
     con_slots = senza_nulla([0.93, 1.84])._replace(info=InfoServer(2, 1024, True))
     assert nota in carico.note(con_slots)
     assert not any("né /slots" in t for t in carico.note(con_slots))

@@ -209,8 +209,8 @@ def test_fermate_prima_di_token_e_esatti(fake, carica, tmp_path):
     server = fake(n_slot=4, s_per_token=0.001, eos_dopo=5)
     rc, out, err = carica(server.url, "--spiega")
     assert rc == 0, out + err
-    nota = ("carico.py: nota: 4 richieste su 4 si sono fermate prima di --token 32 (finish_reason stop, 5 token): "
-            "il throughput conta i token generati davvero, e non si confronta con prove che arrivano a --token; "
+    nota = ("carico.py: nota: 4 richieste su 4 si sono fermate prima di --token 32 (finish_reason stop, 5 token). "
+            "Il throughput conta solo i token generati: non confrontarlo con prove che arrivano a --token. "
             "--esatti li fa generare tutti")
     assert nota in err.splitlines()
     assert "4 richieste su 4 si sono fermate prima di --token 32" in out  # --spiega says it too
@@ -259,8 +259,8 @@ def test_server_che_usa_la_cache_lo_stesso(fake, carica, tmp_path):
     riusati = [r["token_cache"] for r in richieste if r["token_cache"]]
     assert len(riusati) == 3  # the first found the slot empty
     assert (f"carico.py: nota: il server ha preso dalla cache {sum(riusati)} token di prompt in 3 richieste, anche "
-            "se carico.py chiede cache_prompt: false: quei token non sono stati calcolati, e la prova ne esce "
-            "avvantaggiata. Riavvia il server prima di ripetere la prova") in err.splitlines()
+            "se carico.py chiede cache_prompt: false. Quei token non sono stati calcolati: la prova ne esce "
+            "avvantaggiata. Riavvia il server prima di ripeterla") in err.splitlines()
 
 
 # The live line ##################################################################################

@@ -147,7 +147,7 @@ def test_il_500_del_buffer_condiviso_consiglia_quello_che_serve():
     errore = "HTTP 500 server_error: Context size has been exceeded."
     prova = una_prova([Risultato(i, 0.0, 60.0, errore=errore) for i in range(4)], n_slot=4, n_ctx=2048)
     frase = carico.frase_kv_piena(prova)
-    assert ("Il buffer basta quando i prompt in volo insieme, con le loro risposte, ci stanno: meno richieste insieme "
+    assert ("Il buffer basta se i prompt in volo insieme ci stanno con le risposte: meno richieste insieme "
             "(--parallele, fino a una), prompt più corti o un -c più grande") in frase
     assert "un prompt che non ci sta viene rifiutato (HTTP 400)" in frase
 

@@ -323,9 +323,9 @@ def test_curve_di_piu_server_sugli_stessi_assi():
     (["--ritmo", "2", "--arrivi", "costanti", "--seme", "3"], "--seme vale per gli arrivi di Poisson: con --arrivi "
      "costanti gli orari sono fissi, e non c'è nulla da seminare"),
     (["--parallele", "2,2"], "opzione --parallele: il valore 2 è ripetuto nella lista '2,2': ogni valore è un punto "
-     "della griglia (per ripetere una prova usa --ripeti)"),
+     "della griglia. Per ripetere una prova usa --ripeti"),
     (["--ritmo", "1,0.5,1"], "opzione --ritmo: il valore 1 è ripetuto nella lista '1,0.5,1': ogni valore è un punto "
-     "della griglia (per ripetere una prova usa --ripeti)"),
+     "della griglia. Per ripetere una prova usa --ripeti"),
     (["--intervallo", "0.01"], "opzione --intervallo: almeno 0.05 s, non 0.01: leggere /slots più spesso "
      "toglierebbe tempo al server che si vuole misurare"),
     (["--durata", "0.0001"], "opzione --durata: 0.0001 s è troppo breve per una prova: meno di una lettura di "

@@ -343,8 +343,8 @@ def test_server_gia_al_lavoro_prima_della_prova(fake, carica):
     assert ("carico.py: attenzione: il server sta già lavorando (1 slot su 1 occupati e 1 richiesta in coda prima "
             "della prova") in err, err
     # what the server's timings prove counts this run's requests alone: said, and the wait that was real
-    assert ("il server aveva già 1 slot occupato prima della prova: quello che i tempi del server provano (slot "
-            "occupati insieme, coda, attesa in coda) conta solo le richieste di questa prova") in err, err
+    assert ("il server aveva già 1 slot occupato prima della prova. I tempi del server (slot occupati insieme, "
+            "coda, attesa in coda) contano solo le richieste di questa prova") in err, err
     frase = re.search(r"Il server aveva già altre richieste prima della prova, invisibili nei suoi tempi\. Dall'invio "
                       r"allo slot la più lenta, la req \d, ha aspettato ([\d.]+) s su [\d.]+ s di latenza", out)
     assert frase and float(frase.group(1)) > 0.2, out  # behind the foreign requests' 0.5 s each, not this run's own queue

@@ -118,5 +118,5 @@ def test_tokenize_che_chiede_la_chiave_lo_dice(fake, carica):
     rc, out, err = carica(server.url, "--prompt-token", "64")
     assert rc == 1
     assert err.strip().splitlines()[-1] == (
-        f"carico.py: errore: il server su {server.url} richiede una chiave API (è stato avviato con --api-key): "
-        "passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY")
+        f"carico.py: errore: il server su {server.url} richiede una chiave API (è stato avviato con --api-key). "
+        "Passala con --api-key CHIAVE o con la variabile LLAMA_API_KEY")

@@ -102,7 +102,7 @@ def test_fermate_prima_senza_esatti_se_token_non_sta_nel_contesto(fake, carica):
     rc, out, err = carica(server.url, "--token", "600", *VELOCE)
     assert rc == 0, out + err
     assert "4 richieste su 4 si sono fermate prima di --token 600 (finish_reason stop, 100 token)" in err, err
-    assert "--esatti" not in err and "il prompt più --token 600 non sta nei 512 token dello slot" in err, err
+    assert "--esatti" not in err and "Il prompt più --token 600 non sta nei 512 token dello slot" in err, err
     assert not any(TAGLIATA.match(r) for r in out.splitlines()) and not CONSIGLIO.search(out), out
 
 

@@ -186,8 +186,9 @@ def test_il_prompt_lungo_per_quattro_su_kv_unificata_dice_perche(fake, carica, t
     assert rc == 1, out + err
     fallite = len(re.findall(r"errore: HTTP 500 .*Context size has been exceeded\.$", out, re.M))
     assert fallite >= 2, out  # any two together outgrow the buffer (four, unless a busy machine staggers them)
-    assert (f"{fallite} richieste sono fallite con HTTP 500 \"Context size has been exceeded.\": questo llama.cpp lo "
-            "risponde solo quando gli slot condividono un buffer KV (--kv-unified)") in err, err
+    assert (f"{fallite} richieste sono fallite con HTTP 500 \"Context size has been exceeded.\": il buffer KV "
+            "condiviso fra gli slot (--kv-unified) è pieno. Questo llama.cpp lo risponde solo con un buffer "
+            "condiviso") in err, err
 
 
 def test_senza_kv_piena_nessuna_nota_sul_buffer(fake, carica, tmp_path):
