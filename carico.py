@@ -1787,8 +1787,8 @@ ESCLUSIONI = (
     ("--prompt-token", ("--prompt-file", "--turni"), "--prompt-token e {} si escludono: i prompt li fa l'una o l'altro"),
     ("--confronta", ("--avvia", "--turni", "--ritmo", "--durata", "--json", "--csv", "--svg", "--prompt-token"),
      "--confronta legge due file di risultati e non manda richieste: {} non serve"),
-    ("--turni", ("--ritmo", "--durata", "--prompt-file", "--richieste"), "--turni e {} si escludono: con --turni ognuno "
-     "dei --parallele utenti tiene una conversazione, un turno dopo l'altro, e le richieste sono i suoi turni"),
+    ("--turni", ("--ritmo", "--durata", "--prompt-file", "--richieste"), "--turni e {} si escludono: con --turni ogni "
+     "utente (--parallele) tiene una conversazione, e le richieste sono i suoi turni"),
 )
 
 
@@ -1879,8 +1879,8 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         rifiuta(f"la griglia ha {punti} punti, oltre {MAX_PUNTI}: accorcia le liste, o aggiungi --forza")
     griglia_con_flussi = a.stream and (len(piani) > 1 or len(a.np or []) > 1)  # shown in its table
     if a.percentili is not None and not (a.dettagli or a.json or griglia_con_flussi):
-        rifiuta("--percentili sceglie i percentili di --dettagli (e del file di --json, e della tabella di una griglia "
-               "con --stream): da solo non cambia nulla; aggiungi --dettagli")
+        rifiuta("--percentili da solo non cambia nulla: aggiungi --dettagli. Sceglie i percentili di --dettagli, del "
+               "file di --json e della tabella di una griglia con --stream")
     opzioni_oltre = OpzioniOltre(**{campo: getattr(a, campo.replace("file_", "")) for campo in OpzioniOltre._fields})
     return piani, opzioni._replace(oltre=opzioni_oltre)
 
@@ -2048,8 +2048,8 @@ class SessioneOltre(Sessione):
         return note(prova, piano_oltre.esatti, piano_oltre.turni is not None or piano_oltre.prefisso is not None,
                     bool(piano_oltre.turni), not piano_oltre.stream and prova.configurazione is None) + ([
             f"il server non ha detto nel flusso quanti token ha generato (né usage né timings) per "
-            f"{quante(len(stimate), 'richiesta', 'richieste')}: i loro token (segnati ~) sono i chunk con "
-            "testo, uno per chunk, una stima (un chunk può portarne più d'uno)"] if stimate else [])
+            f"{quante(len(stimate), 'richiesta', 'richieste')}. I loro token (segnati ~) sono una stima: uno per "
+            "chunk con testo, ma un chunk può portarne più d'uno"] if stimate else [])
 
     def codice_fallite(self, fallite: List[Risultato]) -> int:
         """3 when only conversations out of context failed (as --turni means); else 1."""
@@ -2198,7 +2198,7 @@ class ParserItaliano(argparse.ArgumentParser):
         del_server = [p for p in parole if p.split("=")[0] in self.DEL_SERVER]
         if del_server:
             cosa = "è un'opzione" if len(del_server) == 1 else "sono opzioni"
-            resto += (f": {', '.join(del_server)} {cosa} di llama serve, non di carico.py: va nel comando che avvia "
+            resto += (f". {', '.join(del_server)} {cosa} di llama serve, non di carico.py: va nel comando che avvia "
                       "il server (o in --avvia \"llama serve ...\"; -np in --np)")
         elif ignote and not any(p.startswith("-") for p in parole):  # a value without its flag
             esempio = next((f"--url {p if '://' in p else 'http://' + p}" for p in parole
@@ -2245,9 +2245,9 @@ def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optiona
     in_volo = sum(r.errore in (IN_VOLO, descrivi_errore_rete(ConnectionResetError(), 0)) for r in e.risultati)
     return righe + [""] + righe_riepilogo(s or prova.riepilogo, e.n_richieste, parallele, prova.info,
                                           "il server non rispondeva più") + [
-        f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s: {e.server_andato[1]}): invii "
-        "fermati" + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
-                     if in_volo else "")]
+        f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s): invii fermati"
+        + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
+           if in_volo else "") + f". {maiuscola(e.server_andato[1])}"]
 
 
 def numeri_in_tratti(indici: List[int]) -> str:
@@ -3361,7 +3361,7 @@ def riga_slo(prova: Prova, slo: Dict[str, float]) -> str:
     rispettate, quota, al_s, token_s, dal_previsto = goodput(prova, slo)
     return (f"SLO ({scritti_slo(slo)}): rispettati da {quante(rispettate, 'richiesta', 'richieste')} su {len(prova.esecuzione.risultati)} "
             f"({fmt(quota, '.0%')}); goodput {fmt(al_s, '.2f req/s')}, {fmt(token_s, '.1f token/s')}"
-            + ("; latenza e primo token contati dall'orario previsto, perché il ritmo non è stato tenuto"
+            + (". Latenza e primo token contati dall'orario previsto, perché il ritmo non è stato tenuto"
                if dal_previsto else ""))
 
 
@@ -3691,7 +3691,7 @@ def frase_esclusa(prove: List[Prova], prova: Prova, mediana: float) -> str:
     macchina = ("" if dopo is None else f"; subito dopo CPU al {dopo.cpu_occupata:.0%}" if dopo.cpu_occupata is not None
                 else "" if dopo.carico_medio is None else f"; subito dopo carico medio {dopo.carico_medio:.1f}")
     return (f"prova {next(i for i, q in enumerate(prove, 1) if q is prova)} esclusa dalla media: "
-            f"{prova.riepilogo.throughput:.2f} token/s, meno di metà della mediana delle altre ({mediana:.2f}); nel "
+            f"{prova.riepilogo.throughput:.2f} token/s, meno di metà della mediana delle altre ({mediana:.2f}). Nel "
             f"proprio slot {fmt(velocita_media_slot(prova.esecuzione.riuscite), '.1f')} t/s contro "
             f"{fmt(velocita_media_slot(altre), '.1f')}{macchina}")
 
@@ -3958,13 +3958,13 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
         scesa = f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s"
         occupata = [motivo for p in prima.intere + dopo.intere for motivo in [occupata_intorno(p)] if motivo]
         if occupata:  # the machine's own work may have slowed the slots: not said to be the slots'
-            frasi.append(f"{scesa}, ma la macchina era già occupata in una delle due prove ({occupata[0]}): la discesa "
+            frasi.append(f"{scesa}, ma la macchina era già occupata in una delle due prove ({occupata[0]}). La discesa "
                          "può venire da lì")
         elif None in (prima.picco, dopo.picco):  # how many slots were at work together is not known
             frasi.append(scesa)
         elif dopo.picco > prima.picco and velocita[1] < 0.75 * velocita[0] * prima.picco / dopo.picco:
             frasi.append(f"{scesa}: più di quanto spieghi la divisione dei core fra {dopo.picco} slot (circa "
-                         f"{velocita[0] * prima.picco / dopo.picco:.1f} t/s l'uno): forse altro lavorava sulla macchina "
+                         f"{velocita[0] * prima.picco / dopo.picco:.1f} t/s l'uno). Forse altro lavorava sulla macchina "
                          "durante la prova")  # the look before each run cannot see a load that started after it
         elif dopo.picco > prima.picco:
             frasi.append(f"{scesa}: gli slot si dividono gli stessi core" + (
@@ -4213,8 +4213,8 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
             durata = -(-2 * MINIMO_SOVRACCARICO // min(valore_numerico(asse, p.prove[0].piano) for p in poche))
             frasi.append(f"Curva{dove}: a {asse}={', '.join(valore_punto(p, asse) for p in poche)} "
                          f"solo {da_a([q.esecuzione.n_richieste for p in poche for q in p.intere])} richieste a prova, troppo "
-                         "poche per vedere se la coda cresce: " + ("nessun verdetto sulla saturazione" if len(misurati) < 2 else
-                                                           "fuori dal verdetto") + f" (usa --durata {durata:g} o più).")
+                         "poche per vedere se la coda cresce. " + ("Nessun verdetto sulla saturazione" if len(misurati) < 2 else
+                                                           "Quei punti restano fuori dal verdetto") + f": usa --durata {durata:g} o più.")
             if len(misurati) < 2:
                 continue
         frasi += stessi_carichi(misurati, asse)
@@ -4256,12 +4256,12 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
 def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
     if not (a.velocita_slot and b.velocita_slot):
         senza = a if not a.velocita_slot else b
-        return (f"A {asse}={valore_punto(senza, asse)} la velocità nel proprio slot è n/d (il server non la dà per una "
-                f"risposta di un token): il throughput è passato da {fmt(a.throughput, '.1f')} a "
+        return (f"A {asse}={valore_punto(senza, asse)} la velocità nel proprio slot è n/d: il server non la dà per una "
+                f"risposta di un token. Il throughput è passato da {fmt(a.throughput, '.1f')} a "
                 f"{fmt(b.throughput, '.1f')} token/s.")
     return (f"Da {asse}={valore_punto(a, asse)} a {asse}={valore_punto(b, asse)} la velocità nel proprio slot è passata "
             f"da {a.velocita_slot:.1f} a {b.velocita_slot:.1f} t/s (da {1000 / a.velocita_slot:.1f} a "
-            f"{1000 / b.velocita_slot:.1f} ms per token), il throughput da {a.throughput:.1f} a {b.throughput:.1f} token/s.")
+            f"{1000 / b.velocita_slot:.1f} ms per token). Il throughput da {a.throughput:.1f} a {b.throughput:.1f} token/s.")
 
 
 def riga_little(prova: Prova) -> Optional[str]:
@@ -4381,20 +4381,20 @@ class Capacita:
         if tutte and not any(r.riuscita for r in tutte):
             risposta = "n/d: tutte le richieste sono fallite (vedi le righe req)"
         elif tiene is None:
-            risposta = (f"nessun ritmo provato lo rispetta (fino a {min(r for r, _, _ in self.punti):.3g} req/s)"
-                        + self.neanche_da_sola())
+            risposta = "nessun ritmo provato lo rispetta" + self.neanche_da_sola()
         elif cade is None:
-            risposta = (f"almeno {tiene:.3g} req/s: nessun punto provato è caduto (fino a "
-                        f"{max(r for r, _, _ in self.punti):.3g} req/s, {MAX_PUNTI_CAPACITA} punti)")
+            risposta = (f"almeno {tiene:.3g} req/s: nessun punto provato è caduto prima del limite di "
+                        f"{MAX_PUNTI_CAPACITA} punti")
         else:
             inviate = Punto(self.prove(tiene)).inviate_davvero
-            risposta = (f"{tiene:.3g} req/s (inviate davvero {fmt(inviate, '.2f')}; fra {tiene:.3g}, che lo rispetta, "
+            risposta = (f"{tiene:.3g} req/s (inviate davvero {fmt(inviate, '.2f')}). Fra {tiene:.3g}, che lo rispetta, "
                         f"e {cade:.3g}, che no" + ("" if cade / tiene <= PASSO_CAPACITA else
-                                                   f": la precisione del 20% non è raggiunta in {MAX_PUNTI_CAPACITA} punti")
-                        + ")")
+                                                   f": la precisione del 20% non è raggiunta in {MAX_PUNTI_CAPACITA} punti"))
         server = f" (-np {self.etichetta})" if self.etichetta else ""
-        righe = [f"capacità{server} sotto lo SLO ({scritti_slo(o.slo)}, per il {o.capacita:g}% delle richieste): {risposta}; "
-                 f"{quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s"]
+        ritmi = [r for r, _, _ in self.punti]
+        righe = [f"capacità{server} sotto lo SLO ({scritti_slo(o.slo)}, per il {o.capacita:g}% delle richieste): {risposta}. "
+                 f"Provati {quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s, da {min(ritmi):.3g} a "
+                 f"{max(ritmi):.3g} req/s"]
         corpo, in_ordine = [], sorted(self.punti, key=lambda x: x[0])
         for ritmo, prove, regge in in_ordine:
             punto = Punto(prove)
@@ -4415,9 +4415,9 @@ class Capacita:
         for chiave, soglia in self.oltre.slo.items():
             valori = [v for p in self.prove() for v in valori_figure(p).get(CHIAVI_SLO[chiave], [])]
             if valori and min(valori) > soglia:
-                return (f": anche la richiesta più veloce misurata ha {CHIAVI_SLO[chiave]} {min(valori):.2f} s, oltre i "
-                        f"{soglia:g} s dello SLO; una richiesta da sola non è più veloce, e nessun ritmo può rispettarlo "
-                        "(uno SLO più largo, o meno --token)")
+                return (f". Anche la richiesta più veloce misurata ha {CHIAVI_SLO[chiave]} {min(valori):.2f} s, oltre i "
+                        f"{soglia:g} s dello SLO. Una richiesta da sola non è più veloce, quindi nessun ritmo può "
+                        "rispettarlo: serve uno SLO più largo, o meno --token")
         return ""
 
     def incertezza(self, tiene: Optional[float]) -> List[str]:
@@ -4432,7 +4432,7 @@ class Capacita:
                     f"{MIN_RICHIESTE_CAPACITA}): allunga --durata"]
         if quota - obiettivo < rumore:
             return [f"incerta: a {tiene:.3g} req/s il {quota:.0%} entro lo SLO, contro il {obiettivo:.0%} chiesto: "
-                    f"una differenza dentro il rumore di {n} richieste (±{rumore:.0%}); con --ripeti o una --durata "
+                    f"una differenza dentro il rumore di {n} richieste (±{rumore:.0%}). Con --ripeti o una --durata "
                     "più lunga si misura meglio"]
         return []
 
@@ -4931,8 +4931,8 @@ def spiegazione(prova: Prova) -> List[str]:
                      "sempre trovato la coda vuota.")
     elif s.picco_coda and info.metrics_disponibile:
         frasi.append(f"Al massimo {quante(s.picco_coda, 'richiesta ha', 'richieste hanno')} aspettato uno slot nello "
-                     "stesso momento" + (f" (le letture di requests_deferred in /metrics ne hanno viste al massimo "
-                                         f"{s.coda_letta}: nessuna è caduta nel momento peggiore)."
+                     "stesso momento" + (f". Le letture di requests_deferred in /metrics ne hanno viste al massimo "
+                                         f"{s.coda_letta}: nessuna è caduta nel momento peggiore."
                                          if (s.coda_letta or 0) < s.picco_coda else " (requests_deferred)."))
     if tagliata:  # the requests cut off are in no figure: no verdict on the queue's growth
         perche = (f"il server ha smesso di rispondere a {e.server_andato[0]:.2f} s" if e.server_andato else
@@ -4976,16 +4976,16 @@ def frase_contesto_stretto(prova: Prova) -> List[str]:
     if not letti:
         return []
     chiesti, contesto = max(int(m.group(1)) for m in letti), int(letti[0].group(2))
-    frase = (f"La richiesta chiedeva {chiesti} token di contesto (il prompt con il template della chat) e lo slot ne "
+    frase = (f"La richiesta chiedeva {chiesti} token di contesto (prompt e template della chat), lo slot ne "
              f"aveva {contesto}: il server la rifiuta prima di generare (HTTP 400). Senza --kv-unified ogni slot ha -c "
-             f"diviso -np token: con meno slot (-np 1) o con --kv-unified, dove ogni slot vede tutto -c, la stessa "
+             f"diviso -np token. Con meno slot (-np 1), o con --kv-unified dove ogni slot vede tutto -c, la stessa "
              f"richiesta ci sta, se -c basta.")
     insieme, slot = min(prova.piano.parallele, prova.piano.richieste or 1), prova.info.n_slot or 1
     if insieme > 1 and slot > 1 and insieme * chiesti > contesto * slot:  # -c is the slots' contexts together
         quante_insieme = max(1, contesto * slot // chiesti)
         frase += (f" Ma con --kv-unified le {insieme} richieste in volo insieme si dividono tutto -c (qui {contesto * slot} "
-                  f"token): ne chiedono {insieme} × {chiesti}, e llama.cpp le rifiuta tutte (HTTP 500, context size "
-                  "exceeded); " + ("ne sta una alla volta (--parallele 1)" if quante_insieme == 1 else
+                  f"token) e ne chiedono {insieme} × {chiesti}. llama.cpp le rifiuta tutte (HTTP 500, context size "
+                  "exceeded): " + ("ne sta una alla volta (--parallele 1)" if quante_insieme == 1 else
                                    f"ne stanno {quante_insieme} insieme (--parallele {quante_insieme})")
                   + ", se resta posto per le risposte.")
     return [frase]
@@ -5008,8 +5008,8 @@ def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
                 f"da {min(distacchi):.2f} a {max(distacchi):.2f} s")
     latenze = ", ".join(f"{r.latenza:.2f}" for r in ordinate[:6]) + (", ..." if len(ordinate) > 6 else "")
     return (f"Dal lato del client (il server non dà né /slots né i suoi tempi): le richieste erano in volo insieme, "
-            f"ma le risposte sono arrivate una dopo l'altra, {distacco} l'una dall'altra (latenze "
-            f"{latenze} s: ognuna la precedente più il tempo di servirne una). Se ne deduce che il server le ha servite una alla "
+            f"ma le risposte sono arrivate una dopo l'altra. Distavano {distacco} l'una dall'altra (latenze "
+            f"{latenze} s): ognuna è la precedente più il tempo di servirne una. Se ne deduce che il server le ha servite una alla "
             "volta, e le altre aspettavano in coda: è una deduzione dalle latenze, non una misura del server.")
 
 
@@ -5211,8 +5211,8 @@ def prove_salvate(percorso: str, rifiuta) -> List[dict]:
         rifiuta(f"--confronta: '{percorso}' non è un file di risultati di carico.py (--json)")
     intere = [p for p in prove if not p.get("interrotta")]
     if not intere:
-        rifiuta(f"--confronta: '{percorso}' non ha prove intere da confrontare (una prova interrotta, da Ctrl+C o da "
-                "un server che ha smesso di rispondere, non si confronta): ripeti la misura fino in fondo con --json")
+        rifiuta(f"--confronta: '{percorso}' non ha prove intere da confrontare: ripeti la misura fino in fondo con "
+                "--json. Una prova interrotta (da Ctrl+C o da un server che ha smesso di rispondere) non si confronta")
     return intere
 
 
@@ -5462,7 +5462,7 @@ def tokenizza(client: Client, testo: str) -> List[bytes]:
     except (TypeError, KeyError, ValueError):  # no list, no pieces, not llama.cpp's /tokenize
         raise ErroreUtente(f"il server su {client.base} non conta i token con /tokenize ({descrivi_errore_http(risposta)}"
                            + ("; né con /extras/tokenize" if risposta.status == 404 else "")
-                           + "): --sistema, --prompt-token e --prefisso hanno bisogno del suo tokenizzatore") from None
+                           + "). --sistema, --prompt-token e --prefisso hanno bisogno del suo tokenizzatore") from None
 
 
 def tokenizza_extras(client: Client, testo: str) -> Optional[List[bytes]]:
@@ -5673,7 +5673,7 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
     fine_prompt = {r.indice: r.fine - r.predicted_ms / 1000 for r in ok if r.predicted_ms is not None}
     presto = [r for r in poche if in_slot(r) is not None  # its slot began before any other had the prompt computed
               and all(in_slot(r)[0] < t for i, t in fine_prompt.items() if i != r.indice)]
-    frase = f"; {len(poche)} su {len(ok)} ne hanno presi meno della metà del prefisso"
+    frase = f". {len(poche)} su {len(ok)} ne hanno presi meno della metà del prefisso"
     if len(presto) == len(poche):
         return frase + (": i loro slot le hanno prese prima che un altro avesse calcolato il prefisso" if len(poche) > 1
                         else ": il suo slot l'ha presa prima che un altro avesse calcolato il prefisso")
@@ -5683,18 +5683,18 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
     ripristini = [int(n) for n in re.findall(r"restored context checkpoint \(.*?n_tokens = (\d+)", log or "")]
     da_capo = len(re.findall(r"forcing full prompt re-processing", log or ""))
     if not ripristini and not da_capo:
-        return frase + prese_prima + (": il log del server non dice perché" if log is not None else
-                                      ": le risposte non dicono perché (con --avvia carico legge il log del server, "
-                                      "che lo dice)")
-    visto = "; ".join(([f"ha ripristinato un checkpoint del contesto {quante(len(ripristini), 'volta', 'volte')} "
-                        f"(restored context checkpoint, n_tokens {da_a(ripristini)})"] if ripristini else [])
-                      + ([f"ha ricalcolato tutto il prompt {quante(da_capo, 'volta', 'volte')} (forcing full prompt "
-                          "re-processing)"] if da_capo else []))
+        return frase + prese_prima + (". Il log del server non dice perché" if log is not None else
+                                      ". Le risposte non dicono perché: con --avvia carico legge il log del server, "
+                                      "che lo dice")
+    visto = [f"ha ripristinato un checkpoint del contesto {quante(len(ripristini), 'volta', 'volte')} (restored "
+             f"context checkpoint, n_tokens {da_a(ripristini)}). Da lì ha ricalcolato il prompt"] if ripristini else []
+    visto += [f"ha ricalcolato tutto il prompt {quante(da_capo, 'volta', 'volte')} (forcing full prompt "
+              "re-processing)"] if da_capo else []
     deciso = prova.configurazione.deciso if prova.configurazione else None
     swa = deciso is not None and any(nome == "SWA" for nome, *_ in deciso.cache_kv)
-    return (frase + prese_prima + f": il log del server dice che {visto}, e da lì ha ricalcolato il prompt"
-            + ("; il modello ha strati a finestra scorrevole (la cache SWA nel log), la cui cache non si accorcia al "
-               "prefisso comune: si riusa solo fino a un checkpoint" if swa else ""))
+    return (frase + prese_prima + ". Il log del server dice che " + ". Dice anche che ".join(visto)
+            + (". Il modello ha strati a finestra scorrevole (la cache SWA nel log): la loro cache non si accorcia al "
+               "prefisso comune, si riusa solo fino a un checkpoint" if swa else ""))
 
 
 def cache_ereditata(prova: Prova) -> List[Risultato]:
@@ -5741,8 +5741,8 @@ def righe_conversazioni(prova: Prova) -> List[str]:
     if ereditata:
         righe.append(f"  al turno 1 {quante(len(ereditata), 'richiesta ha', 'richieste hanno')} preso dalla cache "
                      f"{da_a([r.token_cache for r in ereditata])} token prima che questa prova avesse una "
-                     "risposta: vengono da una prova precedente sullo stesso server, e quei turni ne escono più veloci; "
-                     "per una prova da zero riavvia il server")
+                     "risposta. Vengono da una prova precedente sullo stesso server: quei turni ne escono più veloci. "
+                     "Per una prova da zero riavvia il server")
     letture = letture_contesto(prova)
     if any(contesto_finito(r) == "kv" for r in e.risultati) and any(c.occupati for c in letture):
         chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
@@ -5861,7 +5861,7 @@ def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Option
             righe.append(f"      per token di contesto: {d.kv_mib * 1024 / n_ctx:.1f} KiB in media a -c {n_ctx}; ogni "
                          f"token in più fino a -c {chiesto} ne costa {in_piu:.1f} KiB (la differenza fra i due avvii)")
     if ferme:
-        righe.append(f"  Non cresce come il contesto: {'; '.join(ferme)}, perché quegli strati guardano solo una "
+        righe.append(f"  Non cresce come il contesto: {'; '.join(ferme)}. Quegli strati guardano solo una "
                      "finestra scorrevole degli ultimi token; cresce la cache degli strati che guardano tutto il "
                      "contesto. Per questo la cifra è misurata e non moltiplicata.")
     return righe

@@ -134,8 +134,7 @@ def pytest_collection_modifyitems(items):
 
 # What carico prints says little and sure: every sentence at most FRASE_MAX characters ##########
 # Each output a test reads through capsys or capfd (the fixture `carica` included) is kept, and at the end of
-# the session its sentences are measured; one longer than FRASE_MAX fails the session, the longest named
-# (DA_ACCORCIARE: those still to shorten).
+# the session its sentences are measured; one longer than FRASE_MAX fails the session, the longest named.
 # A sentence: a stretch of one printed line up to '. ' (': ' and '; ' do not end one). Not sentences, so not
 # measured: the lab's own lines (the sheet's, pinned byte for byte by the golden tests), indented lines and
 # lines with a '|' or a run of three spaces (the rows of a table or of a figure: columns, not prose), the
@@ -144,15 +143,6 @@ def pytest_collection_modifyitems(items):
 # argparse text ('usage:', 'srv ', 'main:'), which carico does not word. A path (the suite's are long temporary
 # ones) counts as one character: its length is the user's, not carico's wording.
 FRASE_MAX = 160
-# Sentences still to be shortened, each by the pattern its opening matches: the list only shrinks. A long
-# sentence that matches none fails the session, and so does an entry no long sentence matches any more.
-DA_ACCORCIARE = (
-    r"carico\.py: errore: --confronta: 'F' non ha prove intere", r"carico\.py: errore: --percentili sceglie",
-    r"carico\.py: errore: --turni e --\S+ si escludono", r"carico\.py: errore: il server su \S+ non conta i token",
-    r"carico\.py: errore: opzioni non riconosciute: .* (è un'opzione|sono opzioni) di llama serve",
-    r"carico\.py: nota: il server non ha detto", r"SLO \(", r"capacità (\(-np \d+\) )?sotto lo SLO",
-    r"incerta: a [\d.]+ req/s", r"prefisso comune di \d+ token", r"il server ha smesso di rispondere \(accertato",
-)
 USCITE = []  # (test, text) of every output read in this process
 LAB = ("server: ", "richieste=", "tempo totale ", "throughput aggregato ")
 
@@ -183,33 +173,22 @@ def uscite_lette(request, monkeypatch):
 
 
 def frasi_lunghe(uscite):
-    """(length, sentence, test) of each sentence longer than FRASE_MAX that DA_ACCORCIARE does not list, the
-    longest first, each once; and (0, pattern, '') for each pattern of DA_ACCORCIARE that matched none."""
-    import re
-
-    viste, usati = {}, set()
+    """(length, sentence, test) of each sentence longer than FRASE_MAX, the longest first, each once."""
+    viste = {}
     for test, testo in uscite:
         for frase in frasi_misurate(testo):
             if len(frase) > FRASE_MAX:
-                noto = next((p for p in DA_ACCORCIARE if re.match(p, frase)), None)
-                usati.add(noto) if noto else viste.setdefault(frase, test)
-    return sorted(((len(f), f, t) for f, t in viste.items()), reverse=True), sorted(usati)
+                viste.setdefault(frase, test)
+    return sorted(((len(f), f, t) for f, t in viste.items()), reverse=True)
 
 
 def pytest_sessionfinish(session):
-    lunghe, usati = frasi_lunghe(USCITE)
+    lunghe = frasi_lunghe(USCITE)
     if hasattr(session.config, "workeroutput"):  # an xdist worker: the controller judges
-        session.config.workeroutput["frasi_lunghe"] = [lunghe, usati]
+        session.config.workeroutput["frasi_lunghe"] = lunghe
         return
     for nodo in getattr(session.config, "_carico_lavoratori", []):
-        lunghe += [tuple(x) for x in nodo[0]]
-        usati += nodo[1]
-    # The whole suite, run through: each entry of DA_ACCORCIARE must still be needed.
-    intera = not session.config.option.keyword and session.config.args in (
-        [], ["tests"], [os.path.join(os.path.dirname(QUI), "tests")])
-    if intera and session.testscollected > 500 and not session.testsfailed and not session.config.option.collectonly:
-        lunghe += [(0, f"DA_ACCORCIARE lists {p!r}, which no sentence needs any more: remove it", "")
-                   for p in DA_ACCORCIARE if p not in usati]
+        lunghe += [tuple(x) for x in nodo]
     if lunghe:
         session.config._carico_frasi_lunghe = sorted(set(lunghe), reverse=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -218,5 +197,5 @@ def pytest_sessionfinish(session):
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
     lista = node.config.__dict__.setdefault("_carico_lavoratori", [])
-    lista.append(getattr(node, "workeroutput", {}).get("frasi_lunghe", [[], []]))
+    lista.append(getattr(node, "workeroutput", {}).get("frasi_lunghe", []))
 

@@ -390,7 +390,7 @@ def test_capacita_con_uno_slo_sotto_la_latenza_di_una_richiesta():
     cerca.oltre = carico.OpzioniOltre(slo={"latenza": 0.2}, capacita=95.0)
     lente = in_fila([0.0, 2.0, 4.0], 0.5, 1, ritmo=0.5)
     cerca.punti = [(0.5, [lente], False)]
-    assert cerca.neanche_da_sola().startswith(": anche la richiesta più veloce misurata ha latenza 0.50 s, oltre i "
+    assert cerca.neanche_da_sola().startswith(". Anche la richiesta più veloce misurata ha latenza 0.50 s, oltre i "
                                               "0.2 s dello SLO")
     cerca.oltre = carico.OpzioniOltre(slo={"latenza": 0.6}, capacita=95.0)
     assert cerca.neanche_da_sola() == ""
@@ -409,9 +409,9 @@ def test_i_distacchi_diversi_non_sono_circa_la_loro_media():
     2.37, 2.70, 3.01 s ...)", gaps of 1.92, 0.33 and 0.31 s. Their range where they differ; "circa" their
     mean where they are alike (within 1.5 times)."""
     (diversi,) = [f for f in carico.spiegazione(senza_nulla([0.45, 2.37, 2.70, 3.01])) if f.startswith("Dal lato")]
-    assert "una dopo l'altra, da 0.31 a 1.92 s l'una dall'altra (latenze 0.45, 2.37, 2.70, 3.01 s" in diversi, diversi
+    assert "una dopo l'altra. Distavano da 0.31 a 1.92 s l'una dall'altra (latenze 0.45, 2.37, 2.70, 3.01 s" in diversi, diversi
     (simili,) = [f for f in carico.spiegazione(senza_nulla([0.93, 1.84, 2.86, 3.74])) if f.startswith("Dal lato")]
-    assert "una dopo l'altra, circa 0.94 s l'una dall'altra" in simili, simili
+    assert "una dopo l'altra. Distavano circa 0.94 s l'una dall'altra" in simili, simili
 
 
 def test_risposte_vuote_spiegate_dal_template_non_da_esatti():

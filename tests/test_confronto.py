@@ -237,7 +237,7 @@ def test_prompt_token_senza_tokenize_esce_1(fake, capsys):
     server = fake(override={"/tokenize": lambda h, _: h.errore(404, "not_found_error", "File Not Found")})
     rc = carico.main(["--url", server.url, "--prompt-token", "64"])
     assert rc == 1
-    assert ("(HTTP 404 not_found_error: File Not Found; né con /extras/tokenize): --sistema, --prompt-token e "
+    assert ("(HTTP 404 not_found_error: File Not Found; né con /extras/tokenize). --sistema, --prompt-token e "
             "--prefisso hanno bisogno del suo tokenizzatore") in capsys.readouterr().err
     assert server.bodies == []
 
@@ -437,7 +437,7 @@ def test_capacita_trova_il_ritmo_che_il_fake_regge(fake, carica):
                           "--token", "2", "--silenzioso")
     assert rc == 0, err
     riga = next(r for r in out.splitlines() if r.startswith("capacità sotto lo SLO (latenza <= 0.25 s, per il 95%"))
-    tiene, cade = map(float, re.search(r"; fra ([\d.]+), che lo rispetta, e ([\d.]+), che no\)", riga).groups())
+    tiene, cade = map(float, re.search(r"\. Fra ([\d.]+), che lo rispetta, e ([\d.]+), che no\. Provati ", riga).groups())
     capacita = 1 / (2 * 0.025 + 0.006)
     assert cade / tiene <= 1.2 + 1e-9
     assert capacita / 1.45 <= tiene <= capacita * 1.2, (tiene, capacita)
@@ -535,6 +535,6 @@ def test_prefisso_su_uno_slot_gia_caldo_non_dice_che_la_prima_non_trova_nulla(fa
         rc, out, _ = carica(server.url, "--prefisso", "100", "--prompt-token", "150", "--richieste", "3", "--token", "2")
         assert rc == 0
         righe.append(next(r for r in out.splitlines() if r.startswith("prefisso comune di 100 token")))
-    assert righe[0].endswith("; 1 su 3 ne hanno presi meno della metà del prefisso: il suo slot l'ha presa prima che "
+    assert righe[0].endswith(". 1 su 3 ne hanno presi meno della metà del prefisso: il suo slot l'ha presa prima che "
                              "un altro avesse calcolato il prefisso")
     assert "meno della metà" not in righe[1]

@@ -84,7 +84,7 @@ def test_opzioni_di_llama_serve_date_a_carico(capsys, argomenti, opzione):
         carico.main(argomenti)
     assert uscita.value.code == 2
     riga = capsys.readouterr().err.splitlines()[-1]
-    assert riga.startswith(f"carico.py: errore: opzioni non riconosciute: {' '.join(argomenti)}: {opzione} è "
+    assert riga.startswith(f"carico.py: errore: opzioni non riconosciute: {' '.join(argomenti)}. {opzione} è "
                            "un'opzione di llama serve, non di carico.py: va nel comando che avvia il server"), riga
 
 

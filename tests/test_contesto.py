@@ -271,7 +271,7 @@ def test_senza_tokenize_sistema_esce_1_prima_del_carico(fake, capsys, status, co
     assert rc == 1  # the server's limit, not a bad option
     ne = "; né con /extras/tokenize" if status == 404 else ""
     assert err.splitlines()[-1] == (f"carico.py: errore: il server su {server.url} non conta i token con /tokenize "
-                                    f"({detto}{ne}): --sistema, --prompt-token e --prefisso hanno bisogno del suo "
+                                    f"({detto}{ne}). --sistema, --prompt-token e --prefisso hanno bisogno del suo "
                                     "tokenizzatore")
     assert server.bodies == []
 

@@ -83,7 +83,7 @@ def test_latenza_dal_previsto_senza_omissione_coordinata(fake, carica):
     assert rc == 0, out + err
     riga = next(r for r in out.splitlines() if r.startswith("SLO "))
     rispettate = int(re.search(r"rispettati da (\d+) richiest", riga).group(1))
-    assert rispettate < 20 and riga.endswith("latenza e primo token contati dall'orario previsto, perché il ritmo "
+    assert rispettate < 20 and riga.endswith(". Latenza e primo token contati dall'orario previsto, perché il ritmo "
                                              "non è stato tenuto"), riga
     dal_previsto = [float(v) for v in next(r for r in out.splitlines() if "latenza dal previsto" in r).split()[-6:]]
     latenza = [float(v) for v in next(r for r in out.splitlines() if r.startswith("  latenza (s)")).split()[-6:]]

@@ -88,7 +88,8 @@ def test_flusso_senza_usage_token_stimati(fake, carica, tmp_path):
     (throughput,) = [r for r in out.splitlines() if r.startswith("throughput aggregato")]
     assert re.match(r"throughput aggregato ~[\d.]+ token/s  \(~10 token generati: stima, un token per chunk con "
                     r"testo\)$", throughput), throughput
-    assert ("i loro token (segnati ~) sono i chunk con testo, uno per chunk, una stima") in err
+    assert ("I loro token (segnati ~) sono una stima: uno per chunk con testo, ma un chunk può portarne più "
+            "d'uno") in err
     prova = json.loads((tmp_path / "r.json").read_text())["prove"][0]
     assert [(r["token"], r["token_stimati"]) for r in prova["richieste"]] == [(5, True)] * 2
     assert prova["riepilogo"]["token_stimati"] is True

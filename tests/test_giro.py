@@ -101,9 +101,9 @@ def test_passo_4_spiegato():
     prova = una_prova([Risultato(i, 0.0, 0.5, errore=errore) for i in range(4)], n_slot=4, n_ctx=512)
     frasi = carico.spiegazione(prova)
     assert frasi[0].startswith("Nessuna delle 4 richieste è andata a buon fine")
-    assert frasi[1].startswith("La richiesta chiedeva 1227 token di contesto (il prompt con il template della chat) "
-                               "e lo slot ne aveva 512: il server la rifiuta prima di generare (HTTP 400).")
-    assert "con meno slot (-np 1) o con --kv-unified" in frasi[1]
+    assert frasi[1].startswith("La richiesta chiedeva 1227 token di contesto (prompt e template della chat), "
+                               "lo slot ne aveva 512: il server la rifiuta prima di generare (HTTP 400).")
+    assert "Con meno slot (-np 1), o con --kv-unified" in frasi[1]
     altro = una_prova([Risultato(0, 0.0, 0.5, errore="HTTP 500 server_error: boom")], n_slot=4, n_ctx=512)
     assert len(carico.spiegazione(altro)) == 1  # SILENT on another failure
 
@@ -120,8 +120,8 @@ def test_passo_4_con_kv_unified_le_richieste_insieme_si_dividono_c():
         prova = Prova(InfoServer(4, 512, True), Esecuzione(risultati, [], richieste), Piano(richieste, parallele, 32))
         (detto,) = [f for f in carico.spiegazione(prova) if f.startswith("La richiesta chiedeva")]
         return detto
-    assert ("Ma con --kv-unified le 4 richieste in volo insieme si dividono tutto -c (qui 2048 token): ne chiedono "
-            "4 × 1227, e llama.cpp le rifiuta tutte (HTTP 500, context size exceeded); ne sta una alla volta "
+    assert ("Ma con --kv-unified le 4 richieste in volo insieme si dividono tutto -c (qui 2048 token) e ne chiedono "
+            "4 × 1227. llama.cpp le rifiuta tutte (HTTP 500, context size exceeded): ne sta una alla volta "
             "(--parallele 1), se resta posto per le risposte.") in frase(4, 4)
     assert "ne stanno 3 insieme (--parallele 3)" in frase(4, 4, chiesti=600)
     assert "Ma con --kv-unified" not in frase(4, 1) and "Ma con --kv-unified" not in frase(4, 2, chiesti=600)
@@ -138,7 +138,7 @@ def test_una_griglia_lungo_token_con_una_velocita_nd_non_resta_a_meta():
     (frase,) = [f for f in frasi if f.startswith("Curva")]
     assert frase.startswith("Curva: cambiando token il carico non cresce, e non si parla di saturazione. A token=1 la "
                             "velocità nel proprio slot è n/d"), frase
-    assert frase.endswith("il throughput è passato da 8.0 a 64.0 token/s."), frase
+    assert frase.endswith(". Il throughput è passato da 8.0 a 64.0 token/s."), frase
 
 
 def test_il_500_del_buffer_condiviso_consiglia_quello_che_serve():
@@ -241,14 +241,14 @@ def test_gli_slot_si_dividono_i_core_solo_se_piu_slot_lavoravano_e_la_macchina_e
     assert "gli slot si dividono gli stessi core" in carico.perche_satura(punto(10, 40, 1, quieta), punto(10, 20, 2, quieta))
     detto = carico.perche_satura(punto(10, 40, 1, quieta), punto(10, 20, 2, occupata))
     assert "dividono" not in detto and ("scesa da 40.0 a 20.0 t/s, ma la macchina era già occupata in una delle due "
-                                        "prove (CPU occupata al 58%): la discesa può venire da lì") in detto, detto
+                                        "prove (CPU occupata al 58%). La discesa può venire da lì") in detto, detto
     stessi = carico.perche_satura(punto(10, 40, 2, quieta), punto(10, 20, 2, quieta))
     assert "dividono" not in stessi and "con gli stessi slot al lavoro insieme: non è la divisione dei core" in stessi
     # the next tour: a load that started during the second run (after its look): 39.8 -> 11.5 t/s with 2 slots,
     # more than 2 slots sharing the cores explains (19.9 each at most)
     troppo = carico.perche_satura(punto(10, 39.8, 1, quieta), punto(10, 11.5, 2, quieta))
     assert "dividono" not in troppo and ("scesa da 39.8 a 11.5 t/s: più di quanto spieghi la divisione dei core fra 2 "
-                                         "slot (circa 19.9 t/s l'uno): forse altro lavorava sulla macchina durante "
+                                         "slot (circa 19.9 t/s l'uno). Forse altro lavorava sulla macchina durante "
                                          "la prova") in troppo, troppo
     assert "gli slot si dividono" in carico.perche_satura(punto(10, 31.7, 1, quieta), punto(10, 17.8, 2, quieta))
 

@@ -263,8 +263,8 @@ def test_percentili_con_decimali(fake, carica, tmp_path):
 
 
 @pytest.mark.parametrize("argomenti,messaggio", [
-    (["--percentili", "99.9"], "--percentili sceglie i percentili di --dettagli (e del file di --json, e della tabella "
-                               "di una griglia con --stream): da solo non cambia nulla; aggiungi --dettagli"),
+    (["--percentili", "99.9"], "--percentili da solo non cambia nulla: aggiungi --dettagli. Sceglie i percentili di "
+                               "--dettagli, del file di --json e della tabella di una griglia con --stream"),
     (["--percentili", "99.999", "--dettagli"], "'99.999': percentili fra 0 e 100 (esclusi), al più con due decimali"),
     (["--percentili", "0.0", "--dettagli"], "'0.0': percentili fra 0 e 100 (esclusi)"),
     (["--token", "40-8"], "'40-8': MIN-MAX vuole MIN almeno 1 e non più di MAX (per esempio 8-40)"),
@@ -300,8 +300,8 @@ def test_seconda_prova_a_turni_dice_la_cache_della_prima(fake, carica):
     cache = int(re.search(r"^      1       2/2 +\S+ +(\d+) ", seconda, re.M).group(1))
     assert cache > 100, seconda  # the system prompt at least, from the first run
     assert riga.startswith("  al turno 1 2 richieste hanno preso dalla cache ") and riga.endswith(
-        "token prima che questa prova avesse una risposta: vengono da una prova precedente sullo stesso server, e "
-        "quei turni ne escono più veloci; per una prova da zero riavvia il server"), riga
+        "token prima che questa prova avesse una risposta. Vengono da una prova precedente sullo stesso server: "
+        "quei turni ne escono più veloci. Per una prova da zero riavvia il server"), riga
 
 
 # Item 4: the RAM question is the sheet's, whatever --np list the session ran #################
@@ -347,21 +347,21 @@ def test_prefisso_col_log_dice_il_checkpoint_e_la_finestra_scorrevole():
     prova = prova_col_prefisso([1, 1, 1, 1], [0.0, 0.0, 1.1, 1.1], CON_SWA)
     (riga,) = carico.righe_prompt_esatti(prova, LOG_SWA)
     assert riga == ("prefisso comune di 256 token (cache_prompt acceso): dalla cache 1 token di prompt per richiesta in "
-                    "media (1); 4 su 4 ne hanno presi meno della metà del prefisso (2 prese da uno slot prima che "
-                    "un altro avesse calcolato il prefisso): il log del server dice che ha "
-                    "ripristinato un checkpoint del contesto 2 volte (restored context checkpoint, n_tokens 1), e da lì "
-                    "ha ricalcolato il prompt; il modello ha strati a finestra scorrevole (la cache SWA nel log), la cui "
-                    "cache non si accorcia al prefisso comune: si riusa solo fino a un checkpoint")
+                    "media (1). 4 su 4 ne hanno presi meno della metà del prefisso (2 prese da uno slot prima che "
+                    "un altro avesse calcolato il prefisso). Il log del server dice che ha ripristinato un checkpoint "
+                    "del contesto 2 volte (restored context checkpoint, n_tokens 1). Da lì ha ricalcolato il prompt. "
+                    "Il modello ha strati a finestra scorrevole (la cache SWA nel log): la loro cache non si accorcia "
+                    "al prefisso comune, si riusa solo fino a un checkpoint")
     assert "slot libero" not in riga
 
 
 def test_prefisso_senza_log_non_indovina_il_perche():
     (riga,) = carico.righe_prompt_esatti(prova_col_prefisso([1, 1, 1, 1], [0.0, 0.0, 1.1, 1.1]))
-    assert riga.endswith("; 4 su 4 ne hanno presi meno della metà del prefisso (2 prese da uno slot prima che un altro "
-                         "avesse calcolato il prefisso): le risposte non dicono perché (con --avvia carico legge il log "
-                         "del server, che lo dice)"), riga
+    assert riga.endswith(". 4 su 4 ne hanno presi meno della metà del prefisso (2 prese da uno slot prima che un altro "
+                         "avesse calcolato il prefisso). Le risposte non dicono perché: con --avvia carico legge il log "
+                         "del server, che lo dice"), riga
     (riga,) = carico.righe_prompt_esatti(prova_col_prefisso([1, 1, 255, 255], [0.0, 0.0, 1.1, 1.1]))
-    assert riga.endswith("; 2 su 4 ne hanno presi meno della metà del prefisso: i loro slot le hanno prese prima che "
+    assert riga.endswith(". 2 su 4 ne hanno presi meno della metà del prefisso: i loro slot le hanno prese prima che "
                          "un altro avesse calcolato il prefisso"), riga
     (riga,) = carico.righe_prompt_esatti(prova_col_prefisso([255, 255, 255, 255], [0.0, 0.0, 1.1, 1.1]))
     assert riga.endswith("(255)"), riga
@@ -416,7 +416,7 @@ def test_prefisso_reale_il_perche_dal_log():
     cache = [int(v) for v in re.search(r"dalla cache \d+ token di prompt per richiesta in media \(([\d-]+)\)",
                                        riga).group(1).split("-")]
     if min(cache) < 128:  # what gemma-3 does here: the reason comes from the log, or none is given
-        assert re.search(r"il log del server dice che (ha ripristinato un checkpoint del contesto|ha ricalcolato "
+        assert re.search(r"Il log del server dice che (ha ripristinato un checkpoint del contesto|ha ricalcolato "
                          r"tutto il prompt)|i loro slot le hanno prese prima|il suo slot l'ha presa prima", riga), riga
     CIFRE.append(("--prefisso 256, -np 2: dalla cache", riga.split("dalla cache ")[1]))
 

@@ -45,8 +45,8 @@ def test_poche_richieste_per_una_coda_dette_non_rumore(curva):
     to build a queue, --durata; no verdict, no word on noise, no mark on the curve."""
     punti = lungo_il_ritmo(4, curva)
     (frase,) = carico.spiegazione_griglia("ritmo", [("", punti)])
-    assert frase == ("Curva: a ritmo=1, 2, 4 solo 4 richieste a prova, troppo poche per vedere se la coda cresce: nessun verdetto "
-                     "sulla saturazione (usa --durata 12 o più)."), frase
+    assert frase == ("Curva: a ritmo=1, 2, 4 solo 4 richieste a prova, troppo poche per vedere se la coda cresce. Nessun verdetto "
+                     "sulla saturazione: usa --durata 12 o più."), frase
     assert len(frase) <= 160
     assert carico.verdetto_saturazione(punti, "ritmo") is None
 
@@ -63,8 +63,8 @@ def test_poche_richieste_solo_dove_sono_poche():
     """Only the points that sent too few are left out: the others are judged (the step from 2 to 4 here)."""
     punti = [Punto([prova(40, 1.0, ritmo=0.5, n=3)])] + lungo_il_ritmo(8, PIATTA[1:])
     frasi = carico.spiegazione_griglia("ritmo", [("", punti)])
-    assert frasi[0] == ("Curva: a ritmo=0.5 solo 3 richieste a prova, troppo poche per vedere se la coda cresce: fuori dal verdetto "
-                        "(usa --durata 24 o più)."), frasi
+    assert frasi[0] == ("Curva: a ritmo=0.5 solo 3 richieste a prova, troppo poche per vedere se la coda cresce. Quei punti restano "
+                        "fuori dal verdetto: usa --durata 24 o più."), frasi
     assert frasi[1].startswith("Curva: forse saturazione a ritmo=4"), frasi
     assert carico.verdetto_saturazione(punti, "ritmo").prima is punti[1]
 
@@ -74,8 +74,8 @@ def test_ritmo_senza_durata_sul_fake(fake, carica):
     server = fake(n_slot=2, s_per_token=0.002)
     rc, out, err = carica(server.url, "--ritmo", "10,20,40", "--seme", "1", "--token", "4", "--spiega", *VELOCE)
     assert rc == 0, out + err
-    assert ("Curva: a ritmo=10, 20, 40 solo 4 richieste a prova, troppo poche per vedere se la coda cresce: nessun verdetto "
-            "sulla saturazione (usa --durata 2 o più).") in out, out
+    assert ("Curva: a ritmo=10, 20, 40 solo 4 richieste a prova, troppo poche per vedere se la coda cresce. Nessun verdetto "
+            "sulla saturazione: usa --durata 2 o più.") in out, out
     assert "nessuna saturazione" not in out and "il rumore non è misurato" not in out
     durata = ("--durata", "0.75")
     assert all(len(list(itertools.takewhile(lambda t: t < 0.75, carico.orari(PianoOltre(ritmo=r, seme=1))))) >= 12
@@ -194,7 +194,7 @@ def test_una_ripetuta_sotto_meta_della_mediana_esclusa():
     assert punto.intere == [prove[0], prove[2]] and punto.throughput == 42.0
     righe = carico.righe_ripetute(prove)
     assert righe[0].startswith("su 2 prove: media ±"), righe
-    assert righe[1] == ("prova 2 esclusa dalla media: 16.00 token/s, meno di metà della mediana delle altre (42.00); nel "
+    assert righe[1] == ("prova 2 esclusa dalla media: 16.00 token/s, meno di metà della mediana delle altre (42.00). Nel "
                         "proprio slot 12.0 t/s contro 40.0; subito dopo CPU al 87%"), righe
     assert len(righe[1]) <= 160
     assert righe[-1].endswith("(dev.std 2.83, 40.00-44.00)"), righe  # the throughput's spread: the two kept
@@ -251,7 +251,7 @@ def test_ripetuta_rallentata_sul_fake(fake, carica, monkeypatch, tmp_path):
     assert len(per_prova) == 3 and per_prova[1] < 0.5 * min(per_prova[0], per_prova[2]), per_prova
     (esclusa,) = [r for r in out.splitlines() if r.startswith("prova 2 esclusa dalla media: ")]
     assert "meno di metà della mediana delle altre" in esclusa and esclusa.endswith("; subito dopo CPU al 91%"), esclusa
-    lenta, altre = (float(x) for x in re.search(r"nel proprio slot ([\d.]+) t/s contro ([\d.]+)", esclusa).groups())
+    lenta, altre = (float(x) for x in re.search(r"Nel proprio slot ([\d.]+) t/s contro ([\d.]+)", esclusa).groups())
     assert lenta < 0.5 * altre, esclusa  # the slots themselves were slower: the evidence of a load beside them
     assert "su 2 prove: media" in out
     media = float(re.search(r"^  throughput aggregato +([\d.]+) token/s", out, re.M).group(1))
