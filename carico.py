@@ -554,8 +554,8 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
     for nomi, parametri in [
         (("--url",), dict(type=url_server, default="http://127.0.0.1:8080",
                           help="radice del server llama.cpp (default: %(default)s)")),
-        (("--richieste",), dict(type=positivo(int, "un numero intero", 100000, " (ogni richiesta è preparata prima "
-                                              "della prova: tutte insieme occuperebbero la memoria)"), metavar="N",
+        (("--richieste",), dict(type=positivo(int, "un numero intero", 100000, " (le richieste sono preparate tutte "
+                                              "in memoria prima della prova)"), metavar="N",
                                 help="quante richieste inviare in tutto (default: 4)")),
         (("--parallele",), dict(type=lista_di(intero_positivo), metavar="N",
                                 help="quante richieste tenere in volo insieme (default: 4)")),
@@ -1170,7 +1170,7 @@ def note(prova: Prova, esatti: bool = False, cache_voluta: bool = False, convers
         durata = (f"la prova è durata {s.tempo_totale:.2f} s, meno di due letture" if breve else
                   f"la prova ha avuto {quante(len(letti), 'lettura', 'letture')} di /slots")  # cut short: no duration
         testi.append(f"il picco di slot occupati può essere sottostimato: {durata} (--intervallo "
-                     f"{prova.piano.intervallo:g}), senza i tempi del server")
+                     f"{prova.piano.intervallo:g}). Senza i tempi del server, viene solo dalle letture di /slots")
     if e.riuscite and all(in_slot(r) is None and r.tps is None for r in e.riuscite):  # not llama.cpp's answers
         testi.append("le risposte non hanno i timings di llama.cpp: velocità nel proprio slot, attese dello slot e "
                      "in coda, slot occupati dai tempi sono n/d" if prova.info.slots_disponibile else
@@ -5156,7 +5156,7 @@ def uscita(codice: int) -> str:
         nome = signal.Signals(-codice).name if codice < 0 else None
     except ValueError:
         return f"(ucciso dal segnale {-codice})"
-    crash = (". Il server è andato in crash; se accade all'avvio, forse è compilato per un'altra CPU: ricompilalo "
+    crash = (". Il server è andato in crash. Se accade all'avvio, forse è compilato per un'altra CPU: ricompilalo "
              "portabile (cmake -DGGML_NATIVE=OFF)")
     perche = {"SIGILL": ". Questa CPU non esegue un'istruzione del server, compilato per un'altra CPU: "
                         "ricompilalo portabile (cmake -DGGML_NATIVE=OFF)",

@@ -348,7 +348,7 @@ def test_nota_letture_conta_le_letture_non_la_durata():
     assert not any("sottostimato" in n for n in carico.note(sei))
     una = sei._replace(esecuzione=Esecuzione([], [Campione(0.0, 1)], 4, 130))
     assert ["il picco di slot occupati può essere sottostimato: la prova ha avuto 1 lettura di /slots (--intervallo "
-            "0.5), senza i tempi del server"] == [n for n in carico.note(una) if "sottostimato" in n]
+            "0.5). Senza i tempi del server, viene solo dalle letture di /slots"] == [n for n in carico.note(una) if "sottostimato" in n]
 
 
 def test_mai_zero_richieste_in_coda_nelle_frasi():

@@ -95,7 +95,7 @@ def sostituto(tmp_path, segnale):
 @pytest.mark.parametrize("segnale,parole", [
     ("ILL", "(ucciso da SIGILL). Questa CPU non esegue un'istruzione del server, compilato per un'altra CPU: "
             "ricompilalo portabile (cmake -DGGML_NATIVE=OFF)"),
-    ("SEGV", "(ucciso da SIGSEGV). Il server è andato in crash; se accade all'avvio, forse è compilato per un'altra CPU: "
+    ("SEGV", "(ucciso da SIGSEGV). Il server è andato in crash. Se accade all'avvio, forse è compilato per un'altra CPU: "
              "ricompilalo portabile (cmake -DGGML_NATIVE=OFF)"),
     ("KILL", "(ucciso da SIGKILL). Spesso è il sistema, senza più memoria (guarda dmesg)")])
 def test_avvia_un_server_ucciso_da_un_segnale(carica, tmp_path, segnale, parole):

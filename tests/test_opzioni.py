@@ -128,8 +128,8 @@ def test_extra_di_opzioni_senza_extra():
 
 
 @pytest.mark.parametrize("argomenti,messaggio", [
-    (["--richieste", "1000000000"], "opzione --richieste: al massimo 100000, non 1000000000 (ogni richiesta è preparata "
-                                    "prima della prova: tutte insieme occuperebbero la memoria)"),
+    (["--richieste", "1000000000"], "opzione --richieste: al massimo 100000, non 1000000000 (le richieste sono "
+                                    "preparate tutte in memoria prima della prova)"),
     (["--timeout", "1e10"], "opzione --timeout: al massimo 1000000, non 1e10 (oltre 11 giorni)"),
     (["--durata", "1e300"], "opzione --durata: al massimo 1000000, non 1e300 (oltre 11 giorni)"),
 ])
