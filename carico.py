@@ -1402,6 +1402,7 @@ esempi:
   python3 carico.py --avvia "llama serve -m M.gguf -c 2048" --np 1,2,4,4kv
   python3 carico.py --parallele 4 --turni 4 --sistema 300 --dettagli
   python3 carico.py --confronta prima.json dopo.json
+
 attesa in coda: il tempo in cui la richiesta aspettava con tutti gli slot
 occupati; attesa dello slot (--json, --csv): dall'invio a quando uno slot la
 prende (la coda più il viaggio), cioè latenza meno prompt e generazione.
@@ -1801,7 +1802,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
     minimo = a.token[0][0] if isinstance(a.token[0], tuple) else None  # --token MIN-MAX (--seme)
     a.token = [a.token[0][1]] if minimo is not None else a.token
     if a.np is not None and a.avvia is None:
-        rifiuta("--np va usato insieme a --avvia")
+        rifiuta("--np va usato insieme a --avvia; senza, -np va nel comando del server (llama serve ... -np 4)")
     if a.avvia is not None and a.url.startswith("https://"):
         rifiuta("--avvia avvia llama serve in http semplice: usa --url http://...")
     if a.capacita is not None:
@@ -1991,9 +1992,8 @@ class SessioneOltre(Sessione):
 
     @property
     def in_breve(self) -> bool:
-        """A sweep without --blocchi or --dettagli: a run a line (its block in the files)."""
-        punti = len(self.piani) * len(self.oltre.np or [None])
-        return punti > 1 and not (self.oltre.blocchi or self.oltre.dettagli)
+        """A sweep of the load without --blocchi or --dettagli: a run a line (its block in the files)."""
+        return len(self.piani) > 1 and not (self.oltre.blocchi or self.oltre.dettagli)  # --np alone: the lab's blocks
 
     def ripetute(self, client: Client, info: InfoServer, piano: Piano,
                  configurazione: Optional[Configurazione]) -> List[Prova]:
@@ -4917,13 +4917,14 @@ def spiegazione(prova: Prova) -> List[str]:
     if info.n_ctx_slot is not None:
         frasi.append({True: f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified).",
                       False: f"Ogni slot aveva {info.n_ctx_slot} token di contesto.",
-                      None: f"Ogni slot: {info.n_ctx_slot} token di contesto, condivisi fra i {info.n_slot} se "
-                            "--kv-unified (o -np auto)."
+                      None: f"Ogni slot: {info.n_ctx_slot} token di contesto, suoi o condivisi da tutti con "
+                            "--kv-unified (da qui non si vede)."
                       }[kv_saputa(prova)])
-        prompt = [r.token_prompt for r in ok if r.token_prompt is not None]
-        if prompt:
-            frasi.append(f"Al più {max(prompt)} token di prompt, {max(r.token or 0 for r in ok)} di risposta: oltre "
-                         "il contesto, HTTP 400 o taglio.")
+        misurate = [r for r in ok if r.token_prompt is not None and r.token is not None]
+        if misurate:  # one request's own prompt and answer: the maxima of two requests may not add up
+            r = max(misurate, key=lambda r: r.token_prompt + r.token)
+            frasi.append(f"La richiesta più lunga: {r.token_prompt} + {r.token} = {r.token_prompt + r.token} token di "
+                         f"{info.n_ctx_slot}. Un prompt che non ci sta è rifiutato (HTTP 400), una risposta tagliata.")
     frasi += [maiuscola(frase) + "." for frase in [frase_corte(prova, oltre(prova.piano).esatti), *riga_tagliate(prova)] if frase]
     # never "al massimo 0 richieste": said once, and not twice when the timings said it
     if s.picco_coda == 0 and info.metrics_disponibile and not attese:

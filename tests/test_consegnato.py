@@ -135,7 +135,7 @@ def test_griglia_np_e_token_risponde_alla_domanda_del_lab(capsys):
 
 def test_avvia_kv_unified_detto_e_rapporto_np(capsys):
     url = f"http://127.0.0.1:{porta_libera()}"
-    rc = carico.main(["--url", url, "--avvia", comando_fake("--s-per-token 0.001"), "--np", "1,4,4kv", "--spiega", "--blocchi",
+    rc = carico.main(["--url", url, "--avvia", comando_fake("--s-per-token 0.001"), "--np", "1,4,4kv", "--spiega",
                       *VELOCE])  # --token 32: the lab's; what it checks are words, not speeds
     out, err = capsys.readouterr()
     assert rc == 0, out + err

@@ -288,7 +288,7 @@ def test_spiega_dalle_cifre(fake, carica, monkeypatch):
     testo4 = out4[out4.index("Sono partite"):]
     assert "su 4 slot: al massimo 4 servite" in testo4
     assert "Nessuna richiesta ha aspettato uno slot: dall'invio al più " in testo4
-    assert "Ogni slot: 512 token di contesto, condivisi fra i 4 se --kv-unified (o -np auto)." in testo4  # by hand: shared or not, unknown
+    assert "Ogni slot: 512 token di contesto, suoi o condivisi da tutti con --kv-unified (da qui non si vede)." in testo4  # by hand: shared or not, unknown
     assert testo != testo4
 
 
@@ -300,10 +300,12 @@ def comando_fake(*extra):  # 32 tokens at 4 busy slots: 160 ms, a peak of 4 that
 
 def test_avvia_tutto_il_lab(capsys):
     url = f"http://127.0.0.1:{porta_libera()}"
-    rc = carico.main(["--url", url, "--avvia", comando_fake(), "--np", "1,2,4,4kv", "--blocchi", *VELOCE])
+    rc = carico.main(["--url", url, "--avvia", comando_fake(), "--np", "1,2,4,4kv", *VELOCE])
     out, err = capsys.readouterr()
     assert rc == 0, err
     intestazioni = [r for r in out.splitlines() if r.startswith("server: ")]
+    # --np alone is the lab's points: each its whole block, the deliverable's outputs (a list of loads: a line a run)
+    assert out.count("richieste=4 parallele=4 slot=") == 4 and out.count("  req 3:") == 4, out
     assert intestazioni == ["server: 1 slot, n_ctx per slot = 2048", "server: 2 slot, n_ctx per slot = 1024",
                             "server: 4 slot, n_ctx per slot = 512", "server: 4 slot, n_ctx per slot = 2048"]
     assert [valore(b, "picco slot occupati insieme") for b in out.split("server: ")[1:]] == ["1", "2", "4", "4"]
@@ -361,7 +363,7 @@ def test_avvia_porta_gia_occupata(fake, capsys):
 
 
 @pytest.mark.parametrize("argomenti,messaggio", [
-    (["--np", "1,2"], "--np va usato insieme a --avvia"),
+    (["--np", "1,2"], "--np va usato insieme a --avvia; senza, -np va nel comando del server (llama serve ... -np 4)"),
     (["--avvia", "llama serve -m m.gguf -np 2"], "non mettere -np nel comando"),
     (["--avvia", "llama serve --port 9000"], "non mettere --port nel comando"),
     (["--avvia", "llama serve", "--np", "1,due"], "'due' non è un valore di -np"),

@@ -114,7 +114,9 @@ def test_spiega_non_dice_rifiutata_una_risposta_lunga(fake, carica):
     assert rc == 0, out + err
     spiegazione = out[out.index("Sono partite"):]
     assert "viene rifiutata (HTTP 400)" not in spiegazione, spiegazione
-    assert "oltre il contesto, HTTP 400 o taglio." in spiegazione, spiegazione
+    # one request's own prompt and answer, adding up to the slot's context (the maxima of two may not)
+    assert re.search(r"La richiesta più lunga: (\d+) \+ (\d+) = (\d+) token di 512\. Un prompt che non ci sta è "
+                     r"rifiutato \(HTTP 400\), una risposta tagliata\.", spiegazione), spiegazione
     assert "Tagliate dal contesto dello slot (512 token): 4 risposte su 4" in spiegazione, spiegazione
     assert "--esatti" not in out + err
     nuove = [f for f in frasi_nuove(spiegazione) if "tagliat" in f or "Ogni slot" in f]
@@ -149,7 +151,7 @@ def test_spiega_a_mano_non_dice_il_contesto_che_non_sa(fake, carica, tmp_path, k
     rc, out, err = carica(server.url, "--spiega", "--json", str(file_json), *VELOCE)
     assert rc == 0, out + err
     assert "Ogni slot aveva" not in out and "condividevano" not in out, out
-    frase = "Ogni slot: 2048 token di contesto, condivisi fra i 4 se --kv-unified (o -np auto)."
+    frase = "Ogni slot: 2048 token di contesto, suoi o condivisi da tutti con --kv-unified (da qui non si vede)."
     assert frase in out and len(frase) <= 160, out
     assert json.loads(file_json.read_text())["prove"][0]["server"]["kv_unificata"] is None
 
