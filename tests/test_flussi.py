@@ -303,7 +303,9 @@ def test_il_tempo_e_quando_i_byte_sono_arrivati(monkeypatch, opzione):
         ((t, _),) = flusso.blocchi[:1]
         letto = time.perf_counter()
         if del_kernel:
-            assert flusso.inviata <= t <= arrivati + 0.02 and letto - t >= 0.09, (t - arrivati, letto - t)
+            # the stamp converted to perf_counter's clock, within quando_arrivati's own 1 ms (measured under load:
+            # 0.5 ms before the send)
+            assert flusso.inviata - 0.001 <= t <= arrivati + 0.02 and letto - t >= 0.09, (t - arrivati, letto - t)
         else:
             assert t >= arrivati + 0.09
     finally:
