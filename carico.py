@@ -261,10 +261,13 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
     # second (on a GPU, every lab run); the timings do not: each answer says how long its slot spent on
     # it (prompt_ms + predicted_ms), so it was in its slot from `fine` minus that to `fine`.
     dai_tempi = (0, None) if rifiutate else picchi_dai_tempi(ok, n_slot)
-    return Riepilogo(len(ok), len(esecuzione.risultati) - len(ok), esecuzione.n_richieste - len(esecuzione.risultati),
-                     totale, media(latenze), max(latenze, default=None), token,
-                     token / totale if token is not None and totale else None, max(occupati, default=None),
-                     dai_tempi[0], max(in_coda, default=None), dai_tempi[1], interrotta_a=esecuzione.interrotta_a)
+    return Riepilogo(n_riuscite=len(ok), n_fallite=len(esecuzione.risultati) - len(ok),
+                     non_completate=esecuzione.n_richieste - len(esecuzione.risultati), tempo_totale=totale,
+                     latenza_media=media(latenze), latenza_max=max(latenze, default=None), token=token,
+                     throughput=token / totale if token is not None and totale else None,
+                     occupati_letti=max(occupati, default=None), occupati_dai_tempi=dai_tempi[0],
+                     coda_letta=max(in_coda, default=None), coda_dai_tempi=dai_tempi[1],
+                     interrotta_a=esecuzione.interrotta_a)
 
 
 def stampa_prova(righe: List[str], note: List[str]) -> None:
