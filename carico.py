@@ -59,7 +59,7 @@ from typing import Dict, Generator, Iterator, List, NamedTuple, Optional, Sequen
 # Some modules are imported where they are used (http.client, concurrent.futures, statistics...):
 # `--help` and a bad flag answer at once, and a lab run never loads what only an extra needs.
 
-__version__ = "1.8.0"
+__version__ = "1.9.0"
 
 # The eight prompts of the lab, one per request. Each opens with different words, so two requests
 # share no prefix beyond the chat template's.
