@@ -3852,16 +3852,25 @@ def errore_standard(a: List[float], b: List[float]) -> Tuple[float, float]:
     return (va + vb) ** 0.5, (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
 
 
+def guadagno(asse: str, prima: Punto, dopo: Punto) -> Optional[Tuple[float, float, float]]:
+    """A step's throughput gain, half its 95% interval (Welch) and a quarter of the load's growth, in
+    token/s; None without two throughputs a point."""
+    a, b = prima.cifre("throughput"), dopo.cifre("throughput")
+    if len(a) < 2 or len(b) < 2:
+        return None
+    es, gl = errore_standard(a, b)
+    quarto = 0.25 * (dopo.carico(asse) / prima.carico(asse) - 1) * prima.throughput
+    return media(b) - media(a), t_critico(gl) * es, quarto
+
+
 def dubbio_saturazione(asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
     """Why the noise may have made this saturation, or None."""
     if len(prima.intere) < 2 or len(dopo.intere) < 2:
         return "una prova per punto: il rumore non è misurato, e un solo passo rumoroso basta a farla sembrare"
-    a, b = prima.cifre("throughput"), dopo.cifre("throughput")
-    if len(a) < 2 or len(b) < 2:  # the other runs of the point failed whole: no throughput of theirs
+    misura = guadagno(asse, prima, dopo)
+    if misura is None:  # the other runs of the point failed whole: no throughput of theirs
         return "una sola prova con un throughput in un punto (le altre sono fallite): il rumore non è misurato"
-    es, gl = errore_standard(a, b)
-    differenza, mezzo = media(b) - media(a), t_critico(gl) * es
-    soglia = 0.25 * (dopo.carico(asse) / prima.carico(asse) - 1) * prima.throughput
+    differenza, mezzo, soglia = misura
     if differenza + mezzo >= soglia:
         return (f"il guadagno di throughput ({differenza:+.1f} ±{mezzo:.1f} token/s al 95%) può arrivare a un quarto "
                 f"del carico in più ({soglia:.1f} token/s)")
@@ -3914,15 +3923,35 @@ def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]
                 poi = next((p for p in misurati[i + 1:] if any(v and v.certo for v in map(sovraccarico, p.intere))), None)
                 if dubbio is not None and poi is not None:  # said, so that no block below contradicts the doubt
                     dubbio += f"; a {asse}={valore_punto(poi, asse)} invece il sovraccarico è accertato"
-                return Saturazione(misurati[i - 1] if i else None, punto, dubbio, True)
+                return senza_occupati(asse, Saturazione(misurati[i - 1] if i else None, punto, dubbio, True))
     if satura is None:
         return None
-    return Saturazione(*satura, dubbio_saturazione(asse, *satura))
+    return senza_occupati(asse, Saturazione(*satura, dubbio_saturazione(asse, *satura)))
+
+
+def occupati(asse: str, *punti: Optional[Punto]) -> Optional[str]:
+    """The points (of a verdict) whose machine was busy around a run, as riga_occupata names them, or None."""
+    nomi = [f"{asse}={valore_punto(p, asse)}" for p in punti
+            if p is not None and any(map(occupata_intorno, p.intere))]
+    return ", ".join(nomi) or None
+
+
+def senza_occupati(asse: str, verdetto: Saturazione) -> Saturazione:
+    """A busy end of the step leaves the verdict a doubt: no mark, and frase_saturazione concludes nothing."""
+    dove = occupati(asse, verdetto.prima, verdetto.dopo)
+    return verdetto if dove is None else verdetto._replace(dubbio=nessun_verdetto(dove))
+
+
+def nessun_verdetto(dove: str) -> str:
+    return f"nessun verdetto sulla saturazione, la macchina era occupata a {dove}"
 
 
 def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
     """The saturation, categorical only beyond the noise; else "forse", why, and what would settle it."""
     prima, dopo = verdetto.prima, verdetto.dopo
+    dove = occupati(asse, prima, dopo)
+    if dove is not None:  # figures the output itself says do not count
+        return nessun_verdetto(dove)
     if verdetto.sovraccarico:
         inviate = " e ".join(fmt(p.inviate_davvero, ".2f") for p in (prima, dopo) if p is not None)
         fra = f"fra {asse}={valore_punto(prima, asse)} e {asse}={valore_punto(dopo, asse)}; " if prima else ""
@@ -4228,31 +4257,53 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
         verdetto = verdetto_saturazione(misurati, asse)
         if verdetto is None:
             a, b = misurati[0], misurati[-1]
-            piatti = [(x, y) for x, y, crescita in passi(misurati, asse) if crescita >= PASSO_MINIMO
-                      and y.throughput / x.throughput - 1 < 0.25 * (crescita - 1)]
+            if occupati(asse, *misurati):  # "fino a" rests on every point: none may be one the output discounts
+                frasi.append(f"Curva{dove}: {nessun_verdetto(occupati(asse, *misurati))}.")
+                continue
+            passati = [(x, y, c) for x, y, c in passi(misurati, asse) if c >= PASSO_MINIMO]
+            piatti = [(x, y) for x, y, c in passati if y.throughput / x.throughput - 1 < 0.25 * (c - 1)]
             piatto = next(((x, y) for x, y in piatti if not risalito_dopo(misurati[misurati.index(y):], asse)), None)
-            fino = f"Curva{dove}: nessuna saturazione fino a {asse}={valore_punto(b, asse)}."
+            fino = f"nessuna saturazione fino a {asse}={valore_punto(b, asse)}"
             if piatto is None:
-                frasi.append(f"{fino} Il throughput è salito da {a.throughput:.1f} a {b.throughput:.1f} token/s, " + (
-                    "ripreso dopo ogni passo piatto." if piatti else "a ogni passo di almeno un quarto del carico.")
-                    + indicativo(*misurati))
+                # categorical only when each step that followed the load did so beyond its repeats' noise
+                incerti = [(x, y, m) for x, y, _ in passati if (x, y) not in piatti
+                           for m in [guadagno(asse, x, y)] if m and m[0] - m[1] < m[2]]
+                salito = f"Il throughput è salito da {a.throughput:.1f} a {b.throughput:.1f} token/s"
+                ogni = "ripreso dopo ogni passo piatto." if piatti else "a ogni passo di almeno un quarto del carico."
+                if indicativo(*misurati):  # one run a point: the noise is not measured
+                    frasi.append(f"Curva{dove}: forse {fino}. {salito}, {ogni}{indicativo(*misurati)}")
+                elif incerti:
+                    x, y, (d, m, q) = incerti[0]
+                    frasi.append(f"Curva{dove}: forse {fino}, non accertata. Da {asse}={valore_punto(x, asse)} "
+                                 f"a {valore_punto(y, asse)} il guadagno di throughput ({d:+.1f} ±{m:.1f} token/s "
+                                 f"al 95%) può stare sotto un quarto del carico ({q:.1f}): --ripeti 5 lo decide.")
+                else:
+                    frasi.append(f"Curva{dove}: {fino}. {salito}, {ogni}")
             else:  # the throughput stopped following the load, and the latency did not rise beyond its noise
                 x, y = piatto
                 ripetute = min(len(x.intere), len(y.intere)) > 1
-                frasi.append(f"{fino.replace('saturazione', 'saturazione accertata')} Da {asse}={valore_punto(x, asse)} a {valore_punto(y, asse)} il "
-                             f"throughput non ha seguito il carico ({x.throughput:.1f} → {y.throughput:.1f} token/s). "
+                misura = guadagno(asse, x, y)
+                forse = misura and misura[0] + misura[1] >= misura[2]  # the gain's interval reaches the quarter
+                frasi.append(f"Curva{dove}: {fino.replace('saturazione', 'saturazione accertata')}. Da "
+                             f"{asse}={valore_punto(x, asse)} a {valore_punto(y, asse)} il throughput "
+                             f"{'forse ' * bool(forse)}non ha seguito il carico ({x.throughput:.1f} → "
+                             f"{y.throughput:.1f} token/s" + (f", guadagno {misura[0]:+.1f} ±{misura[1]:.1f} al 95%"
+                                                              if forse else "") + "). "
                              f"La latenza media ({x.latenza:.2f} → {y.latenza:.2f} s) "
                              + ("non è salita oltre il rumore (Welch 95%): --ripeti 5 lo decide." if ripetute else
                                 "è salita meno del 10%, su una prova per punto: --ripeti 3 lo decide."))
             continue
         frasi.append(f"Curva{dove}: " + frase_saturazione(asse, verdetto) + "."
                      + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
-                        else ""))
+                        and not occupati(asse, verdetto.prima, verdetto.dopo) else ""))
     for titolo, punti in gruppi:  # open loop: a server behind the arrivals has a queue that keeps growing
         punto, visto = next(((p, v) for p in punti for v in map(sovraccarico, p.intere) if v), (None, None))
         if visto:
             chiavi = f"{asse}={valore_punto(punto, asse)}" + (f", {titolo}" if titolo else "")
-            frasi.append(f"A {chiavi}, " + frase_sovraccarico(visto))
+            frasi.append(f"A {chiavi} l'attesa in coda è cresciuta da {visto.attesa_prima:.2f} a "
+                         f"{visto.attesa_dopo:.2f} s, ma la macchina era occupata: nessun verdetto sul sovraccarico."
+                         if occupati(asse, punto)
+                         else f"A {chiavi}, " + frase_sovraccarico(visto))
     return frasi
 
 

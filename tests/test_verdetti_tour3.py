@@ -52,7 +52,7 @@ def test_poche_richieste_per_una_coda_dette_non_rumore(curva):
 
 
 @pytest.mark.parametrize("curva, detto", [(PIATTA, "Curva: forse saturazione a ritmo=4"),
-                                          (SEGUE, "Curva: nessuna saturazione fino a ritmo=4")])
+                                          (SEGUE, "Curva: forse nessuna saturazione fino a ritmo=4")])
 def test_abbastanza_richieste_il_verdetto_di_sempre(curva, detto):
     """SILENT: eight requests a point can build a queue; the verdict is the one the curve gives."""
     (frase,) = carico.spiegazione_griglia("ritmo", [("", lungo_il_ritmo(8, curva))])
