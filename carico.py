@@ -3784,7 +3784,9 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     righe.append("picco coda: richieste in attesa di uno slot, dai tempi del server (e da requests_deferred con "
                  "--metrics, il maggiore dei due)")
     if any(len(punto.intere) > 1 for punto in punti):
-        righe.append("(media di N): le medie delle N prove, latenza max compresa (la media dei massimi); ±: "
+        righe.append("(media di N): throughput, latenze e inviate davvero sono le medie delle N prove (latenza "
+                     "max: la media dei massimi). Le altre cifre vengono dalle richieste delle N prove insieme "
+                     "(t/s nel proprio slot: token generati sul tempo nello slot), i picchi sono il più alto. ±: "
                      "l'intervallo di confidenza al 95% del throughput (t di Student)")
     if any(anomale(punto.prove) for punto in punti):
         righe.append("esclusa: una prova sotto metà del throughput mediano delle altre dello stesso punto, fuori dalle "

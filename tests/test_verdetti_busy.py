@@ -1,11 +1,12 @@
 """A sweep's verdict never rests on a point the same output calls busy (`la macchina era occupata a ...: quelle
 cifre e i rapporti non valgono`), and "nessuna saturazione" is as sure as its repeats: categorical only where
-their intervals support it. Each rule where it must fire and where it must stay silent."""
+their intervals support it. Each rule where it must fire and where it must stay silent; and the sweep table's
+footnote, true of the `t/s nel proprio slot` column."""
 
 import pytest
 
 import carico
-from carico import Esecuzione, InfoServer, Macchina, Piano, PianoOltre, Prova, Punto
+from carico import Esecuzione, InfoServer, Macchina, Piano, PianoOltre, Prova, Punto, Risultato
 from test_verdetti import curva, prova, servite_in_fila
 
 OCCUPATA = Macchina(2, 1.9, 0.87)
@@ -106,3 +107,17 @@ def test_non_ha_seguito_il_carico_solo_oltre_il_rumore(prima, dopo, forse):
                             + ("forse " if forse else "") + "non ha seguito il carico ("), frase
     assert ("±" in frase.split(". ")[1]) == forse and brevi([frase]), frase
 
+
+def test_la_nota_delle_medie_dice_cos_e_la_velocita_nello_slot():
+    """The tour: `| 1 (media di 2) | ... | 3.3 |` under "(media di N): le medie delle N prove" while the runs said
+    1.7 and 25.3 t/s. The column is every request's tokens over its time in a slot, the two runs together: the
+    footnote says so, and the figure is that."""
+    def una(tps, secondi):
+        risultati = [Risultato(0, 0.0, secondi + 0.1, round(tps * secondi), tps, 5.0, secondi * 1000)]
+        return Prova(InfoServer(1, 1024, True), Esecuzione(risultati, [], 1), Piano(1, 1, 32))
+    punto = Punto([una(1.7, 20.0), una(25.3, 1.0)])
+    righe = carico.tabella_griglia([punto], ["parallele"])
+    assert righe[2].split(" | ")[-3] == f"{(1.7 * 20 + 25.3) / 21:.1f}" == "2.8", righe[2]  # not (1.7 + 25.3) / 2
+    (nota,) = [r for r in righe if r.startswith("(media di N)")]
+    assert "t/s nel proprio slot: token generati sul tempo nello slot" in nota and "richieste delle N prove insieme" in nota
+    assert brevi([nota]), nota
