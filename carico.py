@@ -5013,8 +5013,8 @@ def spiegazione(prova: Prova) -> List[str]:
             frasi.append(f"CPU al {m.cpu_occupata:.0%} prima della prova ({m.core} core): né libera né occupata; se le "
                          "cifre sembrano strane, ripeti.")
         elif m.carico_medio is not None and round(m.carico_medio, 1) >= 0.75 * m.core:  # as printed: 1.49 is "1.5"
-            frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(m, quieta_dopo)}); il carico medio, "
-                         "più alto, conta anche il minuto prima: non dice che cosa gira adesso.")
+            frasi.append(f"La CPU era libera appena prima della prova ({descrivi_macchina(m, quieta_dopo)}). Il carico "
+                         "medio, più alto, conta anche il minuto prima.")
         else:
             frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(m, quieta_dopo)}).")
     if occupata_dopo and not motivo:
