@@ -3931,7 +3931,7 @@ def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]
     return senza_occupati(asse, Saturazione(*satura, dubbio_saturazione(asse, *satura)))
 
 
-def occupati(asse: str, *punti: Optional[Punto]) -> Optional[str]:
+def punti_occupati(asse: str, *punti: Optional[Punto]) -> Optional[str]:
     """The points (of a verdict) whose machine was busy around a run, as riga_occupata names them, or None."""
     nomi = [f"{asse}={valore_punto(p, asse)}" for p in punti
             if p is not None and any(map(occupata_intorno, p.intere))]
@@ -3940,7 +3940,7 @@ def occupati(asse: str, *punti: Optional[Punto]) -> Optional[str]:
 
 def senza_occupati(asse: str, verdetto: Saturazione) -> Saturazione:
     """A busy end of the step leaves the verdict a doubt: no mark, and frase_saturazione concludes nothing."""
-    dove = occupati(asse, verdetto.prima, verdetto.dopo)
+    dove = punti_occupati(asse, verdetto.prima, verdetto.dopo)
     return verdetto if dove is None else verdetto._replace(dubbio=nessun_verdetto(dove))
 
 
@@ -3951,7 +3951,7 @@ def nessun_verdetto(dove: str) -> str:
 def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
     """The saturation, categorical only beyond the noise; else "forse", why, and what would settle it."""
     prima, dopo = verdetto.prima, verdetto.dopo
-    dove = occupati(asse, prima, dopo)
+    dove = punti_occupati(asse, prima, dopo)
     if dove is not None:  # figures the output itself says do not count
         return nessun_verdetto(dove)
     if verdetto.sovraccarico:
@@ -4259,8 +4259,8 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
         verdetto = verdetto_saturazione(misurati, asse)
         if verdetto is None:
             a, b = misurati[0], misurati[-1]
-            if occupati(asse, *misurati):  # "fino a" rests on every point: none may be one the output discounts
-                frasi.append(f"Curva{dove}: {nessun_verdetto(occupati(asse, *misurati))}.")
+            if punti_occupati(asse, *misurati):  # "fino a" rests on every point: none may be one the output discounts
+                frasi.append(f"Curva{dove}: {nessun_verdetto(punti_occupati(asse, *misurati))}.")
                 continue
             passati = [(x, y, c) for x, y, c in passi(misurati, asse) if c >= PASSO_MINIMO]
             piatti = [(x, y) for x, y, c in passati if y.throughput / x.throughput - 1 < 0.25 * (c - 1)]
@@ -4297,14 +4297,14 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
             continue
         frasi.append(f"Curva{dove}: " + frase_saturazione(asse, verdetto) + "."
                      + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
-                        and not occupati(asse, verdetto.prima, verdetto.dopo) else ""))
+                        and not punti_occupati(asse, verdetto.prima, verdetto.dopo) else ""))
     for titolo, punti in gruppi:  # open loop: a server behind the arrivals has a queue that keeps growing
         punto, visto = next(((p, v) for p in punti for v in map(sovraccarico, p.intere) if v), (None, None))
         if visto:
             chiavi = f"{asse}={valore_punto(punto, asse)}" + (f", {titolo}" if titolo else "")
             frasi.append(f"A {chiavi} l'attesa in coda è cresciuta da {visto.attesa_prima:.2f} a "
                          f"{visto.attesa_dopo:.2f} s, ma la macchina era occupata: nessun verdetto sul sovraccarico."
-                         if occupati(asse, punto)
+                         if punti_occupati(asse, punto)
                          else f"A {chiavi}, " + frase_sovraccarico(visto))
     return frasi
 
