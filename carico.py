@@ -2417,31 +2417,30 @@ class Flusso:
     """A streamed answer: LettoreFlussi feeds it, its worker waits on `finito`."""
 
     def __init__(self, sock: socket.socket, scadenza: float):
-        self.sock, self.scadenza = sock, scadenza  # scadenza: --timeout's end (monotonic)
+        self.sock, self.scadenza = sock, scadenza  # --timeout's end (monotonic)
         self.stampi, self.tls = stampi_del_kernel(sock), hasattr(sock, "pending")
-        self.inviata = 0.0  # when the request left (perf_counter)
-        self.richiesta, self.timeout = b"", 0.0  # Partenza: what the reader sends at the start
+        self.inviata = 0.0  # perf_counter
+        self.richiesta, self.timeout = b"", 0.0  # Partenza: sent by the reader at the start
         self.status: Optional[int] = None
         self.blocchi: List[Tuple[float, bytes]] = []  # the body: (arrived at, bytes)
-        # Reads not yet framed, flat (read at, stamp or b"", bytes, ...): a tuple a read, at a
-        # thousand streams, wakes the garbage collector, whose passes stop all threads tens of ms
+        # Reads not yet framed, flat (t, stamp or b"", bytes, ...): a tuple a read, at a thousand
+        # streams, wakes the garbage collector, whose passes stop all threads tens of ms
         self.letture: list = []
         self.scarto, self.fine_trovata = 0.0, False
         self.esito: Optional[Tuple[dict, List[float], float]] = None  # leggi_flusso's, on a 200
-        self.eccezione: Optional[BaseException] = None  # what cut it short: a timeout, a reset...
+        self.eccezione: Optional[BaseException] = None
         self.finito = threading.Event()
         self._buffer, self._coda = b"", b""  # bytes not yet framed; the body's tail (_fatto)
-        self._a_pezzi, self._mancano, self._pezzo = False, None, 0  # the framing, from the headers
+        self._a_pezzi, self._mancano, self._pezzo = False, None, 0
         self.solo_letture = False  # chunked and stamped by the kernel: _leggi's short way
 
     def letto(self, t: float, stampo: bytes, dati: bytes) -> bool:
-        """One read, kept; framed now only before the headers or if not chunked; True: may end."""
+        """Framed now only before the headers or if not chunked; True: may end."""
         self.letture += (t, stampo, dati)
         if self.status is not None and self._a_pezzi:
             return forse_la_fine(dati)
         if self.status is None and self.stampi and not self._buffer:
-            # The usual first read (a thousand streams start together): headers off here, the body
-            # framed later as the short way does; else the long way
+            # The usual first read (a thousand streams start together): headers off here
             fine = dati.find(b"\r\n\r\n")
             if fine > 0 and dati.startswith(b"HTTP/1.1 200 ") and (
                     b"\r\ntransfer-encoding: chunked\r\n" in dati[:fine + 2].lower()):
@@ -2454,23 +2453,23 @@ class Flusso:
         return self.inquadra()
 
     def inquadra(self, scade: float = float("inf")) -> bool:
-        """Frame the kept reads (one at least) until perf_counter() passes `scade`; True: ended."""
+        """Frame the kept reads (one at least) until `scade`; True: ended."""
         letture, self.letture = self.letture, []
         for i in range(0, len(letture), 3):
             if i and time.perf_counter() >= scade:
                 self.letture = letture[i:]
                 break
-            if not self.fine_trovata:  # (bytes after the end are not the answer's)
+            if not self.fine_trovata:  # bytes after the end are not the answer's
                 t, stampo, dati = letture[i:i + 3]
                 self.fine_trovata = self.arrivati(quando_arrivati(t, stampo, self.inviata, self.scarto), dati)
         return self.fine_trovata
 
     def arrivati(self, t: float, dati: bytes) -> bool:
-        """One read's bytes (b"": closed), arrived at `t`; True once the answer ended."""
+        """b"": closed; True once the answer ended."""
         if not dati:
-            if self.status is None:  # a reset (the sentinel's too), as http.client's
+            if self.status is None:  # as http.client's
                 raise ConnectionResetError("connessione chiusa dal server prima della risposta")
-            return True  # the end of a body without a length; else cut short (leggi_flusso says so)
+            return True  # a body without a length ends so; else cut short (leggi_flusso says so)
         if self.status is None:
             self._buffer += dati
             dati = self._testata()
@@ -2512,7 +2511,7 @@ class Flusso:
         return dopo
 
     def _togli_pezzi(self, dati: bytes) -> Tuple[bytes, bool]:
-        """chunked: the payload so far, and if it ended. By position: a late read brings dozens."""
+        """The payload so far, and if it ended. By position: a late read brings dozens of chunks."""
         buffer = self._buffer + dati if self._buffer else dati
         pos, carico_utile = 0, []
         while True:
@@ -2539,7 +2538,7 @@ class Flusso:
                 self._pezzo = int(riga.split(b";")[0].strip(), 16)
             except ValueError:
                 raise ErroreRete("risposta HTTP non valida (chunk)") from None
-            if self._pezzo == 0:  # the last chunk (its trailers are not read)
+            if self._pezzo == 0:  # the last chunk (trailers not read)
                 self._buffer = b""
                 return b"".join(carico_utile), True
         self._buffer = buffer[pos:]
@@ -2576,13 +2575,13 @@ class LettoreFlussi:
 
     def __init__(self, client: Client):
         self._client, self._lock = client, threading.Lock()
-        self._nuovi: List[Flusso] = []  # from the workers, not yet selected
+        self._nuovi: List[Flusso] = []  # not yet selected
         self._thread: Optional[threading.Thread] = None
-        self._sveglia: Optional[Tuple[socket.socket, socket.socket]] = None  # for new streams
-        self._svegliato = False  # a wake-up byte already on its way
+        self._sveglia: Optional[Tuple[socket.socket, socket.socket]] = None
+        self._svegliato = False  # a wake-up byte already sent
 
     def avvia(self) -> None:
-        """Started if not running: before the clock, ready for the first read."""
+        """Before the clock, ready for the first read."""
         with self._lock:
             self._avvia()
 
@@ -2592,7 +2591,7 @@ class LettoreFlussi:
             self._sveglia[0].setblocking(False)
             self._thread = threading.Thread(target=self._gira, args=(self._sveglia,), name="flussi", daemon=True)
             self._thread.start()
-        if sveglia and not self._svegliato:  # one byte wakes it; more would be read and thrown away
+        if sveglia and not self._svegliato:  # one byte wakes it
             self._svegliato = True
             self._sveglia[1].send(b"\0")
 
@@ -2607,7 +2606,7 @@ class LettoreFlussi:
             self._avvia(sveglia=True)
 
     def parti(self, partenza: Partenza, t0: Optional[float]) -> None:
-        """The start: the streams waiting for it sent (none once the run is stopped)."""
+        """The streams waiting for the start sent (none once the run is stopped)."""
         with self._lock:
             if partenza.partita:
                 return
@@ -2623,13 +2622,13 @@ class LettoreFlussi:
 
         selettore, scarto = selectors.DefaultSelector(), scarto_orologi()
         selettore.register(sveglia[0], selectors.EVENT_READ, None)
-        scadenze: List[Tuple[float, int]] = []  # (deadline, stream's number), nearest first
-        attivi: Dict[int, Flusso] = {}  # number -> the stream, while it is read
+        scadenze: List[Tuple[float, int]] = []  # (deadline, stream's number), a heap
+        attivi: Dict[int, Flusso] = {}  # the streams read, by number
         da_chiudere: collections.deque = collections.deque()  # maybe ended: (stream, its _chiudi)
         numeri, riposa_da = itertools.count(), time.monotonic()
 
         def da_leggere(flusso: Flusso) -> None:
-            if flusso.sock.gettimeout() != 0.0:  # (a stream of the start's is non-blocking already)
+            if flusso.sock.gettimeout() != 0.0:  # the start's are non-blocking already
                 flusso.sock.setblocking(False)
             selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
 
@@ -2644,7 +2643,7 @@ class LettoreFlussi:
                     flusso.numero, flusso.scarto = next(numeri), scarto
                     if flusso.richiesta:
                         self._un_passo(selettore, attivi, flusso, self._invia)
-                for flusso in nuovi:  # then every new stream is read from here on
+                for flusso in nuovi:
                     if not flusso.finito.is_set() and self._un_passo(selettore, attivi, flusso, da_leggere):
                         attivi[flusso.numero] = flusso
                         heapq.heappush(scadenze, (flusso.scadenza, flusso.numero))
@@ -2653,28 +2652,28 @@ class LettoreFlussi:
                     flusso = attivi.get(heapq.heappop(scadenze)[1])
                     if flusso is not None:
                         self._fine(selettore, attivi, flusso, socket.timeout())
-                if len(scadenze) > 2 * len(attivi) + 64:  # ended streams' deadlines, dropped
+                if len(scadenze) > 2 * len(attivi) + 64:  # ended streams' deadlines
                     scadenze = [s for s in scadenze if s[1] in attivi]
                     heapq.heapify(scadenze)
                 if attivi:
-                    riposa_da = adesso  # the idle second counts from the last stream's end
+                    riposa_da = adesso
                 attesa = scadenze[0][0] - adesso if scadenze else max(0.0, riposa_da + self.RIPOSO - adesso)
                 pronti = selettore.select(0.0 if da_chiudere else attesa)
                 for chiave, _ in pronti:
                     if chiave.data is None:
-                        with contextlib.suppress(OSError):  # BlockingIOError: already read
+                        with contextlib.suppress(OSError):  # BlockingIOError
                             sveglia[0].recv(4096)
                     else:
                         self._leggi(selettore, attivi, da_chiudere, chiave.data)
-                if da_chiudere and not pronti:  # nothing to read: a slice of an end's work
+                if da_chiudere and not pronti:  # a slice of an end's work
                     flusso, passi = da_chiudere[0]
                     try:
                         next(passi)
                     except StopIteration as chiuso:
                         da_chiudere.popleft()
-                        if chiuso.value:  # not ended after all: read on, under its deadline again
+                        if chiuso.value:  # not ended after all
                             heapq.heappush(scadenze, (flusso.scadenza, flusso.numero))
-        finally:  # an error of its own (a bug): no worker is left waiting
+        finally:  # a bug of its own: no worker is left waiting
             with self._lock:
                 nuovi, self._nuovi = self._nuovi, []
                 if self._thread is threading.current_thread():
@@ -2686,7 +2685,7 @@ class LettoreFlussi:
                 s.close()
 
     def _un_passo(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso, passo) -> bool:
-        """False, the stream ended, if `passo` raised."""
+        """False (the stream ended) if `passo` raised."""
         try:
             passo(flusso)
             return True
@@ -2697,8 +2696,8 @@ class LettoreFlussi:
         return False
 
     def _invia(self, flusso: Flusso) -> None:
-        """A request made ready: its time, its bytes in one call (the rest within the deadline)."""
-        if self._client.annullato.is_set():  # Ctrl+C before the start: nothing is sent
+        """Its bytes in one call (the rest within the deadline)."""
+        if self._client.annullato.is_set():  # Ctrl+C before the start
             raise NonInviata(NON_INVIATA)
         flusso.scadenza = time.monotonic() + flusso.timeout  # --timeout counts from the send
         flusso.inviata = time.perf_counter()
@@ -2714,7 +2713,7 @@ class LettoreFlussi:
         flusso.richiesta = b""
 
     def _leggi(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
-        """One read (TLS: till none is left decrypted); a stream maybe ended: to da_chiudere."""
+        """One read (TLS: till none is left decrypted); maybe ended: to da_chiudere."""
         if flusso.solo_letture:  # nearly every chunk's read, inline: at 50,000/s each call counts
             try:
                 dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
@@ -2740,19 +2739,19 @@ class LettoreFlussi:
                 if forse_finito:
                     self._da_inquadrare(selettore, attivi, da_chiudere, flusso)
                     return
-                if not (flusso.tls and flusso.sock.pending()):  # TLS: decrypted bytes not yet read
+                if not (flusso.tls and flusso.sock.pending()):
                     return
-        except Exception as exc:  # the stream's error, for its worker to raise
+        except Exception as exc:  # for its worker to raise
             self._fine(selettore, attivi, flusso, exc)
 
     def _da_inquadrare(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
-        """Until framed (_chiudi), a stream that may have ended is unread, free of its deadline."""
+        """Until framed (_chiudi): unread, free of its deadline."""
         self._togli(selettore, attivi, flusso)
         da_chiudere.append((flusso, self._chiudi(selettore, attivi, flusso)))
 
     def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> Generator[None, None, bool]:
-        """Frame it: ended, parse it and wake its worker; else True: read on. A FETTA a next() (a
-        read at least): 4,000 tokens at once held the reader 50 ms."""
+        """Ended: parsed, its worker woken; else True: read on. A FETTA a next() (a read at
+        least): 4,000 tokens at once held the reader 50 ms."""
         import selectors
 
         if flusso.finito.is_set():
@@ -2765,9 +2764,9 @@ class LettoreFlussi:
                     return True
                 yield
             if flusso.status == 200:
-                yield  # (the framing's slice)
+                yield
                 flusso.esito = yield from leggi_flusso(iter(flusso.blocchi))
-        except Exception as exc:  # a bad framing, a broken stream, a socket closed meanwhile
+        except Exception as exc:  # a bad framing, a socket closed meanwhile
             self._fine(selettore, attivi, flusso, exc)
             return False
         self._fine(selettore, attivi, flusso)
