@@ -1798,12 +1798,12 @@ ESCLUSIONI = (
 
 def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, piano: Piano,
                         opzioni: Opzioni) -> Tuple[List[Piano], Opzioni]:
-    """Checked together (a bad mix: exit 2), files read: plans (a point each), options."""
     rifiuta = parser.error
     if any(isinstance(t, tuple) for t in a.token) and (len(a.token) > 1 or a.turni is not None):
         rifiuta("--token MIN-MAX vale da solo: non in una lista, non con --turni")
-    minimo = a.token[0][0] if isinstance(a.token[0], tuple) else None  # --token MIN-MAX (--seme)
-    a.token = [a.token[0][1]] if minimo is not None else a.token
+    minimo = None
+    if isinstance(a.token[0], tuple):  # --token MIN-MAX (--seme)
+        minimo, a.token = a.token[0][0], [a.token[0][1]]
     if a.np is not None and a.avvia is None:
         rifiuta("--np va usato insieme a --avvia; senza, -np va nel comando del server (llama serve ... -np 4)")
     if a.avvia is not None and a.url.startswith("https://"):
@@ -1820,8 +1820,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         if superflua:
             rifiuta(f"--capacita sceglie da sé i ritmi da provare: {superflua} non serve "
                     "(--ritmo R, un valore solo, è il primo)")
-        # every point a --ritmo run (its cap), from 1 req/s unless said; steady arrivals unless
-        # asked (a seed means Poisson): then the rate sent is the rate asked
+        # from 1 req/s; steady arrivals (a seed: Poisson), so the rate sent is the rate asked
         a.ritmo = a.ritmo or [1.0]
         a.arrivi = a.arrivi or ("poisson" if a.seme is not None else "costanti")
     presenti = opzioni_date(parser, a) | ({"--token MIN-MAX"} if minimo is not None else set())
@@ -1833,8 +1832,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
     if a.ritmo is None and (a.arrivi is not None or a.seme is not None and not a_caso):
         rifiuta("--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token o --token MIN-MAX)")
     if a.seme is not None and a.arrivi == "costanti" and not a_caso:
-        rifiuta("--seme vale per gli arrivi di Poisson: con --arrivi costanti gli orari sono fissi, e non c'è nulla "
-               "da seminare")
+        rifiuta("--seme vale per gli arrivi di Poisson: con --arrivi costanti gli orari sono fissi")
     if a.prefisso and a.prompt_token and max(a.prefisso) >= min(m for m, _ in a.prompt_token):
         rifiuta(f"--prefisso {max(a.prefisso)} non lascia posto al testo di ogni richiesta in --prompt-token "
                f"{min(m for m, _ in a.prompt_token)}: il prefisso deve essere più corto del prompt")
@@ -1904,7 +1902,7 @@ def leggi_prompt_file(percorso: str, rifiuta) -> str:
 # The session's extra steps ####################################################################
 
 class SessioneOltre(Sessione):
-    """Any extra asked: the lab's steps for each server, point and repeat; the lab's hooks."""
+    """Any extra asked: the lab's steps for each server, point and repeat."""
 
     @staticmethod
     def aggiungi_opzioni(parser: ParserItaliano) -> None:
@@ -1917,7 +1915,6 @@ class SessioneOltre(Sessione):
     @staticmethod
     def dalle_opzioni(parser: argparse.ArgumentParser, a: argparse.Namespace, piano: Piano,
                       opzioni: Opzioni) -> Optional[Tuple[List[Piano], Opzioni]]:
-        """None when only the lab's four flags were given."""
         return leggi_opzioni_oltre(parser, a, piano, opzioni) if oltre_il_lab(parser, a) else None
 
     def __init__(self, piani: List[Piano], opzioni: Opzioni):
@@ -1927,10 +1924,10 @@ class SessioneOltre(Sessione):
         self.capacita: List[dict] = []  # --capacita: each server's answer and points, for --json
         self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
         self.log_da = 0  # where the current run begins in its log
-        self.inviate = 0  # the requests sent to this server: its next run's first prompt
+        self.inviate = 0  # sent to this server: its next run's first prompt
 
     def corri(self) -> None:
-        """Each server (--url's, one per --np): warmed up, each plan --ripeti times, the mean."""
+        """Each server (--url's, one per --np): warmed up, each plan --ripeti times."""
         o = self.oltre
         if o.confronta:  # two files of results, no server
             print("\n".join(righe_confronto(*o.confronta)), flush=True)
@@ -1941,14 +1938,14 @@ class SessioneOltre(Sessione):
                 primo = oltre(self.piani[0])
                 controlla_modello(client, primo.modello)
                 if primo.sistema and not primo.testo_sistema:
-                    self.piani = con_prompt_di_sistema(client, self.piani)  # server's tokenizer
+                    self.piani = con_prompt_di_sistema(client, self.piani)
                 if not primo.pezzi and any(oltre(p).prompt_token or oltre(p).prefisso
                                            for p in self.piani):
                     self.piani = con_pezzi(client, self.piani)  # exact prompts, server's tokenizer
                 if o.riscaldamento:
                     riscalda(client, self.piani[0], info, o.riscaldamento)
                 self.inviate = 0
-                if o.capacita is not None:  # the rates are chosen as it goes: see "--capacita"
+                if o.capacita is not None:  # the rates are chosen as it goes
                     Capacita(self, client, info, decisa).cerca()
                     continue
                 for piano in self.piani:
@@ -1962,7 +1959,7 @@ class SessioneOltre(Sessione):
 
     @contextlib.contextmanager
     def server(self, configurazione: Optional[Configurazione]):
-        """--avvia: one -np's server, stopped whatever happens; yields what it decided."""
+        """--avvia: one -np's server; yields what it decided."""
         if configurazione is None:
             yield None
             return
@@ -1985,7 +1982,6 @@ class SessioneOltre(Sessione):
             server.controlla(quando, attesa=2.0 if fallite else 0.0)
 
     def intestazione(self, piano: Piano, configurazione: Optional[Configurazione]) -> None:
-        """Before a sweep's point: every value that varies, np included."""
         piani, np = self.piani, self.oltre.np or [None]
         totale = len(piani) * len(np)
         if totale > 1:
@@ -1995,7 +1991,7 @@ class SessioneOltre(Sessione):
 
     @property
     def in_breve(self) -> bool:
-        """A sweep of the load without --blocchi or --dettagli: a run a line (its block in the files)."""
+        """A run a line (its block in the files)."""
         return len(self.piani) > 1 and not (self.oltre.blocchi or self.oltre.dettagli)  # --np alone: the lab's blocks
 
     def ripetute(self, client: Client, info: InfoServer, piano: Piano,
@@ -2012,7 +2008,7 @@ class SessioneOltre(Sessione):
         return prove
 
     def log_della_prova(self) -> Optional[str]:
-        """--avvia: what the server logged in the run (at -lv 4: how it reused its cache)."""
+        """--avvia: the server's log of the run (-lv 4: how it reused its cache)."""
         if self.avviato is None or self.avviato.log is None or self.avviato.proc.poll() is not None:
             return None
         with open(self.avviato.log.name, encoding="utf-8", errors="replace") as f:
@@ -2038,7 +2034,6 @@ class SessioneOltre(Sessione):
             print(riga_server(info) + (kv if info.kv_unificata else ""), flush=True)
 
     def rapporto(self, prova: Prova) -> List[str]:
-        """The lab's lines with the extras' marks; in_breve one, whole if one failed or cut."""
         e = prova.esecuzione
         if self.in_breve and not (e.interruzione or e.server_andato or prova.riepilogo.n_fallite):
             return [riga_breve(prova, sum(p.piano is prova.piano and p.info is prova.info for p in self.prove),
@@ -2055,7 +2050,6 @@ class SessioneOltre(Sessione):
             "chunk con testo, ma un chunk può portarne più d'uno"] if stimate else [])
 
     def codice_fallite(self, fallite: List[Risultato]) -> int:
-        """3 when only conversations out of context failed (as --turni means); else 1."""
         turni = any(oltre(p.piano).turni for p in self.prove)
         return 3 if turni and all(map(contesto_finito, fallite)) else 1
 
@@ -2078,7 +2072,7 @@ class SessioneOltre(Sessione):
             print("\n".join(righe), flush=True)
         for testo in note_ritmo(prova) if piano_oltre.ritmo or piano_oltre.traccia else []:
             nota(testo)
-        letti = [c for c in prova.esecuzione.campioni if c.occupati is not None]
+        letti = any(c.occupati is not None for c in prova.esecuzione.campioni)
         if (o.dettagli or o.grafico or o.file_svg or piano_oltre.turni) and letti and not letture_contesto(prova):
             nota("/slots non dice quanti token tiene ogni slot (n_prompt_tokens): il contesto per slot è n/d")
 

@@ -321,7 +321,7 @@ def test_curve_di_piu_server_sugli_stessi_assi():
     (["--durata", "0"], "opzione --durata: deve essere maggiore di 0, non 0"),
     (["--seme", "3"], "--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token o --token MIN-MAX)"),
     (["--ritmo", "2", "--arrivi", "costanti", "--seme", "3"], "--seme vale per gli arrivi di Poisson: con --arrivi "
-     "costanti gli orari sono fissi, e non c'è nulla da seminare"),
+     "costanti gli orari sono fissi"),
     (["--parallele", "2,2"], "opzione --parallele: il valore 2 è ripetuto nella lista '2,2': ogni valore è un punto "
      "della griglia. Per ripetere una prova usa --ripeti"),
     (["--ritmo", "1,0.5,1"], "opzione --ritmo: il valore 1 è ripetuto nella lista '1,0.5,1': ogni valore è un punto "
