@@ -1856,7 +1856,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
     if a.dataset is not None:  # all its requests, unless --richieste (from the top, again)
         dataset, formato = leggi_dataset(a.dataset, rifiuta)
         if dataset[0][2] is not None and (a.ritmo is not None or a.durata is not None):
-            rifiuta(f"--dataset '{a.dataset}' ha i timestamp: è una traccia, con i suoi orari; "
+            rifiuta(f"--dataset '{a.dataset}' ha i timestamp: è una traccia; "
                    f"{'--ritmo' if a.ritmo is not None else '--durata'} non serve")
         if dataset[0][2] is not None and (a.richieste or 0) > len(dataset):
             rifiuta(f"--richieste {a.richieste}: la traccia '{a.dataset}' ne ha {len(dataset)}, con i loro orari")
@@ -1927,7 +1927,6 @@ class SessioneOltre(Sessione):
         self.inviate = 0  # sent to this server: its next run's first prompt
 
     def corri(self) -> None:
-        """Each server (--url's, one per --np): warmed up, each plan --ripeti times."""
         o = self.oltre
         if o.confronta:  # two files of results, no server
             print("\n".join(righe_confronto(*o.confronta)), flush=True)
@@ -2028,7 +2027,6 @@ class SessioneOltre(Sessione):
         return Lancio(client, piano, self.inviate)
 
     def stampa_server(self, info: InfoServer) -> None:
-        """Once a server in one-line sweeps; 4kv: the context shared."""
         if not (self.in_breve and self.prove and self.prove[-1].info is info):
             kv = f"\n  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"
             print(riga_server(info) + (kv if info.kv_unificata else ""), flush=True)
@@ -4201,8 +4199,8 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple
         colore = colori[n % len(colori)]
         medie = [(px(p.throughput), py(p.latenza)) for p, _ in punti]
         p90 = [(px(p.throughput), py(p.latenza_p90)) for p, _ in punti if p.latenza_p90 is not None]
-        parti.append(elemento("polyline", fill="none", stroke=colore, stroke_width=2, points=linea(medie)))
-        parti.append(elemento("polyline", fill="none", stroke=colore, stroke_dasharray="4 3", points=linea(p90)))
+        parti += [elemento("polyline", fill="none", stroke=colore, stroke_width=2, points=linea(medie)),
+                  elemento("polyline", fill="none", stroke=colore, stroke_dasharray="4 3", points=linea(p90))]
         parti += [elemento("circle", cx=a, cy=b, r=3, fill="white", stroke=colore) for a, b in p90]
         parti += [elemento("rect", titolo=f"{asse}={valore_punto(p, asse)}: primo token p50 {ttft:.3f} s",
                            x=px(p.throughput) - 3, y=py(ttft) - 3, width=6, height=6, fill=colore)
@@ -4210,11 +4208,11 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple
         for (p, _), (a, b) in zip(punti, medie):
             cifre = (f"{asse}={valore_punto(p, asse)}: {p.throughput:.1f} token/s, latenza media {p.latenza:.2f} s, "
                      f"p90 {fmt(p.latenza_p90, '.2f s')}, prove {len(p.intere)}")
-            parti.append(elemento("circle", titolo=cifre, cx=a, cy=b, r=4, fill=colore))
-            parti.append(scritta(a + (12 if p is satura else 7), b + 4, valore_punto(p, asse), fill=colore))
+            parti += [elemento("circle", titolo=cifre, cx=a, cy=b, r=4, fill=colore),
+                      scritta(a + (12 if p is satura else 7), b + 4, valore_punto(p, asse), fill=colore)]
             if p is satura:
-                parti.append(elemento("circle", cx=a, cy=b, r=9, fill="none", stroke="#e63946", stroke_width=2))
-                parti.append(scritta(a - 13, b + 4, "saturazione", text_anchor="end", fill="#e63946"))
+                parti += [elemento("circle", cx=a, cy=b, r=9, fill="none", stroke="#e63946", stroke_width=2),
+                          scritta(a - 13, b + 4, "saturazione", text_anchor="end", fill="#e63946")]
             elif verdetto is not None and p is verdetto.dopo:  # not certain: said as such, not ringed
                 parti.append(scritta(a - 8, b + 4, "forse saturazione", titolo=verdetto.dubbio, text_anchor="end",
                                      fill="#888"))
@@ -4459,8 +4457,6 @@ class Capacita:
         return righe
 
     def neanche_da_sola(self) -> str:
-        """Where even the fastest request missed an objective: no rate can meet it."""
-
         for chiave, soglia in self.oltre.slo.items():
             valori = [v for p in self.prove() for v in valori_figure(p).get(CHIAVI_SLO[chiave], [])]
             if valori and min(valori) > soglia:
@@ -4696,9 +4692,9 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
             slot = [t for t in slot if t.a <= fine]  # the terminal's last column may reach past the end
             massimo, alto = max([t.valore for t in slot if t.valore] + [1]), 40
             y += 4
-            pannelli.append(scritta(4, y + alto / 2, "slot"))
-            pannelli.append(scritta(4, y + alto / 2 + 14, f"max {massimo}", font_size=10))
-            pannelli.append(elemento("rect", x=sinistra, y=y, width=fine * scala, height=alto, fill="#f4f4f4"))
+            pannelli += [scritta(4, y + alto / 2, "slot"),
+                         scritta(4, y + alto / 2 + 14, f"max {massimo}", font_size=10),
+                         elemento("rect", x=sinistra, y=y, width=fine * scala, height=alto, fill="#f4f4f4")]
             pannelli += barre(slot, massimo, sinistra, scala, y, alto)
             y += alto + 6
         for nome, n_ctx, tratti in contesto:  # under a dashed line at n_ctx
@@ -4708,9 +4704,9 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
                                      y2=y, stroke="#e63946", stroke_dasharray="4 3"))
             y += 22
         riempiti = riempiti or bool(contesto)
-        pannelli.append(elemento("line", x1=sinistra, y1=y, x2=destra, y2=y, stroke="#333"))
-        pannelli.append(scritta(sinistra, y + 14, "0 s"))
-        pannelli.append(scritta(destra, y + 14, f"{fine:.2f} s", text_anchor="end"))
+        pannelli += [elemento("line", x1=sinistra, y1=y, x2=destra, y2=y, stroke="#333"),
+                     scritta(sinistra, y + 14, "0 s"),
+                     scritta(destra, y + 14, f"{fine:.2f} s", text_anchor="end")]
         y += 28
     x = sinistra
     voci = [(fase, nome) for fase, nome in LEGENDA if fase in viste]
@@ -4719,8 +4715,8 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
     for fase, nome in voci:
         if x > sinistra and x + 24 + 8 * len(nome) > LARGHEZZA_SVG:
             x, y = sinistra, y + 18
-        pannelli.append(elemento("rect", x=x, y=y, width=12, height=12, fill=COLORI_SVG[fase]))
-        pannelli.append(scritta(x + 16, y + 11, nome))
+        pannelli += [elemento("rect", x=x, y=y, width=12, height=12, fill=COLORI_SVG[fase]),
+                     scritta(x + 16, y + 11, nome)]
         x += 24 + 8 * len(nome)
     altezza = y + 24
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{LARGHEZZA_SVG}" height="{altezza}" '
@@ -4905,11 +4901,11 @@ def spiegazione(prova: Prova) -> List[str]:
     frasi = []
     if info.n_slot is not None and s.picco is not None:
         insieme = min(piano.parallele, e.n_richieste)
-        if oltre(piano).ritmo:
-            partite = (f"Sono partite {e.n_richieste} richieste, {fmt(invii_al_secondo(prova), '.2f')} al secondo,"
-                       if e.n_richieste > 1 else "È partita una sola richiesta")
-        elif e.n_richieste == 1:
+        if e.n_richieste == 1:
             partite = "È partita una sola richiesta"
+        elif oltre(piano).ritmo:
+            partite = (f"Sono partite {e.n_richieste} richieste, "
+                       f"{fmt(invii_al_secondo(prova), '.2f')} al secondo,")
         elif insieme < e.n_richieste:  # a new one as one ends
             partite = f"Le richieste sono partite {'una' if insieme == 1 else insieme} alla volta (--parallele {insieme})"
         else:
@@ -4960,9 +4956,10 @@ def spiegazione(prova: Prova) -> List[str]:
             frasi.append(deduzione)
     velocita, media_slot = [r.tps for r in ok if r.tps is not None], velocita_media_slot(ok)
     if velocita and media_slot and s.throughput is not None:
-        gamma = f"{min(velocita):.1f}" + (f"-{max(velocita):.1f}" if f"{min(velocita):.1f}" != f"{max(velocita):.1f}" else "")
+        lenta, veloce = f"{min(velocita):.1f}", f"{max(velocita):.1f}"
+        gamma = f", {lenta}-{veloce}" if lenta != veloce else ""
         frasi.append(f"Insieme {s.throughput:.1f} token/s: {volte(s.throughput / media_slot)} volte uno slot "
-                     f"({media_slot:.1f} t/s in media" + (f", {gamma})." if "-" in gamma else ")."))
+                     f"({media_slot:.1f} t/s in media{gamma}).")
     if info.n_ctx_slot is not None:
         frasi.append({True: f"I {info.n_slot} slot condividevano {info.n_ctx_slot} token di contesto (--kv-unified).",
                       False: f"Ogni slot aveva {info.n_ctx_slot} token di contesto.",
@@ -4974,8 +4971,8 @@ def spiegazione(prova: Prova) -> List[str]:
             r = max(misurate, key=lambda r: r.token_prompt + r.token)
             frasi.append(f"La richiesta più lunga: {r.token_prompt} + {r.token} = {r.token_prompt + r.token} token di "
                          f"{info.n_ctx_slot}. Un prompt che non ci sta è rifiutato (HTTP 400), una risposta tagliata.")
-    frasi += [maiuscola(frase) + "." for frase in [frase_corte(prova, oltre(prova.piano).esatti), *riga_tagliate(prova)] if frase]
-    # never "al massimo 0 richieste": said once, and not twice when the timings said it
+    frasi += [maiuscola(frase) + "." for frase in [frase_corte(prova, oltre(piano).esatti), *riga_tagliate(prova)] if frase]
+    # never "al massimo 0 richieste"; not again when the timings said it
     if s.picco_coda == 0 and info.metrics_disponibile and not attese:
         frasi.append("Nessuna richiesta ha aspettato uno slot: le letture di requests_deferred in /metrics hanno "
                      "sempre trovato la coda vuota.")
@@ -5104,8 +5101,8 @@ class ServerAvviato:
 
     def __init__(self, comando: List[str], configurazione: Configurazione, url: str, attesa: float, stderr):
         parti = urllib.parse.urlsplit(url)
-        # -lv 4: this llama.cpp writes the KV cache it allocated in its log only from verbosity 4 on. The
-        # log's cost, measured on b11434: about 30 lines a request (7 at -lv 3), none per token.
+        # -lv 4: this llama.cpp logs the KV cache it allocated only from verbosity 4 on. The cost,
+        # measured on b11434: about 30 log lines a request (7 at -lv 3), none per token.
         verbosa = {"-lv", "--log-verbosity", "-v", "--verbose"} & {p.split("=")[0] for p in comando}
         verbosita = [] if verbosa else ["-lv", "4"]
         self.argomenti = comando + configurazione.argomenti() + verbosita + [
@@ -5115,9 +5112,7 @@ class ServerAvviato:
         self.log = None  # its stdout and stderr: a temporary file
         self.proc = None
 
-
     def __enter__(self) -> ServerAvviato:
-        """Refuse a port where a server answers, start the command, wait for /health; stop it on failure."""
         import shlex
         import subprocess
         import tempfile
@@ -5149,7 +5144,7 @@ class ServerAvviato:
         return self
 
     def controlla(self, quando: str, attesa: float = 0.0) -> None:
-        """An ErroreUtente with its log's tail if the server has exited (within `attesa` s); `quando`: what."""
+        """Raises if the server has exited (within `attesa` s)."""
         import subprocess
 
         with contextlib.suppress(subprocess.TimeoutExpired):  # at 0 s: only whether it has exited
@@ -5164,7 +5159,6 @@ class ServerAvviato:
     def coda_log(self) -> str:
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
             return nascoste("".join("  | " + r for r in f.readlines()[-15:]).rstrip(), self.chiavi)
-
 
     def __exit__(self, *exc) -> None:
         import subprocess
@@ -5881,8 +5875,7 @@ def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Conf
 
 def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Optional[Decisioni]]],
               perche_nd: str) -> List[str]:
-    """--spiega with --avvia: the RAM question, from measured servers (SWA caches do not scale)."""
-
+    """--spiega with --avvia: the RAM question, measured (SWA caches do not scale)."""
     d, chiesto = prima.deciso, CONVERSAZIONI_RAM * TOKEN_RAM
     n_ctx = None if d.n_ctx_slot is None else d.n_ctx_slot * (1 if d.kv_unificata else d.n_slot or 1)
     righe = [f"La domanda del lab: {CONVERSAZIONI_RAM} conversazioni da {TOKEN_RAM} token.",
@@ -5893,7 +5886,7 @@ def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Option
         return righe + [f"  La cache KV: {nd}."]
     righe.append(f"  La cache KV, misurata: il server di questa sessione (-np {prima.etichetta}, -c {n_ctx}) ha allocato "
                  f"{d.kv_mib:.2f} MiB; avviato con -c {chiesto}:")
-    ferme = []  # the sliding-window caches that did not grow with the context
+    ferme = []  # the SWA caches that did not grow with the context
     for c, g in misurate:
         nome_server = " ".join(c.argomenti())
         if g is None or g.kv_mib is None:

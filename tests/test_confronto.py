@@ -414,7 +414,7 @@ def test_dataset_sbagliati_prima_del_carico(fake, capsys, tmp_path, righe, messa
     (["--prompt-token", "64"], "--dataset e --prompt-token si escludono: le richieste vengono dal file"),
     (["--token", "8-32"], "--dataset e --token MIN-MAX si escludono"),
     (["--turni", "2"], "--dataset e --turni si escludono"),
-    (["--ritmo", "2"], "ha i timestamp: è una traccia, con i suoi orari; --ritmo non serve"),
+    (["--ritmo", "2"], "ha i timestamp: è una traccia; --ritmo non serve"),
     (["--richieste", "9"], "--richieste 9: la traccia"),
 ])
 def test_dataset_con_opzioni_che_non_vanno(fake, capsys, tmp_path, altri, messaggio):
