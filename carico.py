@@ -1866,7 +1866,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
             piano_oltre = piano_oltre._replace(tetto_predefinito=True)
             a.parallele = [min(TETTO_RITMO, piano.richieste)]
     a.confronta = a.confronta and tuple((f, prove_salvate(f, rifiuta)) for f in a.confronta)
-    if a.confronta and (diverse := senza_carico_comune(*a.confronta)):  # else nothing to compare
+    if a.confronta and (diverse := senza_carico_comune(*a.confronta)):
         rifiuta(diverse)
     contate_all_invio = a.durata is not None or a.turni is not None  # as many requests as get sent
     base = piano._replace(richieste=None if contate_all_invio else piano.richieste, intervallo=a.intervallo,
@@ -1921,18 +1921,18 @@ class SessioneOltre(Sessione):
         super().__init__(piani, opzioni)
         self.oltre: OpzioniOltre = opzioni.oltre
         self.con_props = bool(self.oltre.file_json)  # --json saves /props
-        self.capacita: List[dict] = []  # --capacita: each server's answer and points, for --json
-        self.avviato: Optional[ServerAvviato] = None  # --avvia: the server of the runs now
-        self.log_da = 0  # where the current run begins in its log
+        self.capacita: List[dict] = []  # --capacita's, for --json
+        self.avviato: Optional[ServerAvviato] = None  # --avvia
+        self.log_da = 0  # where the run begins in its log
         self.inviate = 0  # sent to this server: its next run's first prompt
 
     def corri(self) -> None:
         o = self.oltre
-        if o.confronta:  # two files of results, no server
+        if o.confronta:  # no server
             print("\n".join(righe_confronto(*o.confronta)), flush=True)
             return
         for configurazione in o.np or [None]:
-            with self.server(configurazione) as decisa:  # --avvia: with what the server decided
+            with self.server(configurazione) as decisa:
                 client, info = self.collega(decisa)
                 primo = oltre(self.piani[0])
                 controlla_modello(client, primo.modello)
@@ -1940,7 +1940,7 @@ class SessioneOltre(Sessione):
                     self.piani = con_prompt_di_sistema(client, self.piani)
                 if not primo.pezzi and any(oltre(p).prompt_token or oltre(p).prefisso
                                            for p in self.piani):
-                    self.piani = con_pezzi(client, self.piani)  # exact prompts, server's tokenizer
+                    self.piani = con_pezzi(client, self.piani)  # server's tokenizer
                 if o.riscaldamento:
                     riscalda(client, self.piani[0], info, o.riscaldamento)
                 self.inviate = 0
@@ -1953,7 +1953,7 @@ class SessioneOltre(Sessione):
                     if o.ripeti > 1:
                         print("\n".join(righe_ripetute(prove) + [""]), flush=True)
         prima = da_confrontare(self.prove) if o.spiega else None
-        if prima is not None:  # --spiega with --avvia: the lab's RAM question, measured
+        if prima is not None:  # --spiega with --avvia
             print("\n".join(righe_ram(prima, *misura_ram(self.opzioni, prima)) + [""]), flush=True)
 
     @contextlib.contextmanager
@@ -1971,12 +1971,12 @@ class SessioneOltre(Sessione):
             try:
                 yield configurazione._replace(deciso=deciso, kv_unificata=configurazione.kv_unificata or bool(
                     deciso.kv_unificata))
-            except ServerAndato:  # its exit code and its log say why
+            except ServerAndato:
                 server.controlla(quando, attesa=5.0)
                 raise ServerAndato(f"il server (-np {configurazione.etichetta}) ha smesso di rispondere durante la "
                                    f"prova ma non è uscito; ultime righe del suo log:\n{server.coda_log()}") from None
             self.avviato = None
-            # A failed request may have seen the server die before its process had exited.
+            # A failed request may have seen the server die before its process exited.
             fallite = any(not r.riuscita for p in self.prove[-1:] for r in p.esecuzione.risultati)
             server.controlla(quando, attesa=2.0 if fallite else 0.0)
 
@@ -1998,9 +1998,9 @@ class SessioneOltre(Sessione):
         """--ripeti runs of `piano`, each on prompts this server was not sent."""
         prove = []
         for ripetizione in range(self.oltre.ripeti):
-            if self.avviato is not None and self.avviato.log is not None:  # its own log lines
+            if self.avviato is not None and self.avviato.log is not None:
                 self.log_da = os.path.getsize(self.avviato.log.name)
-            if self.oltre.ripeti > 1 and not self.in_breve:  # in one line, it says which
+            if self.oltre.ripeti > 1 and not self.in_breve:
                 print(f"prova {ripetizione + 1} di {self.oltre.ripeti}")
             prove.append(self.prova(client, info, piano, configurazione))
             self.inviate += prove[-1].esecuzione.n_richieste
@@ -2066,7 +2066,7 @@ class SessioneOltre(Sessione):
             righe += [""] + spiegazione(prova)
         if o.avvia or o.ripeti > 1 or len(self.piani) > 1:
             righe.append("")
-        if righe and not self.in_breve:  # in one line: the rest in the files, and with --blocchi
+        if righe and not self.in_breve:  # the rest in the files, and with --blocchi
             print("\n".join(righe), flush=True)
         for testo in note_ritmo(prova) if piano_oltre.ritmo or piano_oltre.traccia else []:
             nota(testo)
@@ -2412,7 +2412,7 @@ class Flusso:
         self.sock, self.scadenza = sock, scadenza  # --timeout's end (monotonic)
         self.stampi, self.tls = stampi_del_kernel(sock), hasattr(sock, "pending")
         self.inviata = 0.0  # perf_counter
-        self.richiesta, self.timeout = b"", 0.0  # Partenza: sent by the reader at the start
+        self.richiesta, self.timeout = b"", 0.0  # Partenza's
         self.status: Optional[int] = None
         self.blocchi: List[Tuple[float, bytes]] = []  # the body: (arrived at, bytes)
         # Reads not yet framed, flat (t, stamp or b"", bytes, ...): a tuple a read, at a thousand
@@ -2424,10 +2424,10 @@ class Flusso:
         self.finito = threading.Event()
         self._buffer, self._coda = b"", b""  # bytes not yet framed; the body's tail (_fatto)
         self._a_pezzi, self._mancano, self._pezzo = False, None, 0
-        self.solo_letture = False  # chunked and stamped by the kernel: _leggi's short way
+        self.solo_letture = False  # chunked, kernel stamps: _leggi's short way
 
     def letto(self, t: float, stampo: bytes, dati: bytes) -> bool:
-        """Framed now only before the headers or if not chunked; True: may end."""
+        """True: may end."""
         self.letture += (t, stampo, dati)
         if self.status is not None and self._a_pezzi:
             return forse_la_fine(dati)
@@ -2445,7 +2445,7 @@ class Flusso:
         return self.inquadra()
 
     def inquadra(self, scade: float = float("inf")) -> bool:
-        """Frame the kept reads (one at least) until `scade`; True: ended."""
+        """One read at least, until `scade`; True: ended."""
         letture, self.letture = self.letture, []
         for i in range(0, len(letture), 3):
             if i and time.perf_counter() >= scade:
@@ -2503,7 +2503,7 @@ class Flusso:
         return dopo
 
     def _togli_pezzi(self, dati: bytes) -> Tuple[bytes, bool]:
-        """The payload so far, and if it ended. By position: a late read brings dozens of chunks."""
+        """By position: a late read brings dozens of chunks."""
         buffer = self._buffer + dati if self._buffer else dati
         pos, carico_utile = 0, []
         while True:
@@ -2573,7 +2573,6 @@ class LettoreFlussi:
         self._svegliato = False  # a wake-up byte already sent
 
     def avvia(self) -> None:
-        """Before the clock, ready for the first read."""
         with self._lock:
             self._avvia()
 
@@ -2653,7 +2652,7 @@ class LettoreFlussi:
                 pronti = selettore.select(0.0 if da_chiudere else attesa)
                 for chiave, _ in pronti:
                     if chiave.data is None:
-                        with contextlib.suppress(OSError):  # BlockingIOError
+                        with contextlib.suppress(OSError):
                             sveglia[0].recv(4096)
                     else:
                         self._leggi(selettore, attivi, da_chiudere, chiave.data)
@@ -2677,7 +2676,6 @@ class LettoreFlussi:
                 s.close()
 
     def _un_passo(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso, passo) -> bool:
-        """False (the stream ended) if `passo` raised."""
         try:
             passo(flusso)
             return True
@@ -2688,7 +2686,6 @@ class LettoreFlussi:
         return False
 
     def _invia(self, flusso: Flusso) -> None:
-        """Its bytes in one call (the rest within the deadline)."""
         if self._client.annullato.is_set():  # Ctrl+C before the start
             raise NonInviata(NON_INVIATA)
         flusso.scadenza = time.monotonic() + flusso.timeout  # --timeout counts from the send
@@ -2705,7 +2702,7 @@ class LettoreFlussi:
         flusso.richiesta = b""
 
     def _leggi(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
-        """One read (TLS: till none is left decrypted); maybe ended: to da_chiudere."""
+        """TLS: till none is left decrypted."""
         if flusso.solo_letture:  # nearly every chunk's read, inline: at 50,000/s each call counts
             try:
                 dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
@@ -2737,7 +2734,6 @@ class LettoreFlussi:
             self._fine(selettore, attivi, flusso, exc)
 
     def _da_inquadrare(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
-        """Until framed (_chiudi): unread, free of its deadline."""
         self._togli(selettore, attivi, flusso)
         da_chiudere.append((flusso, self._chiudi(selettore, attivi, flusso)))
 
@@ -4204,7 +4200,7 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple
         parti += [elemento("circle", cx=a, cy=b, r=3, fill="white", stroke=colore) for a, b in p90]
         parti += [elemento("rect", titolo=f"{asse}={valore_punto(p, asse)}: primo token p50 {ttft:.3f} s",
                            x=px(p.throughput) - 3, y=py(ttft) - 3, width=6, height=6, fill=colore)
-                  for p, ttft in punti if ttft is not None]  # --stream: the first token's median, a small square
+                  for p, ttft in punti if ttft is not None]  # --stream
         for (p, _), (a, b) in zip(punti, medie):
             cifre = (f"{asse}={valore_punto(p, asse)}: {p.throughput:.1f} token/s, latenza media {p.latenza:.2f} s, "
                      f"p90 {fmt(p.latenza_p90, '.2f s')}, prove {len(p.intere)}")
@@ -4383,7 +4379,7 @@ class Capacita:
                  configurazione: Optional[Configurazione]):
         self.sessione, self.oltre = sessione, sessione.oltre
         self.client, self.info, self.configurazione = client, info, configurazione
-        self.punti: List[Tuple[float, List[Prova], bool]] = []  # (rate, its runs, whether it held)
+        self.punti: List[Tuple[float, List[Prova], bool]] = []  # (rate, its runs, held)
         self.etichetta = configurazione and configurazione.etichetta  # None: the server at --url
 
     def prove(self, ritmo: Optional[float] = None) -> List[Prova]:  # every point's runs, or one rate's
@@ -4407,7 +4403,7 @@ class Capacita:
             if cade is None:
                 ritmo *= 2
             elif tiene is None:
-                if ritmo / 2 * base.oltre.durata < 2:  # fewer than two requests a point: nothing left to measure
+                if ritmo / 2 * base.oltre.durata < 2:  # under two requests a point
                     break
                 ritmo /= 2
             else:
@@ -4673,7 +4669,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
     """The picture as a standalone SVG: a sweep's curves, then a panel per run."""
     sinistra, destra = ASSE_SVG
     pannelli, y = svg_curva(*curve, 10) if curve is not None else ([], 10)
-    viste, fonti, riempiti = set(), set(), False  # shown: phases, slots' sources, a context
+    viste, fonti, riempiti = set(), set(), False  # phases, slots' sources, a context
     for prova in prove:
         fine = fine_asse(prova.esecuzione)
         scala = (destra - sinistra) / fine
@@ -4850,7 +4846,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
     }
     if capacita:
         dati["capacita"] = list(capacita)
-    if len(prove) == 1:  # one run: vLLM's names at the top too, where a script written for vLLM looks
+    if len(prove) == 1:  # vLLM's names at the top too, where a script for vLLM looks
         dati.update(riassunto_vllm(prove[0], sorted({99, *percentili})))
     return json.dumps(dati, indent=2, ensure_ascii=False) + "\n"
 
@@ -4920,7 +4916,7 @@ def spiegazione(prova: Prova) -> List[str]:
     if attese:
         in_coda = attese_a_slot_pieni(ok, info.n_slot)
         aspettato = [r for r in ok if in_coda.get(r.indice, 0.0) > 0]
-        if prova.occupati_prima:  # its timings miss the others' work: the wait from the send says it
+        if prova.occupati_prima:  # its timings miss the others' work
             lenta = max(attese, key=attese.get)
             latenza = next(r.latenza for r in ok if r.indice == lenta)
             frasi.append(f"Il server aveva già altre richieste prima della prova, invisibili nei suoi tempi. Dall'invio "
@@ -4936,12 +4932,12 @@ def spiegazione(prova: Prova) -> List[str]:
             massima = max(attese.values())
             perche = ("il viaggio" if massima < VIAGGIO_MAX else "il server finiva un passo per gli altri slot")
             frasi.append(f"Nessuna richiesta ha aspettato uno slot: dall'invio al più {massima:.2f} s ({perche}).")
-    if non_inviate and not tetto:  # the cap full to the end: those never sent waited the whole run
+    if non_inviate and not tetto:  # the cap full to the end
         frasi.append(f"Il server ha visto meno carico di quello chiesto: il tetto di --parallele ({piano.parallele} in "
                      f"volo) è rimasto pieno fino alla fine di --durata. "
                      f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')}"
                      f". {maiuscola(chi_ha_frenato(prova))}.")
-    if tetto:  # a wait too: before the send, in the client
+    if tetto:
         peggiore = max(tetto, key=tetto.get)
         frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "
                      f"aspettato nel client un posto (tetto di --parallele: {piano.parallele} in volo). La req "
@@ -4967,7 +4963,7 @@ def spiegazione(prova: Prova) -> List[str]:
                             "--kv-unified (da qui non si vede)."
                       }[kv_saputa(prova)])
         misurate = [r for r in ok if r.token_prompt is not None and r.token is not None]
-        if misurate:  # one request's own prompt and answer: the maxima of two requests may not add up
+        if misurate:  # one request's: the maxima of two requests may not add up
             r = max(misurate, key=lambda r: r.token_prompt + r.token)
             frasi.append(f"La richiesta più lunga: {r.token_prompt} + {r.token} = {r.token_prompt + r.token} token di "
                          f"{info.n_ctx_slot}. Un prompt che non ci sta è rifiutato (HTTP 400), una risposta tagliata.")
@@ -4981,7 +4977,7 @@ def spiegazione(prova: Prova) -> List[str]:
                      "stesso momento" + (f". Le letture di requests_deferred in /metrics ne hanno viste al massimo "
                                          f"{s.coda_letta}: nessuna è caduta nel momento peggiore."
                                          if (s.coda_letta or 0) < s.picco_coda else " (requests_deferred)."))
-    if tagliata:  # the requests cut off are in no figure: no verdict on the queue's growth
+    if tagliata:
         perche = (f"il server ha smesso di rispondere a {e.server_andato[0]:.2f} s" if e.server_andato else
                   "è stata interrotta" + (f" a {e.interrotta_a:.2f} s" if e.interrotta_a is not None else ""))
         frasi.append(f"La prova si è fermata prima della fine ({perche}). Le richieste senza risposta non sono in "
@@ -5107,9 +5103,9 @@ class ServerAvviato:
         verbosita = [] if verbosa else ["-lv", "4"]
         self.argomenti = comando + configurazione.argomenti() + verbosita + [
             "--host", parti.hostname, "--port", str(parti.port or 80)]
-        self.chiavi = chiavi_api(comando)  # never shown: its echo and its log's tail say *** instead
+        self.chiavi = chiavi_api(comando)  # shown as ***
         self.url, self.attesa, self.stderr = url, attesa, stderr
-        self.log = None  # its stdout and stderr: a temporary file
+        self.log = None  # its stdout and stderr
         self.proc = None
 
     def __enter__(self) -> ServerAvviato:
@@ -5118,13 +5114,13 @@ class ServerAvviato:
         import tempfile
 
         client = Client(self.url, timeout_info=2.0)
-        with contextlib.suppress(ErroreRete):  # nothing there: the port is ours
+        with contextlib.suppress(ErroreRete):  # the port is free
             client.chiama("GET", "/health")
             raise ErroreUtente(f"su {self.url} risponde già un server: fermalo, o scegli un'altra porta con --url")
         mostrati = [(a, nascoste(a, self.chiavi)) for a in self.argomenti]  # masked before quoting: a quote moves no key
         print(f"avvio: {' '.join(shlex.quote(a) if m == a else m for a, m in mostrati)}", file=self.stderr, flush=True)
         if os.name == "posix":
-            # Its own session: the terminal's Ctrl+C reaches carico.py, which stops the server itself.
+            # Its own session: the terminal's Ctrl+C reaches carico.py, which stops the server.
             gruppo = dict(start_new_session=True, preexec_fn=muori_con_il_padre)
         else:
             gruppo = dict(creationflags=subprocess.CREATE_NEW_PROCESS_GROUP)
@@ -5147,7 +5143,7 @@ class ServerAvviato:
         """Raises if the server has exited (within `attesa` s)."""
         import subprocess
 
-        with contextlib.suppress(subprocess.TimeoutExpired):  # at 0 s: only whether it has exited
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(attesa)
         if self.proc.returncode is not None:
             raise ErroreUtente(f"{quando} {uscita(self.proc.returncode)}; ultime righe del suo log:\n{self.coda_log()}")
@@ -5163,7 +5159,7 @@ class ServerAvviato:
     def __exit__(self, *exc) -> None:
         import subprocess
 
-        with segnali() as notati:  # a Ctrl+C now waits for the server to stop, then stops the session
+        with segnali() as notati:  # a Ctrl+C waits for the server to stop
             if self.proc is not None and self.proc.poll() is None:
                 self.proc.terminate()
                 try:
@@ -5770,14 +5766,14 @@ def righe_conversazioni(prova: Prova) -> List[str]:
                  fmt(media([r.latenza for r in ok]), ".2f s"), fmt(media(primi), ".2f s")]
         righe.append(in_colonne(celle[:len(testa)], larghezze, "  "))
     for utente in range(utenti):
-        suoi = [r for r in e.risultati if oltre(r).conversazione == utente]  # the user's turns that ended
+        suoi = [r for r in e.risultati if oltre(r).conversazione == utente]
         if suoi and not suoi[-1].riuscita:
             ultimo = suoi[-1]
             perche = PERCHE_FINITO.get(contesto_finito(ultimo), "è fallito")
             righe.append(f"  utente {utente}: fermo al turno {oltre(ultimo).turno}, {perche}: {ultimo.errore}")
         troncati = [r for r in suoi if r.riuscita and r.finish_reason == "length" and r.token is not None
                     and r.token < prova.piano.max_token]
-        for r in troncati:  # "length" before --token: the slot's context ended, when prompt and answer fill it
+        for r in troncati:  # "length" before --token: the slot's context ended
             pieno = tagliata_dal_contesto(r, prova)
             righe.append(f"  utente {utente}: al turno {oltre(r).turno} la risposta si è fermata a {r.token} token di "
                          f"{prova.piano.max_token}" + (": lo slot era pieno" if pieno else "") + " (finish_reason length)")
@@ -5899,8 +5895,8 @@ def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Option
             righe.append(f"      cache {nome} ({strati} strati): {mib:.2f} MiB, {celle} celle per flusso")
             if nome == "SWA" and globali and celle < 0.9 * globali:
                 ferme.append(f"con {nome_server} la cache SWA ({strati} strati) si ferma a {celle} celle")
-        if (c.np, c.kv_unificata) == (prima.np, prima.kv_unificata) and chiesto > n_ctx:  # the same server, only -c
-            in_piu = (g.kv_mib - d.kv_mib) * 1024 / (chiesto - n_ctx)  # KiB per token, between the two starts
+        if (c.np, c.kv_unificata) == (prima.np, prima.kv_unificata) and chiesto > n_ctx:  # only -c differs
+            in_piu = (g.kv_mib - d.kv_mib) * 1024 / (chiesto - n_ctx)  # KiB per token
             righe.append(f"      per token di contesto: {d.kv_mib * 1024 / n_ctx:.1f} KiB in media a -c {n_ctx}; ogni "
                          f"token in più fino a -c {chiesto} ne costa {in_piu:.1f} KiB (la differenza fra i due avvii)")
     if ferme:
