@@ -1848,12 +1848,12 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         rifiuta("--sistema va usato insieme a --turni: è il prompt di sistema delle conversazioni")
     if a.turni is not None and (len(a.parallele or []) > 1 or len(a.token) > 1):
         rifiuta("--turni prova una conversazione per utente: --parallele e --token vogliono un valore solo")
-    # Files read whole before any load: a bad one is a bad flag.
+    # Files read before any load: a bad one is a bad flag.
     testo = leggi_prompt_file(a.prompt_file, rifiuta) if a.prompt_file is not None else None
     piano_oltre = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
                              tetto_predefinito=a.ritmo is not None and a.parallele is None, turni=a.turni,
                              sistema=a.sistema, token_minimo=minimo)
-    if a.dataset is not None:  # all its requests, unless --richieste (from the top, again)
+    if a.dataset is not None:  # all its requests unless --richieste (from the top, again)
         dataset, formato = leggi_dataset(a.dataset, rifiuta)
         if dataset[0][2] is not None and (a.ritmo is not None or a.durata is not None):
             rifiuta(f"--dataset '{a.dataset}' ha i timestamp: è una traccia; "
@@ -1958,7 +1958,6 @@ class SessioneOltre(Sessione):
 
     @contextlib.contextmanager
     def server(self, configurazione: Optional[Configurazione]):
-        """--avvia: one -np's server; yields what it decided."""
         if configurazione is None:
             yield None
             return
@@ -1995,7 +1994,6 @@ class SessioneOltre(Sessione):
 
     def ripetute(self, client: Client, info: InfoServer, piano: Piano,
                  configurazione: Optional[Configurazione]) -> List[Prova]:
-        """--ripeti runs of `piano`, each on prompts this server was not sent."""
         prove = []
         for ripetizione in range(self.oltre.ripeti):
             if self.avviato is not None and self.avviato.log is not None:
@@ -2007,7 +2005,7 @@ class SessioneOltre(Sessione):
         return prove
 
     def log_della_prova(self) -> Optional[str]:
-        """--avvia: the server's log of the run (-lv 4: how it reused its cache)."""
+        """--avvia, at -lv 4: how the server reused its cache."""
         if self.avviato is None or self.avviato.log is None or self.avviato.proc.poll() is not None:
             return None
         with open(self.avviato.log.name, encoding="utf-8", errors="replace") as f:
@@ -2016,7 +2014,7 @@ class SessioneOltre(Sessione):
 
     def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
         client, info = super().collega()
-        c = configurazione  # a shared context: asked (4kv), or said by the server's log
+        c = configurazione  # a shared context: asked (4kv) or in the server's log
         kv = None if c is None else c.kv_unificata or (c.deciso.kv_unificata if c.deciso else None)
         return client, info._replace(kv_unificata=kv)
 
@@ -2075,7 +2073,7 @@ class SessioneOltre(Sessione):
             nota("/slots non dice quanti token tiene ogni slot (n_prompt_tokens): il contesto per slot è n/d")
 
     def alla_fine(self) -> None:
-        """The files, then the tables: even after an error or a stop, whole (Ctrl+C waits)."""
+        """Even after an error or a stop, whole (Ctrl+C waits)."""
         if self.prove:
             with segnali() as notati:
                 tabella_e_file(self)
@@ -2414,7 +2412,7 @@ class Flusso:
         self.inviata = 0.0  # perf_counter
         self.richiesta, self.timeout = b"", 0.0  # Partenza's
         self.status: Optional[int] = None
-        self.blocchi: List[Tuple[float, bytes]] = []  # the body: (arrived at, bytes)
+        self.blocchi: List[Tuple[float, bytes]] = []  # (arrived at, bytes)
         # Reads not yet framed, flat (t, stamp or b"", bytes, ...): a tuple a read, at a thousand
         # streams, wakes the garbage collector, whose passes stop all threads tens of ms
         self.letture: list = []
@@ -2461,7 +2459,7 @@ class Flusso:
         if not dati:
             if self.status is None:  # as http.client's
                 raise ConnectionResetError("connessione chiusa dal server prima della risposta")
-            return True  # a body without a length ends so; else cut short (leggi_flusso says so)
+            return True  # a body without a length; else cut short (leggi_flusso says so)
         if self.status is None:
             self._buffer += dati
             dati = self._testata()
@@ -2479,7 +2477,7 @@ class Flusso:
         return finito or self._fatto(dati)
 
     def _testata(self) -> bytes:
-        """Status and headers once all here (1xx skipped): the bytes after them."""
+        """Once all here (1xx skipped): the bytes after the headers."""
         while True:
             fine = self._buffer.find(b"\r\n\r\n")
             if fine < 0:
@@ -2537,7 +2535,7 @@ class Flusso:
         return b"".join(carico_utile), False
 
     def _fatto(self, dati: bytes) -> bool:
-        """A whole `data: [DONE]` line (the end, even kept open), in the last bytes (all: slow)."""
+        """A whole `data: [DONE]` line (the end, even kept open) in the last bytes: all is slow."""
         coda = self._coda + dati
         self._coda = coda[-16:]
         if b"[DONE]" not in coda:
@@ -2587,7 +2585,7 @@ class LettoreFlussi:
             self._sveglia[1].send(b"\0")
 
     def segui(self, flusso: Flusso, partenza: Optional[Partenza] = None) -> None:
-        """Read `flusso` to its end (`finito`); sent, or sent at the start (Partenza)."""
+        """Sent now or at the start (Partenza), read to its end (`finito`)."""
         with self._lock:
             if partenza is not None and not partenza.partita:
                 partenza.in_attesa.append(flusso)
@@ -2597,7 +2595,7 @@ class LettoreFlussi:
             self._avvia(sveglia=True)
 
     def parti(self, partenza: Partenza, t0: Optional[float]) -> None:
-        """The streams waiting for the start sent (none once the run is stopped)."""
+        """None sent once the run is stopped."""
         with self._lock:
             if partenza.partita:
                 return
@@ -2738,8 +2736,8 @@ class LettoreFlussi:
         da_chiudere.append((flusso, self._chiudi(selettore, attivi, flusso)))
 
     def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> Generator[None, None, bool]:
-        """Ended: parsed, its worker woken; else True: read on. A FETTA a next() (a read at
-        least): 4,000 tokens at once held the reader 50 ms."""
+        """True: not ended, read on. A FETTA a next() (a read at least): 4,000 tokens at once
+        held the reader 50 ms."""
         import selectors
 
         if flusso.finito.is_set():
@@ -4170,7 +4168,7 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
 
 
 def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple[List[str], int]:
-    """The capacity curves as SVG elements from height y, and the height below them."""
+    """From height y: the elements, and the height below them."""
     scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return [], y
@@ -4466,11 +4464,11 @@ class Capacita:
             return []
         prove = self.prove(tiene)
         n = richieste_di(prove)
-        quota, obiettivo = quota_slo(prove, self.oltre.slo), self.oltre.capacita / 100
-        rumore = 2 * (obiettivo * (1 - obiettivo) / n) ** 0.5 if n else 1.0
         if n < MIN_RICHIESTE_CAPACITA:
             return [f"incerta: a {tiene:.3g} req/s solo {quante(n, 'richiesta', 'richieste')} (meno di "
                     f"{MIN_RICHIESTE_CAPACITA}): allunga --durata"]
+        quota, obiettivo = quota_slo(prove, self.oltre.slo), self.oltre.capacita / 100
+        rumore = 2 * (obiettivo * (1 - obiettivo) / n) ** 0.5
         if quota - obiettivo < rumore:
             return [f"incerta: a {tiene:.3g} req/s il {quota:.0%} entro lo SLO, contro il {obiettivo:.0%} chiesto: "
                     f"una differenza dentro il rumore di {n} richieste (±{rumore:.0%}). Con --ripeti o una --durata "
@@ -4666,7 +4664,7 @@ def barre(tratti: List[Tratto], pieno: int, sinistra: int, scala: float, y: int,
 
 def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punto]]]]] = None,
         chiavi: Sequence[str] = ()) -> str:
-    """The picture as a standalone SVG: a sweep's curves, then a panel per run."""
+    """Standalone: a sweep's curves, then a panel per run."""
     sinistra, destra = ASSE_SVG
     pannelli, y = svg_curva(*curve, 10) if curve is not None else ([], 10)
     viste, fonti, riempiti = set(), set(), False  # phases, slots' sources, a context
@@ -4930,7 +4928,7 @@ def spiegazione(prova: Prova) -> List[str]:
                          f"latenza ({in_coda[r.indice] / r.latenza:.0%}).")
         elif not tetto and not non_inviate and not tagliata:
             massima = max(attese.values())
-            perche = ("il viaggio" if massima < VIAGGIO_MAX else "il server finiva un passo per gli altri slot")
+            perche = "il viaggio" if massima < VIAGGIO_MAX else "il server finiva un passo per gli altri slot"
             frasi.append(f"Nessuna richiesta ha aspettato uno slot: dall'invio al più {massima:.2f} s ({perche}).")
     if non_inviate and not tetto:  # the cap full to the end
         frasi.append(f"Il server ha visto meno carico di quello chiesto: il tetto di --parallele ({piano.parallele} in "
@@ -4963,7 +4961,7 @@ def spiegazione(prova: Prova) -> List[str]:
                             "--kv-unified (da qui non si vede)."
                       }[kv_saputa(prova)])
         misurate = [r for r in ok if r.token_prompt is not None and r.token is not None]
-        if misurate:  # one request's: the maxima of two requests may not add up
+        if misurate:  # one request's: two maxima may not add up
             r = max(misurate, key=lambda r: r.token_prompt + r.token)
             frasi.append(f"La richiesta più lunga: {r.token_prompt} + {r.token} = {r.token_prompt + r.token} token di "
                          f"{info.n_ctx_slot}. Un prompt che non ci sta è rifiutato (HTTP 400), una risposta tagliata.")
@@ -4983,11 +4981,9 @@ def spiegazione(prova: Prova) -> List[str]:
         frasi.append(f"La prova si è fermata prima della fine ({perche}). Le richieste senza risposta non sono in "
                      "nessuna cifra: il throughput è un limite inferiore. Sovraccarico e legge di Little non si giudicano.")
     else:
-        visto = sovraccarico(prova)
-        if visto:
+        if visto := sovraccarico(prova):
             frasi.append(maiuscola(frase_sovraccarico(visto)))
-        little = riga_little(prova)
-        if little:
+        if little := riga_little(prova):
             frasi.append(little + ".")
     m, dopo = prova.macchina, prova.macchina_dopo
     motivo, occupata_dopo = m and macchina_occupata(m), dopo and macchina_occupata(dopo)
@@ -5093,12 +5089,12 @@ class Configurazione(NamedTuple):
 
 
 class ServerAvviato:
-    """`COMMAND -np N --host H --port P`, started, waited for, always stopped on exit."""
+    """`COMMAND -np N --host H --port P`, always stopped on exit."""
 
     def __init__(self, comando: List[str], configurazione: Configurazione, url: str, attesa: float, stderr):
         parti = urllib.parse.urlsplit(url)
-        # -lv 4: this llama.cpp logs the KV cache it allocated only from verbosity 4 on. The cost,
-        # measured on b11434: about 30 log lines a request (7 at -lv 3), none per token.
+        # -lv 4: this llama.cpp logs the KV cache it allocated only from there. The cost, measured
+        # on b11434: about 30 log lines a request (7 at -lv 3), none per token.
         verbosa = {"-lv", "--log-verbosity", "-v", "--verbose"} & {p.split("=")[0] for p in comando}
         verbosita = [] if verbosa else ["-lv", "4"]
         self.argomenti = comando + configurazione.argomenti() + verbosita + [
@@ -5120,7 +5116,7 @@ class ServerAvviato:
         mostrati = [(a, nascoste(a, self.chiavi)) for a in self.argomenti]  # masked before quoting: a quote moves no key
         print(f"avvio: {' '.join(shlex.quote(a) if m == a else m for a, m in mostrati)}", file=self.stderr, flush=True)
         if os.name == "posix":
-            # Its own session: the terminal's Ctrl+C reaches carico.py, which stops the server.
+            # Its own session: Ctrl+C reaches carico.py, which stops the server.
             gruppo = dict(start_new_session=True, preexec_fn=muori_con_il_padre)
         else:
             gruppo = dict(creationflags=subprocess.CREATE_NEW_PROCESS_GROUP)
@@ -5777,8 +5773,7 @@ def righe_conversazioni(prova: Prova) -> List[str]:
             pieno = tagliata_dal_contesto(r, prova)
             righe.append(f"  utente {utente}: al turno {oltre(r).turno} la risposta si è fermata a {r.token} token di "
                          f"{prova.piano.max_token}" + (": lo slot era pieno" if pieno else "") + " (finish_reason length)")
-    ereditata = cache_ereditata(prova)
-    if ereditata:
+    if ereditata := cache_ereditata(prova):
         righe.append(f"  al turno 1 {quante(len(ereditata), 'richiesta ha', 'richieste hanno')} preso dalla cache "
                      f"{da_a([r.token_cache for r in ereditata])} token prima che questa prova avesse una "
                      "risposta. Vengono da una prova precedente sullo stesso server: quei turni ne escono più veloci. "
@@ -5871,7 +5866,7 @@ def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Conf
 
 def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Optional[Decisioni]]],
               perche_nd: str) -> List[str]:
-    """--spiega with --avvia: the RAM question, measured (SWA caches do not scale)."""
+    """The lab's RAM question, measured (SWA caches do not scale)."""
     d, chiesto = prima.deciso, CONVERSAZIONI_RAM * TOKEN_RAM
     n_ctx = None if d.n_ctx_slot is None else d.n_ctx_slot * (1 if d.kv_unificata else d.n_slot or 1)
     righe = [f"La domanda del lab: {CONVERSAZIONI_RAM} conversazioni da {TOKEN_RAM} token.",
@@ -5882,7 +5877,7 @@ def righe_ram(prima: Configurazione, misurate: List[Tuple[Configurazione, Option
         return righe + [f"  La cache KV: {nd}."]
     righe.append(f"  La cache KV, misurata: il server di questa sessione (-np {prima.etichetta}, -c {n_ctx}) ha allocato "
                  f"{d.kv_mib:.2f} MiB; avviato con -c {chiesto}:")
-    ferme = []  # the SWA caches that did not grow with the context
+    ferme = []  # SWA caches that did not grow
     for c, g in misurate:
         nome_server = " ".join(c.argomenti())
         if g is None or g.kv_mib is None:
