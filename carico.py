@@ -3813,11 +3813,11 @@ def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
     for prima, dopo, crescita in passi(punti, asse):
         if risalito_dopo(punti[punti.index(dopo):], asse):
             continue
-        guadagno = dopo.throughput / prima.throughput - 1
+        in_piu = dopo.throughput / prima.throughput - 1
         salita = diversi(prima.cifre("latenza_media"), dopo.cifre("latenza_media"))
         if salita is None:
             salita = dopo.latenza - prima.latenza > 0.1 * prima.latenza
-        if crescita >= PASSO_MINIMO and guadagno < 0.25 * (crescita - 1) and salita and dopo.latenza > prima.latenza:
+        if crescita >= PASSO_MINIMO and in_piu < 0.25 * (crescita - 1) and salita and dopo.latenza > prima.latenza:
             return prima, dopo
     return None
 
