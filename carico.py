@@ -3454,7 +3454,7 @@ def tabella_md(testa: List[str], righe: List[List[str]]) -> List[str]:
 
 
 def in_colonne(celle: Sequence[str], larghezze: Sequence[int], tra: str = "") -> str:
-    """A line of a text table, two spaces in; a negative width aligns left; cells past the widths as they are."""
+    """Two spaces in; a negative width aligns left; cells past the widths as they are."""
     allineate = [f"{c:>{n}}" if n >= 0 else f"{c:<{-n}}" for c, n in zip(celle, larghezze)]
     return "  " + tra.join(allineate + list(celle[len(larghezze):]))
 
@@ -3466,8 +3466,7 @@ def riga_breve(prova: Prova, ripetizione: int, ripeti: int) -> str:
 
 
 def righe_ripetute(prove: List[Prova]) -> List[str]:
-    """--ripeti: per figure the mean of the whole runs with its 95% interval (the lab's "repeat and average",
-    the noise measured), the spread, min-max; "latenza max" the mean of the maxima, as the table's."""
+    """--ripeti: per figure the whole runs' mean, 95% interval, spread, min-max."""
     cifre = (("latenza media", "s", "latenza_media"), ("latenza max (media dei massimi)", "s", "latenza_max"),
              ("throughput aggregato", "token/s", "throughput"))
     intere, escluse = [p for p in prove if not p.esecuzione.interruzione], anomale(prove)
@@ -3486,18 +3485,17 @@ def righe_ripetute(prove: List[Prova]) -> List[str]:
     return righe
 
 
-INTERROTTA = " (interrotta)"  # beside a run cut short, in every table: its figures miss the requests that did not end
+INTERROTTA = " (interrotta)"  # beside a run cut short, in every table
 
 
 def etichetta_np(prova: Prova) -> Optional[str]:
-    """A run's np as tables and files label it: as --avvia started it (`4 kv`, `auto`), else the slots."""
+    """As --avvia started it (`4 kv`, `auto`), else the slots."""
     if prova.configurazione is not None:
         return prova.configurazione.etichetta
     return None if prova.info.n_slot is None else str(prova.info.n_slot)
 
 
 def riga_tabella(punto: Punto, dopo_np: str) -> List[str]:
-    """A row of the deliverable's table: np (`dopo_np` beside it), one run's figures or its runs' mean."""
     prova = punto.prove[0]
     c = prova.configurazione
     np = fmt(etichetta_np(prova), "s")
@@ -3507,14 +3505,12 @@ def riga_tabella(punto: Punto, dopo_np: str) -> List[str]:
 
 
 def con_tagliate(punto: Punto) -> str:
-    """Beside a point's throughput: how many of its answers the slot's context cut."""
     n = sum(len(tagliate_dal_contesto(p)) for p in punto.intere)
     return f" ({n} tagliate dal contesto)" if n else ""
 
 
 def tabella_consegnato(prove: List[Prova]) -> List[str]:
-    """The deliverable's table: a row per run, then each point's mean; with --avvia, the log's KV cache."""
-
+    """A row per run, then each point's mean; with --avvia, the log's KV cache."""
     kv = ["KV MiB"] if any(p.configurazione for p in prove) else []
     righe = []
     for punto in punti_di(prove):
@@ -3527,20 +3523,19 @@ def tabella_consegnato(prove: List[Prova]) -> List[str]:
 
 
 # Sweeps: lists of values, the table, the capacity curve #######################################
-# `--parallele 1,2,4`, `--token 32,128`, `--ritmo 0.5,1,2`, `--np 1,2,4`: a run per combination (and
-# --ripeti of each), one table, and the curve of aggregate throughput against latency.
+# `--parallele 1,2,4`, `--np 1,2,4`...: a run per combination (and --ripeti), one table, one curve.
 
 MAX_PUNTI = 100  # a grid larger than this needs --forza
-VARIABILI = ("parallele", "token", "ritmo", "prompt", "prefisso")  # the flags that take a list, in the order they nest
-ASSI = ("ritmo", "parallele", "token", "prompt", "prefisso", "np")  # which of the varied values is the curve's, first found
-ASSI_DI_CARICO = ("ritmo", "parallele")  # the load: only along these can the server saturate
-PASSO_MINIMO = 1.1  # a load that grew by less than 10% is the same load, not a step
+VARIABILI = ("parallele", "token", "ritmo", "prompt", "prefisso")  # the lists, as they nest
+ASSI = ("ritmo", "parallele", "token", "prompt", "prefisso", "np")  # the curve's: first that varied
+ASSI_DI_CARICO = ("ritmo", "parallele")  # only along these can the server saturate
+PASSO_MINIMO = 1.1  # a load grown by under 10% is the same load, not a step
 
 
 def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo: Optional[List[float]],
             seme: Optional[int], prompt: Optional[List[Tuple[int, int]]] = None,
             prefisso: Optional[List[int]] = None) -> List[Piano]:
-    """A plan per combination, the last flag fastest; Poisson without --seme: a seed drawn, printed, saved."""
+    """The last flag fastest; Poisson without --seme: a seed drawn, printed, saved."""
     if ritmo is not None and seme is None and base.oltre.arrivi == "poisson":
         import random
 
@@ -3557,7 +3552,6 @@ def valore_di(chiave: str, piano: Piano, configurazione: Optional[Configurazione
 
 
 def valore_numerico(chiave: str, piano: Piano):
-    """A plan's value of a flag that takes a list (--prompt-token's: of single lengths)."""
     piano_oltre = oltre(piano)
     return {"parallele": piano.parallele, "token": piano.max_token, "ritmo": piano_oltre.ritmo,
             "prompt": piano_oltre.prompt_token and piano_oltre.prompt_token[0], "prefisso": piano_oltre.prefisso}[chiave]
@@ -3572,7 +3566,7 @@ def chiavi_griglia(sessione: Sessione) -> List[str]:
 
 
 class Punto:
-    """One point of a sweep: the runs (--ripeti) of one load on one server, combined."""
+    """The runs (--ripeti) of one load on one server, combined."""
 
     def __init__(self, prove: List[Prova]):
         self.prove = prove
@@ -3581,7 +3575,7 @@ class Punto:
 
     @property
     def intere(self) -> List[Prova]:
-        """Its runs not cut short nor `anomale`: its figures'. Once: a run's summary is computed anew."""
+        """Its runs not cut short nor `anomale`. Cached: a run's summary is computed anew."""
         if self._intere is None:
             escluse = [id(p) for p, _ in anomale(self.prove)] if len(self.prove) > 1 else []
             self._intere = [p for p in self.prove if not p.esecuzione.interruzione and id(p) not in escluse] or self.prove
@@ -3612,7 +3606,6 @@ class Punto:
 
     @property
     def latenza_max(self) -> Optional[float]:
-        """The mean of its runs' maxima: "latenza max" in every line."""
         return media(self.cifre("latenza_max"))
 
     @property
@@ -3629,7 +3622,7 @@ class Punto:
 
     @property
     def velocita_prompt(self) -> Optional[float]:
-        """The server's mean speed on a prompt (t/s): tokens computed (not cached) over prompt_ms."""
+        """Tokens computed (not cached) over prompt_ms, t/s."""
         return media([(r.token_prompt - (r.token_cache or 0)) / (r.prompt_ms / 1000) for r in self.riuscite
                       if r.token_prompt is not None and r.prompt_ms])
 
@@ -3650,7 +3643,7 @@ class Punto:
         return media(self.valori(invii_al_secondo))
 
     def carico(self, asse: str) -> Optional[float]:
-        """The load it put on the server: requests really in flight together, or really sent a second."""
+        """Requests really in flight together, or really sent a second."""
         piano = self.prove[0].piano
         if asse == "parallele":
             return min(piano.parallele, piano.richieste) if piano.richieste else piano.parallele
@@ -3660,8 +3653,8 @@ class Punto:
 
 
 def anomale(prove: List[Prova]) -> List[Tuple[Prova, float]]:
-    """--ripeti: each whole run under half the median throughput of the point's other whole runs (a load
-    beside the server?), with that median. Only with two others: of two runs apart, either may be odd."""
+    """Each whole run under half the others' median throughput, with that median. Only with two
+    others: of two runs apart, either may be odd."""
     import statistics
 
     valori = [(p, p.riepilogo.throughput) for p in prove if not p.esecuzione.interruzione]
@@ -3672,8 +3665,7 @@ def anomale(prove: List[Prova]) -> List[Tuple[Prova, float]]:
 
 
 def frase_esclusa(prove: List[Prova], prova: Prova, mediana: float) -> str:
-    """Why a run of `anomale` is out; its speed in a slot, not its spread (a quiet run's differ too)."""
-
+    """Its speed in a slot, not its spread (a quiet run's differ too)."""
     altre = [r for q in prove if q is not prova and not q.esecuzione.interruzione for r in q.esecuzione.riuscite]
     dopo = prova.macchina_dopo
     macchina = ("" if dopo is None else f"; subito dopo CPU al {dopo.cpu_occupata:.0%}" if dopo.cpu_occupata is not None
@@ -3695,12 +3687,12 @@ def t_critico(gl: float) -> float:
 
 
 def ic95(valori: List[float]) -> Optional[float]:
-    """Half the 95% confidence interval of the mean (Student's t); None under two values: no noise measured."""
+    """Half the mean's 95% interval (Student's t); None under two values."""
     return t_critico(len(valori) - 1) * dispersione(valori) / len(valori) ** 0.5 if len(valori) > 1 else None
 
 
 def diversi(a: List[float], b: List[float]) -> Optional[bool]:
-    """Whether the means differ beyond their noise (Welch, 95%); None under two values: not measured."""
+    """Welch, 95%; None under two values."""
     if len(a) < 2 or len(b) < 2:
         return None
     t, gl = welch(a, b)
@@ -3708,7 +3700,6 @@ def diversi(a: List[float], b: List[float]) -> Optional[bool]:
 
 
 def punti_di(prove: List[Prova]) -> List[Punto]:
-
     gruppi: Dict[tuple, List[Prova]] = {}
     for p in prove:
         gruppi.setdefault((p.configurazione, p.piano), []).append(p)
@@ -3727,7 +3718,7 @@ PERCENTILI_GRIGLIA = (50, 90)  # a sweep's table, per streamed figure, unless --
 
 
 def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[Sequence[int]] = None) -> List[str]:
-    """The sweep's table: a column per flag that varied, then each point's figures (the mean of --ripeti)."""
+    """A column per flag that varied, then each point's figures (the mean of --ripeti)."""
     cache = "prefisso" in chiavi
     prefill = "prompt" in chiavi or cache
     testa = chiavi + ["n_ctx_slot"] * ("np" in chiavi) + ["throughput", "latenza media", "latenza p90", "latenza max"]
@@ -3781,7 +3772,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
 
 def serie(punti: List[Punto], chiavi: List[str],
           asse: Optional[str] = None) -> Tuple[str, List[Tuple[str, List[Punto]]]]:
-    """The axis (unless given, the first of ASSI that varied) and per curve its title and its points."""
+    """The axis and per curve its title and its points."""
     asse = asse or next(a for a in ASSI if a in chiavi)
     gruppi: Dict[str, List[Punto]] = {}
     for punto in punti:
@@ -3793,8 +3784,7 @@ def serie(punti: List[Punto], chiavi: List[str],
 
 
 def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]:
-    """Along a load axis, (before, after, load ratio) against the last point that was a step: a growth
-    under PASSO_MINIMO is no step, and the next point is compared with the same `before`."""
+    """(before, after, load ratio); `before` is the last point that grew by PASSO_MINIMO."""
     prima = None
     for punto in punti:
         if not punto.carico(asse) or not punto.throughput or punto.latenza is None:  # nothing to compare
@@ -3807,9 +3797,8 @@ def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]
 
 
 def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
-    """The first step (before, after) where the throughput gained under a quarter of the load's growth
-    (load x2, throughput under +25%) and the mean latency rose: beyond the repeats' noise (Welch, 95%),
-    else by over 10%; never one the throughput later climbed over (1, 2, 4, 8 peaking at 4: not at 2)."""
+    """The first step where the throughput gained under a quarter of the load's growth and the mean
+    latency rose (Welch 95%, else by 10%); never one the throughput later climbed over."""
     for prima, dopo, crescita in passi(punti, asse):
         if risalito_dopo(punti[punti.index(dopo):], asse):
             continue
@@ -3823,14 +3812,13 @@ def saturazione(punti: List[Punto], asse: str) -> Optional[Tuple[Punto, Punto]]:
 
 
 def risalito_dopo(punti: List[Punto], asse: str) -> bool:
-    """Whether a step gained a quarter of its load's growth or more, not within the repeats' noise."""
     return any(b.throughput / a.throughput - 1 >= 0.25 * (crescita - 1) and crescita >= PASSO_MINIMO
                and diversi(a.cifre("throughput"), b.cifre("throughput")) is not False
                for a, b, crescita in passi(punti, asse))
 
 
 def errore_standard(a: List[float], b: List[float]) -> Tuple[float, float]:
-    """The standard error of the difference of two means, and its Welch-Satterthwaite degrees of freedom."""
+    """Of the difference of two means, and its Welch-Satterthwaite degrees of freedom."""
     import statistics
 
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
@@ -3840,8 +3828,7 @@ def errore_standard(a: List[float], b: List[float]) -> Tuple[float, float]:
 
 
 def guadagno(asse: str, prima: Punto, dopo: Punto) -> Optional[Tuple[float, float, float]]:
-    """A step's throughput gain, half its 95% interval (Welch) and a quarter of the load's growth, in
-    token/s; None without two throughputs a point."""
+    """Throughput gain, half its 95% interval, a quarter of the load's growth (token/s); or None."""
     a, b = prima.cifre("throughput"), dopo.cifre("throughput")
     if len(a) < 2 or len(b) < 2:
         return None
@@ -3851,7 +3838,6 @@ def guadagno(asse: str, prima: Punto, dopo: Punto) -> Optional[Tuple[float, floa
 
 
 def dubbio_saturazione(asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
-    """Why the noise may have made this saturation, or None."""
     if len(prima.intere) < 2 or len(dopo.intere) < 2:
         return "una prova per punto: il rumore non è misurato, e un solo passo rumoroso basta a farla sembrare"
     misura = guadagno(asse, prima, dopo)
@@ -3865,7 +3851,6 @@ def dubbio_saturazione(asse: str, prima: Punto, dopo: Punto) -> Optional[str]:
 
 
 def stessi_carichi(punti: List[Punto], asse: str) -> List[str]:
-    """The points whose load did not really grow over the step before: said, not taken for a step."""
     frasi = []
     for prima, dopo, crescita in passi(punti, asse):
         if crescita < PASSO_MINIMO:
@@ -3884,8 +3869,7 @@ def indicativo(*punti: Punto) -> str:
 
 
 class Saturazione(NamedTuple):
-    """A curve's saturation: the step, why it is uncertain (None: it is not); `sovraccarico`: `dopo` is
-    the first rate the server fell behind (its queue grew), whatever the throughput did beyond it."""
+    """`dubbio` None: certain; `sovraccarico`: at `dopo` the server first fell behind."""
     prima: Optional[Punto]
     dopo: Punto
     dubbio: Optional[str]
@@ -3893,12 +3877,12 @@ class Saturazione(NamedTuple):
 
 
 def poche_per_una_coda(punto: Punto, asse: str) -> bool:
-    """Along --ritmo, a point whose runs sent too few requests to build a queue: no verdict rests on it."""
+    """Along --ritmo, too few requests to build a queue: no verdict rests on it."""
     return asse == "ritmo" and min(p.esecuzione.n_richieste for p in punto.intere) < MINIMO_SOVRACCARICO
 
 
 def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]:
-    """The one verdict lines, marks and explanation say; under --ritmo, no later than the first overload."""
+    """The one verdict lines, marks and explanation say; no later than the first overload."""
     misurati = [p for p in punti if p.throughput is not None and p.latenza is not None
                 and not poche_per_una_coda(p, asse)]
     satura = saturazione(misurati, asse)
@@ -3917,14 +3901,13 @@ def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]
 
 
 def punti_occupati(asse: str, *punti: Optional[Punto]) -> Optional[str]:
-    """The points (of a verdict) whose machine was busy around a run, as riga_occupata names them, or None."""
     nomi = [f"{asse}={valore_punto(p, asse)}" for p in punti
             if p is not None and any(map(occupata_intorno, p.intere))]
     return ", ".join(nomi) or None
 
 
 def senza_occupati(asse: str, verdetto: Saturazione) -> Saturazione:
-    """A busy end of the step leaves the verdict a doubt: no mark, and frase_saturazione concludes nothing."""
+    """A busy end of the step leaves the verdict a doubt."""
     dove = punti_occupati(asse, verdetto.prima, verdetto.dopo)
     return verdetto if dove is None else verdetto._replace(dubbio=nessun_verdetto(dove))
 
@@ -3934,7 +3917,6 @@ def nessun_verdetto(dove: str) -> str:
 
 
 def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
-    """The saturation, categorical only beyond the noise; else "forse", why, and what would settle it."""
     prima, dopo = verdetto.prima, verdetto.dopo
     dove = punti_occupati(asse, prima, dopo)
     if dove is not None:  # figures the output itself says do not count
@@ -3960,8 +3942,7 @@ def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
 
 
 def perche_satura(prima: Punto, dopo: Punto) -> str:
-    """Why `dopo` took no more than `prima`: each fact that holds. k slots sharing the cores divide one's
-    speed by k at most (batching makes it less, never more)."""
+    """k slots sharing the cores divide one's speed by k at most (batching: less, never more)."""
     attese, velocita = (prima.attesa_media, dopo.attesa_media), (prima.velocita_slot, dopo.velocita_slot)
     coda = (", e la coda è rimasta vuota" if dopo.picco_coda == 0 and prima.picco_coda in (0, None) else
             f", e la coda è arrivata a {fmt(dopo.picco_coda, 'd')} (prima {fmt(prima.picco_coda, 'd')})")
@@ -3994,7 +3975,6 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
 
 
 class Sovraccarico(NamedTuple):
-    """What the overload rule saw: req/s completed and sent, the first and last third's mean wait."""
     completate: float
     arrivate: float
     attesa_prima: float
@@ -4011,9 +3991,8 @@ MINIMO_SOVRACCARICO = 6  # answers a run needs to tell an overload: a first and 
 
 
 def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
-    """With arrivals in time: while sending, over 10% fewer completed than arrived, and the last third
-    waited for a slot longer than the first by more than a request's time in its slot (the queue grew)."""
-
+    """While sending, over 10% fewer completed than arrived, and the last third waited for a slot
+    longer than the first by more than a request's time in its slot."""
     e = prova.esecuzione
     if not oltre(prova.piano).al_tempo:
         return None
@@ -4045,7 +4024,7 @@ def frase_sovraccarico(visto: Sovraccarico) -> str:
 
 
 def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
-    """The lab's comparison: each -np's throughput over the smallest's; along --token, batching's gain."""
+    """Each -np's throughput over the smallest's; along --token, batching's gain."""
     if "np" not in chiavi:
         return []
     altre = [c for c in chiavi if c != "np"]
@@ -4089,7 +4068,6 @@ def occupata_intorno(prova: Prova) -> Optional[str]:
 
 
 def riga_occupata(punti: List[Punto], chiavi: List[str]) -> List[str]:
-    """The points whose machine was busy around a run: their figures may be the load's, not the server's."""
     occupati = {", ".join(f"{c}={valore_punto(p, c)}" for c in chiavi): motivo for p in punti for q in p.intere
                 for motivo in [occupata_intorno(q)] if motivo}
     if not occupati:
@@ -4219,7 +4197,6 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple
 
 
 def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> List[str]:
-    """--spiega on a sweep: where the load saturated and why, or what --token or np changed; the overloads."""
     frasi = []
     for titolo, punti in gruppi:
         dove = f" ({titolo})" if titolo else ""
@@ -4306,8 +4283,7 @@ def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
 
 
 def riga_little(prova: Prova) -> Optional[str]:
-    """Little's law, L = λ × W; in flight for the client against held by the server (--metrics), at the
-    same readings: "coincidono" only when the 95% interval is within one request."""
+    """L = λ × W; client against server (--metrics): "coincidono" only within one request."""
     import bisect
 
     e, s = prova.esecuzione, prova.riepilogo
@@ -4347,8 +4323,8 @@ def riga_little(prova: Prova) -> Optional[str]:
 
 
 def letture_in_fase(prova: Prova, tempi: List[float], inizi: List[float]) -> Optional[Tuple[float, float]]:
-    """Readings while sending phase-locked to --arrivi costanti: the mean resultant length of their phases
-    (1 all alike, about 1/√n spread) above 0.8. (Their mean delay after the last send, the period), or None."""
+    """Phase-locked to --arrivi costanti: their phases' mean resultant length (1 alike, ~1/√n
+    spread) over 0.8. (Their mean delay after the last send, the period), or None."""
     import bisect
     import math
 
