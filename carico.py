@@ -4221,8 +4221,9 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
         verdetto = verdetto_saturazione(misurati, asse)
         if verdetto is None:
             a, b = misurati[0], misurati[-1]
-            if punti_occupati(asse, *misurati):  # "fino a" rests on every point: none may be one the output discounts
-                frasi.append(f"Curva{dove}: {nessun_verdetto(punti_occupati(asse, *misurati))}.")
+            occupati = punti_occupati(asse, *misurati)
+            if occupati:  # "fino a" rests on every point: none may be one the output discounts
+                frasi.append(f"Curva{dove}: {nessun_verdetto(occupati)}.")
                 continue
             passati = [(x, y, c) for x, y, c in passi(misurati, asse) if c >= PASSO_MINIMO]
             piatti = [(x, y) for x, y, c in passati if y.throughput / x.throughput - 1 < 0.25 * (c - 1)]
