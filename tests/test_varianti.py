@@ -381,7 +381,7 @@ def test_un_token_reale_nd_e_nessun_crollo(llama):
     with urllib.request.urlopen(richiesta, timeout=60) as r:
         timings = json.loads(r.read())["timings"]
     assert timings["predicted_n"] == 1 and timings["predicted_per_second"] == 0, timings
-    rc, out, err = carico_cli_reale(server.url, "--token", "1,2", "--spiega")
+    rc, out, err = carico_cli_reale(server.url, "--token", "1,2", "--spiega", "--blocchi")  # each run's req lines
     assert rc == 0, out + err
     righe_un_token = [r for r in out.splitlines() if re.match(r"^  req \d+: .* 1 token ", r)]
     assert len(righe_un_token) == 4 and all(r.endswith("(n/d t/s nel proprio slot)") for r in righe_un_token), out
