@@ -4207,11 +4207,13 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
         if poche:  # the real reason, not noise: say it, and judge only on the points that could show a queue
             misurati = [p for p in misurati if not poche_per_una_coda(p, asse)]
             durata = -(-2 * MINIMO_SOVRACCARICO // min(valore_numerico(asse, p.prove[0].piano) for p in poche))
+            # one point left is enough when its queue grew: an overload is a verdict of its own
+            giudicabili = len(misurati) > 1 or bool(misurati and verdetto_saturazione(misurati, asse))
             frasi.append(f"Curva{dove}: a {asse}={', '.join(valore_punto(p, asse) for p in poche)} "
                          f"solo {da_a([q.esecuzione.n_richieste for p in poche for q in p.intere])} richieste a prova, troppo "
-                         "poche per vedere se la coda cresce. " + ("Nessun verdetto sulla saturazione" if len(misurati) < 2 else
-                                                           "Quei punti restano fuori dal verdetto") + f": usa --durata {durata:g} o più.")
-            if len(misurati) < 2:
+                         "poche per vedere se la coda cresce. " + ("Quei punti restano fuori dal verdetto" if giudicabili else
+                                                           "Nessun verdetto sulla saturazione") + f": usa --durata {durata:g} o più.")
+            if not giudicabili:
                 continue
         frasi += stessi_carichi(misurati, asse)
         if asse not in ASSI_DI_CARICO:
@@ -4221,9 +4223,9 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
         verdetto = verdetto_saturazione(misurati, asse)
         if verdetto is None:
             a, b = misurati[0], misurati[-1]
-            occupati = punti_occupati(asse, *misurati)
-            if occupati:  # "fino a" rests on every point: none may be one the output discounts
-                frasi.append(f"Curva{dove}: {nessun_verdetto(occupati)}.")
+            occupata_a = punti_occupati(asse, *misurati)
+            if occupata_a:  # "fino a" rests on every point: none may be one the output discounts
+                frasi.append(f"Curva{dove}: {nessun_verdetto(occupata_a)}.")
                 continue
             passati = [(x, y, c) for x, y, c in passi(misurati, asse) if c >= PASSO_MINIMO]
             piatti = [(x, y) for x, y, c in passati if y.throughput / x.throughput - 1 < 0.25 * (c - 1)]

@@ -352,3 +352,20 @@ def test_nessuno_sguardo_dopo_una_richiesta_fallita(fake, carica, monkeypatch, t
     rc, out, err = carica(server.url, "--richieste", "2", "--token", "32", "--timeout", timeout, *VELOCE)
     assert (rc == 0) == detto, out + err
     assert ("subito dopo la prova la macchina era occupata" in err) == detto, err
+
+
+def test_un_solo_punto_con_la_coda_che_cresce_basta():
+    """The next tour: `--ritmo 1,4 --durata 5` sent 3 requests at ritmo=1 and overloaded ritmo=4; the curve said
+    "Nessun verdetto sulla saturazione: usa --durata" and the next line the overload. FIRE: the point left is
+    enough when its queue grew, and the few are only left out of the verdict."""
+    from test_verdetti import prova_a_ritmo
+
+    punti = [Punto([prova(40, 1.0, ritmo=0.5, n=3)]), Punto([prova_a_ritmo([i / 2.5 for i in range(20)], 1.0, 2)])]
+    frasi = carico.spiegazione_griglia("ritmo", [("", punti)])
+    assert frasi[0].endswith("Quei punti restano fuori dal verdetto: usa --durata 24 o più."), frasi
+    assert frasi[1].startswith("Curva: saturazione entro ritmo=1 (inviate davvero 2.50 req/s)."), frasi
+    assert "Nessun verdetto" not in " ".join(frasi)
+    # SILENT: one point left whose queue did not grow is no verdict
+    calmo = [punti[0], Punto([prova_a_ritmo([i / 1.0 for i in range(20)], 1.0, 2)])]
+    assert carico.spiegazione_griglia("ritmo", [("", calmo)])[0].endswith(
+        "Nessun verdetto sulla saturazione: usa --durata 24 o più."), carico.spiegazione_griglia("ritmo", [("", calmo)])
