@@ -323,7 +323,7 @@ def prompt_esatti(ripetizioni):
                 durate.append(time.perf_counter() - inizio)
         finally:
             carico.tokenizza = originale
-        pezzi = carico.extra(piani[-1]).pezzi
+        pezzi = carico.oltre(piani[-1]).pezzi
         inizio = time.perf_counter()
         for i in range(1000):
             carico.taglia(pezzi, i, 1024)
