@@ -20,40 +20,24 @@ risposta.
 Oltre il lab: le opzioni dopo il gruppo "il lab" sono tutte facoltative e non
 cambiano le righe del lab (in fondo, qualche esempio).
 
-Codici di uscita: 0 tutto bene; 1 una richiesta fallita, un server che non
-c'è, che smette di rispondere o che non sa fare ciò che un'opzione chiede
-(--prompt-token, --prefisso, --sistema senza tokenizzatore), un file non
-scritto; 2 un'opzione sbagliata (anche un --modello che il server non elenca);
-3 con --turni, le conversazioni hanno esaurito il contesto e nient'altro è
-fallito; 130 Ctrl+C, 143 SIGTERM (quanto misurato è comunque stampato e
-salvato); 141 chi legge l'uscita la chiude prima (| head).
+Codici di uscita: 0 tutto bene; 1 una richiesta fallita, un server assente, che smette
+di rispondere o che non sa fare un'opzione (--prompt-token...), un file non scritto;
+2 un'opzione sbagliata; 3 --turni: contesto esaurito e nient'altro fallito; 130 Ctrl+C,
+143 SIGTERM (quanto misurato è stampato e salvato); 141 chi legge l'uscita la chiude (| head).
 """
 
 # How to read this file. First the lab, what a plain run executes, in the order its data flows:
-# 1. one request, 2. the /slots sampler, 3. the pool, 4. the summary and the report it prints,
-# 5. the records, 6. the report's lines, the peak from the server's timings, 7. main. Then what a
-# careful tool needs: a server still loading, HTTP, errors, signals, a busy machine, the notes after
-# a run, the flags checked. After the `# Oltre il lab` banner, each extra.
-# The seam: the extras keep their records in each lab record's `oltre` slot, which the lab never
-# reads, and fill parameters and Sessione hooks whose default is the lab's code; the chapter names
-# six things defined after the banner, each marked `seam` where it does: SessioneOltre (the extras'
-# flags), Diretta (the live line), info_da_props (no /slots), Sentinella (a server gone),
-# righe_server_andato (its report), ParserItaliano (argparse in Italian).
+# 1. one request, 2. the /slots sampler, 3. the pool, 4. the summary and the report, 5. one run in the
+# order it prints (Sessione), 6. the records, 7. the report's lines and the peak from the server's timings,
+# 8. main. Then what a careful tool needs (a server loading, HTTP, errors, signals, a busy machine, notes,
+# flags). After the `# Oltre il lab` banner, each extra. They reach the lab through parameters and Sessione
+# hooks whose default is the lab's code, keep their records in each record's `oltre` slot (the lab never
+# reads it), and six names marked `seam`: SessioneOltre, Diretta, info_da_props, Sentinella,
+# righe_server_andato, ParserItaliano.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import errno
-import itertools
-import json
-import os
-import signal
-import socket
-import sys
-import threading
-import time
-import urllib.parse
+import argparse, contextlib, errno, itertools, json, os, signal, socket, sys, threading, time, urllib.parse
 from typing import Dict, Generator, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 # Some modules are imported where they are used (http.client, concurrent.futures, statistics...):
@@ -83,7 +67,7 @@ TIMEOUT_RICHIESTA = 300.0  # one whole answer: it may wait in the server's queue
 ATTESA_PRONTO = 120.0  # how long to wait for a server that is still loading its model
 
 
-# 1. One request ################################################################################
+# 1. One request ###################################################################################
 
 def prompt_per(indice: int) -> str:
     """Request i's prompt: the lab's i-th; past the eighth, the same behind a number."""
@@ -133,7 +117,7 @@ def invia(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
         return fallita(client, indice, inizio, time.perf_counter() - t0, exc)
 
 
-# 2. The /slots sampler ########################################################################
+# 2. The /slots sampler ############################################################################
 
 def conta_occupati(dati) -> Optional[int]:
     """Busy slots in a /slots answer: `is_processing` true (this server), or `state` not 0 (older ones)."""
@@ -191,58 +175,50 @@ class Campionatore:
         return interpreta(risposta.corpo) if risposta.status == 200 else None
 
 
-# 3. The pool that fires the requests ###########################################################
+# 3. The pool that fires the requests ##############################################################
 
-def esegui_carico(client: Client, piano: Piano, info: InfoServer, osservatore=None, lancio=None,
-                  primo_prompt: int = 0) -> Esecuzione:
-    """Fire the requests (prompts from `primo_prompt` on), all at once to `parallele` workers, while /slots
-    is sampled; the clock starts at the first request. Ctrl+C, SIGTERM: those in flight closed, the rest not sent."""
+class Lancio:
+    """How the requests leave, the lab's way: all at once, `parallele` at a time (the extras': LancioOltre)."""
+    oltre = None  # what an extra's way measured beside the requests (Esecuzione.oltre)
+
+    def __init__(self, client: Client, piano: Piano, primo_prompt: int = 0):
+        self.client, self.piano = client, piano
+        self.domande = [domanda_chat(prompt_per(primo_prompt + i), piano) for i in range(piano.richieste)]
+
+    def prepara(self, esecutore, futuri: list) -> None:
+        """Before the clock: the workers started, so that it starts on threads that exist."""
+        avvia_i_lavoratori(esecutore, min(self.piano.parallele, len(self.domande)))
+
+    def lancia(self, futuri: list, esecutore, t0: float) -> None:
+        for i, domanda in enumerate(self.domande):  # all submitted now: the pool runs `parallele` at a time
+            futuri.append(esecutore.submit(invia, self.client, i, domanda, self.piano.timeout, t0))
+
+    def ferma(self) -> None:
+        """After the run, or a Ctrl+C before the clock: nothing left to stop."""
+
+
+def esegui_carico(client: Client, piano: Piano, info: InfoServer, osservatore=None, lancio=None) -> Esecuzione:
+    """Fire the requests while /slots is sampled; the clock starts at the first."""
     import concurrent.futures  # here, not at the top: see the note under the imports
-    domande = [] if lancio else [domanda_chat(prompt_per(primo_prompt + i), piano) for i in range(piano.richieste)]
+    lancio = lancio or Lancio(client, piano)
     futuri = []  # each request's future, in the order they were submitted
-    al_campione = osservatore.seguendo(futuri, piano) if osservatore else None
+    al_campione = osservatore.seguendo(futuri, piano) if osservatore else None  # on a terminal, the live line
     campionatore = Campionatore(client, piano.intervallo, info, al_campione=al_campione)
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
-    esecuzione_oltre = interruzione = t0 = None  # t0, the clock's start (a Ctrl+C before it: nothing measured)
-    client.sentinella.arma()  # from now on, refusals mean the server went away
-    try:
-        if lancio:  # seam: the extras' way (--stream, --ritmo...), class Lancio after the banner
-            lancio.prepara(esecutore, futuri)
-        else:
-            avvia_i_lavoratori(esecutore, min(piano.parallele, len(domande)))  # before the clock
-        t0 = time.perf_counter()
-        if lancio:
-            lancio.parti(t0)
+    with Chiusura(client, lancio, esecutore, campionatore, osservatore) as chiusura:  # Ctrl+C, SIGTERM: see there
+        lancio.prepara(esecutore, futuri)
+        t0 = chiusura.t0 = time.perf_counter()
         campionatore.avvia(t0)
-        for i, domanda in enumerate(domande):  # the lab: all submitted now, `parallele` at a time
-            futuri.append(esecutore.submit(invia, client, i, domanda, piano.timeout, t0))
-        if lancio:
-            esecuzione_oltre = lancio.lancia(futuri, esecutore, t0)
+        lancio.lancia(futuri, esecutore, t0)
         concurrent.futures.wait(futuri)
-    except Interruzione as exc:
-        interruzione = exc.codice
-        client.annulla()  # the requests in flight return at once, marked ANNULLATA
-    finally:
-        fermata = time.perf_counter()  # Ctrl+C, or every request done: what an interrupted run's report says
-        with segnali() as notati:  # a Ctrl+C now waits: the report must not be lost
-            if lancio:
-                lancio.ferma()
-            esecutore.shutdown(wait=True, cancel_futures=True)
-            campionatore.ferma()
-            if osservatore:
-                osservatore.cancella()
-            andato, _ = client.sentinella.andato, client.sentinella.arma(False)
-        interruzione = interruzione or next(iter(notati), None)
-    # What the interruption closed is not a measurement: keep only the requests that ended by themselves.
+    # What an interruption closed is not a measurement: keep only the requests that ended by themselves.
     finite = sorted((f.result() for f in futuri if not f.cancelled()), key=lambda r: r.indice)
-    n_richieste = piano.richieste if piano.richieste is not None else len(futuri)
     return Esecuzione([r for r in finite if r.errore not in (ANNULLATA, NON_INVIATA)], campionatore.campioni,
-                      n_richieste, interruzione, esecuzione_oltre, andato and (andato[0] - t0, andato[1]),
-                      fermata - t0 if interruzione and t0 is not None else None,
-                      sum(r.errore == ANNULLATA for r in finite))
+                      len(futuri) if piano.richieste is None else piano.richieste, oltre=lancio.oltre,
+                      lasciate=sum(r.errore == ANNULLATA for r in finite), **chiusura.esito)
 
 
-# 4. The summary, and the report it prints #####################################################
+# 4. The summary, and the report it prints #########################################################
 
 def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
     """Mean and max latency over the successful requests; total time from the first request (t = 0) to
@@ -294,7 +270,96 @@ def rapporto(prova: Prova, riga=None, s: Optional[Riepilogo] = None, parallele: 
     return righe + [""] + righe_riepilogo(s, e.n_richieste, parallele, prova.info) + riga_tagliate(prova)
 
 
-# 5. The records they pass #####################################################################
+# 5. One run, in the order it prints ###############################################################
+
+class Sessione:
+    """One invocation: ask the server, run, print what was measured whatever stops it; `codice()`: the exit."""
+
+    def __init__(self, piani: List[Piano], opzioni: Opzioni):
+        self.piani, self.opzioni = piani, opzioni  # the lab: one plan; a sweep: one per point
+        self.prove: List[Prova] = []
+        self.codice_errore = 0  # the exit code when something the user must fix stopped it, or a file was not written
+        self.arresto: Optional[int] = None  # stopped early: 130 (Ctrl+C), 143 (SIGTERM), 141 (stdout closed)
+
+    def prova(self, client: Client, info: InfoServer, piano: Piano, configurazione: object = None) -> Prova:
+        """One run, in the order it prints: the `server:` line (stdout), the load (on a terminal, the live line
+        on stderr), the report (stdout: a line per request, a blank line, the summary), its notes (stderr)."""
+        occupati_prima = guarda_il_server(client, info)  # the lab asks for a quiet machine: is it?
+        macchina = guarda_la_macchina(bool(occupati_prima))
+        self.stampa_server(info)
+        esecuzione = esegui_carico(client, piano, info, self.osservatore(client, info), self.lancio(client, piano))
+        prova = Prova(info, esecuzione, piano, configurazione, macchina, occupati_prima)
+        self.prove.append(prova)  # before printing: a closed stdout must not lose it
+        stampa_prova(self.rapporto(prova), self.note(prova))
+        prova = self.prove[-1] = guarda_dopo(prova)  # the machine again, just after
+        self.dopo_la_prova(prova)
+        if esecuzione.interruzione:  # Ctrl+C, SIGTERM: the session ends here (exit 130, 143)
+            raise Interruzione(esecuzione.interruzione)
+        if esecuzione.server_andato:  # exit 1
+            raise ServerAndato(f"il server {client.base} ha smesso di rispondere durante la prova: controlla che "
+                               "cosa l'ha fermato, riavvialo e ripeti la prova")
+        return prova
+
+    def esegui(self) -> int:
+        try:
+            self.corri()
+        except ErroreUtente as exc:
+            print(f"carico.py: errore: {exc}", file=sys.stderr)
+            self.codice_errore = exc.codice
+        except Interruzione as exc:  # the report of a run cut short says which requests did not end
+            self.arresto = exc.codice
+            print("carico.py: interrotto", file=sys.stderr)
+        except BrokenPipeError:  # the reader went away (| head): stop; the files are still written
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            self.arresto = 141
+        self.alla_fine()
+        return self.codice()
+
+    def corri(self) -> None:
+        self.prova(*self.collega(), self.piani[0])
+
+    def collega(self) -> Tuple[Client, InfoServer]:
+        client = Client(self.opzioni.url, self.opzioni.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
+        info = interroga_server(client, self.opzioni.attesa_pronto, sys.stderr, self.con_props)
+        for avviso in info.avvisi:
+            nota(avviso)
+        return client, info
+
+    def codice(self) -> int:
+        """0: every request answered; 1: one failed, or no server, or a file not written; 128 + a signal (2, 3: below)."""
+        fallite = [r for p in self.prove for r in p.esecuzione.risultati if not r.riuscita]
+        return self.arresto or self.codice_errore or (self.codice_fallite(fallite) if fallite else 0)
+
+    # The hooks: what the lab does at these points; a session with extras does more.
+    con_props = False  # /props asked even when /slots answers (--json keeps it)
+
+    def osservatore(self, client: Client, info: InfoServer):
+        """Who watches a run while it lasts: on a terminal, the live line (seam: class Diretta, after the banner)."""
+        return Diretta(sys.stderr, info.n_slot, client.sentinella) if sys.stderr.isatty() else None
+
+    def lancio(self, client: Client, piano: Piano) -> Lancio:
+        return Lancio(client, piano)
+
+    def stampa_server(self, info: InfoServer) -> None:
+        print(riga_server(info), flush=True)
+
+    def rapporto(self, prova: Prova) -> List[str]:
+        return rapporto(prova)
+
+    def note(self, prova: Prova) -> List[str]:
+        return note(prova)
+
+    def dopo_la_prova(self, prova: Prova) -> None:
+        """After a run's lines: in the lab, nothing more."""
+
+    def alla_fine(self) -> None:
+        """After the runs, whatever stopped them: in the lab, nothing more."""
+
+    def codice_fallite(self, fallite: List[Risultato]) -> int:
+        return 1
+
+
+# 6. The records they pass #########################################################################
 # Piano (what to send) -> Risultato (one request) + Campione (one /slots reading) -> Esecuzione (the
 # run) -> Prova (the run and its server) -> Riepilogo (its summary). `oltre`: the extras' slot.
 
@@ -404,7 +469,7 @@ class Riepilogo(NamedTuple):
         return max((v for v in (self.coda_letta, self.coda_dai_tempi) if v is not None), default=None)
 
 
-# 6. The report's lines (pure: data -> lines), and the peak from the server's timings ##########
+# 7. The report's lines (pure: data -> lines), and the peak from the server's timings ##############
 
 def media(valori: List[float]) -> Optional[float]:
     return sum(valori) / len(valori) if valori else None
@@ -540,7 +605,7 @@ def cifre_completamento(dati) -> dict:
                 finish_reason=finish if isinstance(finish, str) else None)
 
 
-# 7. main #######################################################################################
+# 8. main ##########################################################################################
 
 class Opzioni(NamedTuple):
     url: str = "http://127.0.0.1:8080"
@@ -593,99 +658,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return (Sessione if opzioni.oltre is None else SessioneOltre)(piani, opzioni).esegui()  # seam: see above
 
 
-class Sessione:
-    """One invocation: ask the server, run, print what was measured whatever stops it; `codice()`: the exit."""
-
-    def __init__(self, piani: List[Piano], opzioni: Opzioni):
-        self.piani = piani  # the lab: one plan; a sweep: one per point
-        self.opzioni = opzioni
-        self.prove: List[Prova] = []
-        self.codice_errore = 0  # the exit code when something the user must fix stopped it, or a file was not written
-        self.arresto: Optional[int] = None  # stopped early: 130 (Ctrl+C), 143 (SIGTERM), 141 (stdout closed)
-
-    def esegui(self) -> int:
-        try:
-            self.corri()
-        except ErroreUtente as exc:
-            print(f"carico.py: errore: {exc}", file=sys.stderr)
-            self.codice_errore = exc.codice
-        except Interruzione as exc:  # the report of a run cut short says which requests did not end
-            self.arresto = exc.codice
-            print("carico.py: interrotto", file=sys.stderr)
-        except BrokenPipeError:  # the reader went away (| head): stop; the files are still written
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            self.arresto = 141
-        self.alla_fine()
-        return self.codice()
-
-    def corri(self) -> None:
-        self.prova(*self.collega(), self.piani[0])
-
-    def collega(self) -> Tuple[Client, InfoServer]:
-        client = Client(self.opzioni.url, self.opzioni.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
-        info = interroga_server(client, self.opzioni.attesa_pronto, sys.stderr, self.con_props)
-        for avviso in info.avvisi:
-            nota(avviso)
-        return client, info
-
-    def prova(self, client: Client, info: InfoServer, piano: Piano, configurazione: object = None) -> Prova:
-        """One run: look at the machine, write the `server:` line, fire the load, print the report."""
-        occupati_prima = guarda_il_server(client, info)
-        macchina = guarda_la_macchina(bool(occupati_prima))
-        self.stampa_server(info)  # step 5's first line
-        esecuzione = esegui_carico(client, piano, info, self.osservatore(client, info), self.lancio(client, piano))
-        prova = Prova(info, esecuzione, piano, configurazione, macchina, occupati_prima)
-        self.prove.append(prova)  # before printing: a closed stdout must not lose it
-        stampa_prova(self.rapporto(prova), self.note(prova))
-        # The look before cannot see what started after it. Not after a failed request: one the client gave up on
-        # (--timeout) may keep the server at work a few seconds, and the look would blame another load for it.
-        if not (esecuzione.interruzione or esecuzione.server_andato or prova.riepilogo.n_fallite):
-            prova = self.prove[-1] = prova._replace(macchina_dopo=osserva_macchina())
-            if macchina_occupata(prova.macchina_dopo) and not macchina_occupata(macchina):
-                nota(f"subito dopo la prova la macchina era occupata ({macchina_occupata(prova.macchina_dopo)}): forse "
-                     "anche durante, e le cifre possono esserne falsate")
-        self.dopo_la_prova(prova)
-        if esecuzione.interruzione:
-            raise Interruzione(esecuzione.interruzione)
-        if esecuzione.server_andato:  # the session ends: what was measured is saved (exit 1)
-            raise ServerAndato(f"il server {client.base} ha smesso di rispondere durante la prova: controlla che "
-                               "cosa l'ha fermato, riavvialo e ripeti la prova")
-        return prova
-
-    def codice(self) -> int:
-        """0: every request answered; 1: one failed, or no server, or a file not written; 128 + a signal (2, 3: below)."""
-        fallite = [r for p in self.prove for r in p.esecuzione.risultati if not r.riuscita]
-        return self.arresto or self.codice_errore or (self.codice_fallite(fallite) if fallite else 0)
-
-    # The hooks: what the lab does at these points; a session with extras does more.
-    con_props = False  # /props asked even when /slots answers (--json keeps it)
-
-    def osservatore(self, client: Client, info: InfoServer):
-        """Who watches a run while it lasts: on a terminal, the live line (seam: class Diretta, after the banner)."""
-        return Diretta(sys.stderr, info.n_slot, client.sentinella) if sys.stderr.isatty() else None
-
-    def lancio(self, client: Client, piano: Piano):
-        """How the requests leave: None, esegui_carico's own way."""
-
-    def stampa_server(self, info: InfoServer) -> None:
-        print(riga_server(info), flush=True)
-
-    def rapporto(self, prova: Prova) -> List[str]:
-        return rapporto(prova)
-
-    def note(self, prova: Prova) -> List[str]:
-        return note(prova)
-
-    def dopo_la_prova(self, prova: Prova) -> None:
-        """After a run's lines: in the lab, nothing more."""
-
-    def alla_fine(self) -> None:
-        """After the runs, whatever stopped them: in the lab, nothing more."""
-
-    def codice_fallite(self, fallite: List[Risultato]) -> int:
-        return 1
-
-
 # What a careful tool needs: a server still loading, HTTP with a deadline, errors, Ctrl+C... ####
 
 def aspetta_pronto(client: Client, attesa: float, stderr, avviato=None) -> None:
@@ -695,11 +667,9 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato=None) -> None:
     while True:
         if avviato is not None:
             avviato.controlla("il server si è fermato durante l'avvio")
-        zitto = None  # the first ask: a server that takes the connection and says nothing is said to the user
-        if avvisato is None and avviato is None:
-            zitto = threading.Timer(2.0, print, (f"il server {client.base} non risponde ancora: attendo fino a "
-                                                 f"{client.timeout_info:g} s...",), dict(file=stderr, flush=True))
-            zitto.daemon = True
+        zitto = threading.Timer(2.0, print, (f"il server {client.base} non risponde ancora: attendo fino a "
+                                             f"{client.timeout_info:g} s...",), dict(file=stderr, flush=True))
+        if avvisato is None and avviato is None:  # the first ask: a server that takes it and says nothing is said
             zitto.start()
         try:
             risposta = client.chiama("GET", "/health")
@@ -708,8 +678,7 @@ def aspetta_pronto(client: Client, attesa: float, stderr, avviato=None) -> None:
                 raise ErroreUtente(perche_non_risponde(client, exc)) from None
             risposta = None  # just started: not listening yet
         finally:
-            if zitto:
-                zitto.cancel()
+            zitto.cancel()
         if risposta is not None and risposta.status == 401:
             raise ErroreUtente(messaggio_chiave(client))
         passati = time.monotonic() - inizio
@@ -892,7 +861,6 @@ def con_tls(client: Client, sock: socket.socket, scadenza: float) -> socket.sock
     """https: TLS on a connected socket, with a few seconds for the handshake (plain http never answers it)."""
     if client.tls is None:
         import ssl
-
         client.tls = ssl.create_default_context()
     sock.settimeout(min(3.0, max(0.001, scadenza - time.monotonic())))
     cifrato = client.tls.wrap_socket(sock, server_hostname=client.host)  # the name, checked against the certificate
@@ -925,9 +893,7 @@ class ServerAndato(ErroreUtente):
 class Interruzione(BaseException):
     """Ctrl+C or SIGTERM: stop sending, report what was measured, exit 128 + the signal."""
 
-    def __init__(self, codice: int):
-        super().__init__(codice)
-        self.codice = codice
+    codice = property(lambda self: self.args[0])
 
 
 class ErroreRichiesta(Exception):
@@ -944,8 +910,7 @@ class NonInviata(ErroreRete):
 
 def descrivi_errore_rete(exc: Exception, timeout: float) -> str:
     """One Italian phrase for a failed exchange; never the exception's repr (no tracebacks)."""
-    import http.client
-    import ssl
+    import http.client, ssl
 
     frasi = ((socket.timeout, f"nessuna risposta entro {timeout:g} s"),
              (ConnectionRefusedError, "connessione rifiutata (nessun server in ascolto)"),
@@ -997,20 +962,12 @@ def fallita(client: Client, indice: int, inizio: float, fine: float, exc: Except
 
 def perche_non_risponde(client: Client, exc: ErroreRete) -> str:
     """Why a server at --url does not answer /health, and what to do (an https:// URL to plain http)."""
-    if client.https and risponde_in_chiaro(client):
-        return (f"su {client.base} risponde un server in http semplice, non in https: usa --url "
-                f"{client.base.replace('https://', 'http://', 1)}")
-    return (f"nessuna risposta dal server {client.base}: {exc}. "
-            "Avvia il server (llama serve ...) o correggi --url, poi riprova")
-
-
-def risponde_in_chiaro(client: Client) -> bool:
-    """Whether the host and port of an https:// URL answer /health in plain http."""
-    try:
-        Client(client.base.replace("https://", "http://", 1), timeout_info=2.0).chiama("GET", "/health")
-        return True
-    except ErroreRete:
-        return False
+    in_chiaro = client.base.replace("https://", "http://", 1)
+    if client.https:
+        with contextlib.suppress(ErroreRete):
+            Client(in_chiaro, timeout_info=2.0).chiama("GET", "/health")
+            return f"su {client.base} risponde un server in http semplice, non in https: usa --url {in_chiaro}"
+    return f"nessuna risposta dal server {client.base}: {exc}. Avvia il server (llama serve ...) o correggi --url, poi riprova"
 
 
 # A server that goes away (Sentinella watches for it) ##########################################
@@ -1049,6 +1006,37 @@ def segnali(gestore=None):
             signal.signal(segnale, vecchio)
 
 
+class Chiusura:
+    """esegui_carico's guard. Ctrl+C, SIGTERM: those in flight closed at once, the rest not sent. Whatever ends
+    the run, all it started stops with the signals held: the report is never lost."""
+
+    def __init__(self, client: Client, lancio: Lancio, esecutore, campionatore: Campionatore, osservatore=None):
+        self.client, self.da_fermare, self.osservatore = client, (lancio, esecutore, campionatore), osservatore
+        self.t0 = None  # the clock's start: a Ctrl+C before it, nothing measured
+
+    def __enter__(self) -> Chiusura:
+        self.client.sentinella.arma()  # from now on, refusals mean the server went away
+        return self
+
+    def __exit__(self, _tipo, exc, _traccia) -> bool:
+        codice = exc.codice if isinstance(exc, Interruzione) else None
+        if codice:
+            self.client.annulla()  # the requests in flight return at once, marked ANNULLATA
+        fermata = time.perf_counter()  # Ctrl+C, or every request done: what an interrupted run's report says
+        lancio, esecutore, campionatore = self.da_fermare
+        with segnali() as notati:  # a Ctrl+C now waits
+            lancio.ferma()
+            esecutore.shutdown(wait=True, cancel_futures=True)
+            campionatore.ferma()
+            if self.osservatore:
+                self.osservatore.cancella()
+            andato, _ = self.client.sentinella.andato, self.client.sentinella.arma(False)
+        codice, t0 = codice or next(iter(notati), None), self.t0
+        self.esito = dict(interruzione=codice, interrotta_a=fermata - t0 if codice and t0 is not None else None,
+                          server_andato=(andato[0] - t0, andato[1]) if andato and t0 is not None else None)
+        return isinstance(exc, Interruzione)
+
+
 # /metrics: the server's own queue (llama serve --metrics) #####################################
 
 def richieste_in_coda(corpo: bytes) -> Optional[int]:
@@ -1058,13 +1046,9 @@ def richieste_in_coda(corpo: bytes) -> Optional[int]:
 
 def leggi_metrica(testo: str, nome: str) -> Optional[float]:
     """`llamacpp:<nome> <value>` from /metrics' Prometheus text (values may look like 1.23457e+07)."""
-    for riga in testo.splitlines():
-        parti = riga.split()
-        if len(parti) == 2 and parti[0] == f"llamacpp:{nome}":
-            try:
-                return float(parti[1])
-            except ValueError:
-                return None
+    righe = [riga.split() for riga in testo.splitlines()]
+    with contextlib.suppress(ValueError, StopIteration):
+        return float(next(parti[1] for parti in righe if len(parti) == 2 and parti[0] == f"llamacpp:{nome}"))
     return None
 
 
@@ -1104,8 +1088,8 @@ def guarda_il_server(client: Client, info: InfoServer) -> Optional[int]:
         in_coda = richieste_in_coda(metriche.corpo) if metriche and metriche.status == 200 else None
         coda = f" e {quante(in_coda, 'richiesta', 'richieste')} in coda" if in_coda else ""
         print(f"carico.py: attenzione: il server sta già lavorando ({occupati} slot su {fmt(info.n_slot, 'd')} "
-              f"occupati{coda} prima della prova): le cifre saranno falsate. Sono richieste di una prova interrotta "
-              "o di un altro client: aspetta che finiscano (o riavvia il server) e ripeti", file=sys.stderr, flush=True)
+              f"occupati{coda} prima della prova): le cifre saranno falsate. Aspetta che finiscano (o riavvia il "
+              "server) e ripeti", file=sys.stderr, flush=True)
     return occupati
 
 
@@ -1121,6 +1105,19 @@ def osserva_macchina(sguardo: Optional[float] = None) -> Macchina:
         if dopo is not None and dopo[1] > prima[1]:
             occupata = (dopo[0] - prima[0]) / (dopo[1] - prima[1])
     return Macchina(os.cpu_count() or 1, carico_medio, occupata)
+
+
+def guarda_dopo(prova: Prova) -> Prova:
+    """The look before cannot see what started after it. Not after a failed request: the server may work a few
+    seconds on one the client gave up on (--timeout), and the look would blame another load."""
+    e = prova.esecuzione
+    if e.interruzione or e.server_andato or prova.riepilogo.n_fallite:
+        return prova
+    prova = prova._replace(macchina_dopo=osserva_macchina())
+    if macchina_occupata(prova.macchina_dopo) and not macchina_occupata(prova.macchina):
+        nota(f"subito dopo la prova la macchina era occupata ({macchina_occupata(prova.macchina_dopo)}): forse "
+             "anche durante, e le cifre possono esserne falsate")
+    return prova
 
 
 def tempi_cpu() -> Optional[Tuple[int, int]]:
@@ -1143,9 +1140,9 @@ def macchina_occupata(m: Macchina) -> Optional[str]:
     return None
 
 
-# What the run's figures mean: notes on stderr after every run, with or without extras ###########
-# Three things change what the lab's figures mean, and its lines cannot show them: a peak nobody could see,
-# requests that stopped before --token (the model said it was done), prompt tokens the server took from a cache.
+# What the run's figures mean: notes on stderr after every run ##################################
+# What changes what the lab's figures mean, and its lines cannot show: a peak nobody could see, requests that
+# stopped before --token, prompt tokens taken from a cache, a buffer full, requests the server goes on with.
 
 def quante(n: int, una: str, molte: str) -> str:
     """A count with its word in the right number: quante(1, "richiesta", "richieste") is '1 richiesta'."""
@@ -1235,9 +1232,8 @@ def frase_fermate(prova: Prova, esatti: bool = False) -> str:
 def frase_vuote(prova: Prova, vuote: int) -> str:
     """The usual cause, a chat template: --esatti cannot mend it (and only llama.cpp honours ignore_eos)."""
     return (f"{vuote} risposte su {len(prova.esecuzione.riuscite)} hanno 0 token: il modello si ferma subito, e "
-            "questa prova non misura la generazione. Di solito il template di chat del server non va con il modello. "
-            "Prova una richiesta a mano (curl -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Ciao\"}]}' "
-            ".../v1/chat/completions) e guarda il testo. Il template viene dal GGUF o da --chat-template su llama.cpp, "
+            "questa prova non misura la generazione. Di solito il template di chat del server non va con il modello: "
+            "guarda il testo di una risposta. Il template viene dal GGUF o da --chat-template su llama.cpp, "
             "da --chat_format su llama-cpp-python" + (
                 ". Con --esatti (ignore_eos) llama.cpp genera comunque --token token, ma il testo resta sbagliato"
                 if prova.info.llama_cpp else ""))
@@ -1306,11 +1302,11 @@ def frase_kv_piena(prova: Prova) -> Optional[str]:
     piene = sum(1 for r in prova.esecuzione.risultati if contesto_finito(r) == "kv")
     buffer = f"dei suoi {prova.info.n_ctx_slot} token" if prova.info.n_ctx_slot else "del buffer"
     return (f"{quante(piene, 'richiesta è fallita', 'richieste sono fallite')} con HTTP 500 \"Context size has been "
-            f"exceeded.\": {PERCHE_FINITO['kv']}. Questo llama.cpp lo risponde solo con un buffer condiviso, "
-            f"quando le richieste in volo insieme chiedono più {buffer}. Falliscono tutte, nessuna aspetta in coda. "
-            "Il buffer basta se i prompt in volo insieme ci stanno con le risposte: meno richieste insieme "
-            "(--parallele, fino a una), prompt più corti o un -c più grande. Senza --kv-unified ogni slot ha solo -c "
-            "diviso -np token, e un prompt che non ci sta viene rifiutato (HTTP 400)") if piene else None
+            f"exceeded.\": {PERCHE_FINITO['kv']}. Questo llama.cpp lo risponde solo con un buffer condiviso, se "
+            f"le richieste in volo chiedono più {buffer}: falliscono tutte, nessuna in coda. Il buffer basta se i "
+            "prompt in volo insieme ci stanno con le risposte: meno richieste insieme (--parallele, fino a una), "
+            "prompt più corti o un -c più grande. Senza --kv-unified ogni slot ha -c diviso -np token: un prompt che "
+            "non ci sta viene rifiutato (HTTP 400)") if piene else None
 
 
 # The lab's flags, checked ######################################################################
@@ -1724,8 +1720,9 @@ def invia_oltre(client: Client, indice: int, domanda: dict, timeout: float, t0: 
         return fallita(client, indice, inizio, time.perf_counter() - t0, exc)
 
 
-class Lancio:
-    """`lancio`: all at once (`domande`, else from `primo_prompt`), or a lanciatore."""
+class LancioOltre(Lancio):
+    """The extras' ways: all at once (`domande`, else from `primo_prompt`), streams made ready before the clock,
+    or a lanciatore (--ritmo, --durata, --turni, --traccia)."""
 
     def __init__(self, client: Client, piano: Piano, primo_prompt: int = 0, domande: Optional[List[dict]] = None):
         self.client, self.piano = client, piano
@@ -1741,16 +1738,13 @@ class Lancio:
             if self.partenza:
                 self.partenza.prepara(esecutore, self.domande, pronti, self.piano.timeout, futuri)
 
-    def parti(self, t0: float) -> None:
+    def lancia(self, futuri: list, esecutore, t0: float) -> None:
         if self.partenza:
             self.partenza.parti(t0)
-
-    def lancia(self, futuri: list, esecutore, t0: float) -> Optional[EsecuzioneOltre]:
         if self.lanciatore:
-            return self.lanciatore.lancia(futuri, esecutore, self.client, t0)
+            self.oltre = self.lanciatore.lancia(futuri, esecutore, self.client, t0)
         for i, domanda in enumerate(self.domande[len(futuri):], len(futuri)):
             futuri.append(esecutore.submit(invia_oltre, self.client, i, domanda, self.piano.timeout, t0))
-        return None
 
     def ferma(self) -> None:
         """After the run, or stopped before the clock; safe twice."""
@@ -2021,8 +2015,8 @@ class SessioneOltre(Sessione):
     def osservatore(self, client: Client, info: InfoServer) -> Osservatore:
         return Osservatore(None if self.oltre.silenzioso else super().osservatore(client, info))
 
-    def lancio(self, client: Client, piano: Piano) -> Lancio:
-        return Lancio(client, piano, self.inviate)
+    def lancio(self, client: Client, piano: Piano) -> LancioOltre:
+        return LancioOltre(client, piano, self.inviate)
 
     def stampa_server(self, info: InfoServer) -> None:
         if not (self.in_breve and self.prove and self.prove[-1].info is info):
@@ -3380,7 +3374,7 @@ def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
                for i in range(n)]
     # All sent at once, as the lab's are: a plan without extras, the requests already made with them.
     semplice = piano._replace(richieste=n, oltre=None)
-    esecuzione = esegui_carico(client, semplice, info, lancio=Lancio(client, semplice, domande=domande))
+    esecuzione = esegui_carico(client, semplice, info, lancio=LancioOltre(client, semplice, domande=domande))
     if esecuzione.interruzione:
         raise Interruzione(esecuzione.interruzione)
     fallite = [r for r in esecuzione.risultati if not r.riuscita]

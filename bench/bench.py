@@ -60,6 +60,11 @@ def riga(misura, valore, dettaglio, obiettivo):
     print(f"  {misura}: {valore}  ({dettaglio})  target {obiettivo}", flush=True)
 
 
+def dal_prompt(client, piano, info, primo):
+    """The lab's run in-process, its prompts from the `primo`-th on: no run reuses another's prompts."""
+    return carico.esegui_carico(client, piano, info, lancio=carico.Lancio(client, piano, primo))
+
+
 def esegui_carico_cli(*argomenti, memoria=False):
     """carico.py as a user runs it: (stdout, wall s, CPU s of that process), and its peak RSS in MB
     when `memoria`."""
@@ -94,7 +99,7 @@ def cpu_nel_lab(ripetizioni):
                 client = carico.Client(server.url)
                 il_server = info(client)
                 prima, inizio = cpu_processo(), time.perf_counter()
-                carico.esegui_carico(client, carico.Piano(4, 4, 32), il_server, primo_prompt=8)
+                dal_prompt(client, carico.Piano(4, 4, 32), il_server, 8)
                 quote_carico.append((cpu_processo() - prima) / (time.perf_counter() - inizio))
         riga(f"client CPU share of wall, whole process, -np {np}", f"{mediana(quote):.2%}",
              f"{mediana(cpu_ms):.0f} ms CPU in a {mediana(pareti):.2f} s run, start-up included; worst {max(quote):.2%}", "< 1%")
@@ -261,13 +266,13 @@ def esattezza(ripetizioni, prove_picco):
     with ServerReale(1) as server:
         client = carico.Client(server.url)
         for k in range(ripetizioni):  # one at a time: nothing queues, nothing competes
-            soli += scarti(carico.esegui_carico(client, carico.Piano(4, 1, 32), info(client), primo_prompt=4 * k))
+            soli += scarti(dal_prompt(client, carico.Piano(4, 1, 32), info(client), 4 * k))
     with ServerReale(4, ["--metrics"]) as server:
         client = carico.Client(server.url)
         thr_carico, thr_server = [], []
         for k in range(ripetizioni):
             prima = leggi_tokens(server.url)
-            esecuzione = carico.esegui_carico(client, carico.Piano(4, 4, 32), info(client), primo_prompt=4 * k)
+            esecuzione = dal_prompt(client, carico.Piano(4, 4, 32), info(client), 4 * k)
             dopo = leggi_tokens(server.url)
             s = carico.riassumi(esecuzione, 4)
             insieme += scarti(esecuzione)
@@ -290,7 +295,7 @@ def esattezza(ripetizioni, prove_picco):
         with ServerReale(np) as server:
             client = carico.Client(server.url)
             for k in range(prove_picco):
-                esecuzione = carico.esegui_carico(client, carico.Piano(4, 4, 32), info(client), primo_prompt=4 * k)
+                esecuzione = dal_prompt(client, carico.Piano(4, 4, 32), info(client), 4 * k)
                 tempi = [c.t for c in esecuzione.campioni]
                 periodi += [b - a for a, b in zip(tempi, tempi[1:])]
                 s = carico.riassumi(esecuzione, np)
