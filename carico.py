@@ -17,31 +17,24 @@ dei prompt (cache_prompt: false), così nessuna prova, neanche ripetuta, ne
 esce avvantaggiata; il "thinking" è spento, così i token generati sono tutti
 risposta.
 
-Oltre il lab: le opzioni dopo il gruppo "il lab" sono tutte facoltative e non
-cambiano le righe del lab (in fondo, qualche esempio).
-
 Codici di uscita: 0 tutto bene; 1 una richiesta fallita, un server assente, che smette
 di rispondere o che non sa fare un'opzione (--prompt-token...), un file non scritto;
 2 un'opzione sbagliata; 3 --turni: contesto esaurito e nient'altro fallito; 130 Ctrl+C,
 143 SIGTERM (quanto misurato è stampato e salvato); 141 chi legge l'uscita la chiude (| head).
 """
 
-# How to read this file. First the lab, what a plain run executes, in the order its data flows:
-# 1. one request, 2. the /slots sampler, 3. the pool, 4. the summary and the report, 5. one run in the
-# order it prints (Sessione), 6. the records, 7. the report's lines and the peak from the server's timings,
-# 8. main. Then what a careful tool needs (a server loading, HTTP, errors, signals, a busy machine, notes,
-# flags). After the `# Oltre il lab` banner, each extra. They reach the lab through parameters and Sessione
-# hooks whose default is the lab's code, keep their records in each record's `oltre` slot (the lab never
-# reads it), and six names marked `seam`: SessioneOltre, Diretta, info_da_props, Sentinella,
-# righe_server_andato, ParserItaliano.
+# How to read this file: first the lab, in the order its data flows: 1. one request, 2. the /slots
+# sampler, 3. the pool, 4. the summary and the report's lines, 5. one run in the order it prints, 6. the
+# records, 7. small formatters and the peak from the server's timings, 8. main; then what a careful tool
+# needs (HTTP, errors, signals, a busy machine, the notes, the flags). After the `# Oltre il lab` banner, the
+# extras: they fill parameters and Sessione hooks whose default is the lab's code, keep their records in
+# each record's `oltre` slot, and are named by the chapter only where a line says `seam` (six: SessioneOltre,
+# Diretta, info_da_props, Sentinella, righe_server_andato, ParserItaliano).
 
 from __future__ import annotations
 
 import argparse, contextlib, errno, itertools, json, os, signal, socket, sys, threading, time, urllib.parse
 from typing import Dict, Generator, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
-
-# Some modules are imported where they are used (http.client, concurrent.futures, statistics...):
-# `--help` and a bad flag answer at once, and a lab run never loads what only an extra needs.
 
 __version__ = "1.9.0"
 
@@ -60,11 +53,6 @@ PROMPTS = (
 
 CHAT = "/v1/chat/completions"
 ND = "n/d"  # what the lab's lines show for a figure that was not measured
-
-# Timeouts, in seconds. Every network call has one, so that nothing can hang the tool.
-TIMEOUT_INFO = 10.0  # /health, /slots, /props: the server answers them between two decode steps
-TIMEOUT_RICHIESTA = 300.0  # one whole answer: it may wait in the server's queue behind the others
-ATTESA_PRONTO = 120.0  # how long to wait for a server that is still loading its model
 
 
 # 1. One request ###################################################################################
@@ -88,11 +76,6 @@ def domanda_chat(prompt: str, piano: Piano) -> dict:
     }
 
 
-class Risposta(NamedTuple):
-    status: int
-    corpo: bytes
-
-
 def scambio_http(client: Client, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:
     """One HTTP exchange on its own connection, `dati` as the JSON body: status and body within `timeout`."""
     corpo = None if dati is None else json.dumps(dati).encode("utf-8")
@@ -109,10 +92,7 @@ def invia(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
         fine = time.perf_counter() - t0
         if risposta.status != 200:
             return Risultato(indice, inizio, fine, errore=descrivi_errore_http(risposta))
-        dati = leggi_json(risposta.corpo)
-        if dati is None:
-            raise ErroreRichiesta("risposta non JSON dal server")
-        return Risultato(indice, inizio, fine, **(cifre or cifre_completamento)(dati))
+        return Risultato(indice, inizio, fine, **(cifre or cifre_completamento)(leggi_json(risposta.corpo)))
     except Exception as exc:  # a worker never raises
         return fallita(client, indice, inizio, time.perf_counter() - t0, exc)
 
@@ -130,7 +110,7 @@ def conta_occupati(dati) -> Optional[int]:
 class Campionatore:
     """Reads /slots (and /metrics) every `intervallo` s in a thread, on a fixed schedule; a failure: a gap."""
 
-    def __init__(self, client: Client, intervallo: float, info: InfoServer, timer=time.perf_counter, al_campione=None):
+    def __init__(self, client: Client, intervallo: float, info: InfoServer, al_campione=None, timer=time.perf_counter):
         self.campioni: List[Campione] = []
         self._client, self._intervallo, self._timer, self._info = client, intervallo, timer, info
         self._al_campione, self._t0, self._stop = al_campione, 0.0, threading.Event()
@@ -155,7 +135,7 @@ class Campionatore:
                 self._leggi("/health", leggi_json)
             # The sample's time is when the answers arrived: what they say is the state then.
             campione = Campione(self._timer() - self._t0, conta_occupati(dati), in_coda)
-            if self._al_campione is not None:  # the live line (the extras add each slot's context)
+            if self._al_campione is not None:  # on a terminal, the live line (the extras add each slot's context)
                 campione = self._al_campione(campione, dati)
             if legge:
                 self.campioni.append(campione)
@@ -199,11 +179,10 @@ class Lancio:
 
 def esegui_carico(client: Client, piano: Piano, info: InfoServer, osservatore=None, lancio=None) -> Esecuzione:
     """Fire the requests while /slots is sampled; the clock starts at the first."""
-    import concurrent.futures  # here, not at the top: see the note under the imports
+    import concurrent.futures  # here: --help answers at once, and a run loads only what it uses
     lancio = lancio or Lancio(client, piano)
     futuri = []  # each request's future, in the order they were submitted
-    al_campione = osservatore.seguendo(futuri, piano) if osservatore else None  # on a terminal, the live line
-    campionatore = Campionatore(client, piano.intervallo, info, al_campione=al_campione)
+    campionatore = Campionatore(client, piano.intervallo, info, osservatore and osservatore.seguendo(futuri, piano))
     esecutore = concurrent.futures.ThreadPoolExecutor(max_workers=piano.parallele, thread_name_prefix="richiesta")
     with Chiusura(client, lancio, esecutore, campionatore, osservatore) as chiusura:  # Ctrl+C, SIGTERM: see there
         lancio.prepara(esecutore, futuri)
@@ -246,13 +225,6 @@ def riassumi(esecuzione: Esecuzione, n_slot: Optional[int] = None) -> Riepilogo:
                      interrotta_a=esecuzione.interrotta_a)
 
 
-def stampa_prova(righe: List[str], note: List[str]) -> None:
-    """Write a run's lines as it ends (its `server:` line went out at its start), then its notes on stderr."""
-    print("\n".join(righe), flush=True)
-    for testo in note:
-        nota(testo)
-
-
 def rapporto(prova: Prova, riga=None, s: Optional[Riepilogo] = None, parallele: Optional[str] = None) -> List[str]:
     """The lab's lines after `server:`: one per request, a blank line, the summary (the extras give `s`...)."""
     e, riga, s = prova.esecuzione, riga or riga_richiesta, s or prova.riepilogo
@@ -268,6 +240,38 @@ def rapporto(prova: Prova, riga=None, s: Optional[Riepilogo] = None, parallele: 
     if e.server_andato:  # seam: refused, unsent, why (righe_server_andato, after the banner)
         return righe + righe_server_andato(prova, larghezza, parallele, s)
     return righe + [""] + righe_riepilogo(s, e.n_richieste, parallele, prova.info) + riga_tagliate(prova)
+
+
+def riga_server(info: InfoServer) -> str:
+    return f"server: {fmt(info.n_slot, 'd')} slot, n_ctx per slot = {fmt(info.n_ctx_slot, 'd')}"
+
+
+def riga_richiesta(r: Risultato, larghezza: int = 1, stima: str = "") -> str:  # stima: --stream's ~
+    inizio_riga = f"  req {r.indice:>{larghezza}}: {r.latenza:6.2f} s"
+    if not r.riuscita:
+        return f"{inizio_riga}   errore: {r.errore}"
+    return f"{inizio_riga} {stima + fmt(r.token, 'd'):>4} token  ({fmt(r.tps, '.1f')} t/s nel proprio slot)"
+
+
+def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServer,
+                    perche_non_completate: str = "interrotto") -> List[str]:
+    """The summary: the sheet's three lines, the queue's peak where /metrics answers, then what did not succeed."""
+    stima = "~" if s.token_stimati and s.token is not None else ""  # --stream without usage: a token a chunk
+    righe = [
+        f"richieste={richieste} parallele={parallele} slot={fmt(info.n_slot, 'd')}"
+        f"  picco slot occupati insieme={fmt(s.picco, 'd')}",
+        f"tempo totale {fmt(s.tempo_totale, '.2f s')}{fino_a(s)}  |  latenza media {fmt(s.latenza_media, '.2f s')},"
+        f" max {fmt(s.latenza_max, '.2f s')}",
+        f"throughput aggregato {stima}{fmt(s.throughput, '.2f token/s')}  ({generati(s, stima)})",
+    ]
+    if info.metrics_disponibile:  # the sheet's variant: "what does llamacpp:requests_deferred say?"
+        fonte = "requests_deferred" if (s.coda_letta or 0) >= (s.coda_dai_tempi or 0) else "dai tempi del server"
+        righe.append(f"picco richieste in coda ({fonte})={fmt(s.picco_coda, 'd')}")
+    return righe + righe_non_riuscite(s, richieste, perche_non_completate)
+
+
+def nota(testo: str) -> None:
+    print(f"carico.py: nota: {testo}", file=sys.stderr, flush=True)
 
 
 # 5. One run, in the order it prints ###############################################################
@@ -286,11 +290,13 @@ class Sessione:
         on stderr), the report (stdout: a line per request, a blank line, the summary), its notes (stderr)."""
         occupati_prima = guarda_il_server(client, info)  # the lab asks for a quiet machine: is it?
         macchina = guarda_la_macchina(bool(occupati_prima))
-        self.stampa_server(info)
+        self.stampa_server(info)  # stdout: riga_server, at once
         esecuzione = esegui_carico(client, piano, info, self.osservatore(client, info), self.lancio(client, piano))
         prova = Prova(info, esecuzione, piano, configurazione, macchina, occupati_prima)
         self.prove.append(prova)  # before printing: a closed stdout must not lose it
-        stampa_prova(self.rapporto(prova), self.note(prova))
+        print("\n".join(self.rapporto(prova)), flush=True)  # stdout: a line per request, a blank line, the summary
+        for testo in self.note(prova):  # then the notes, on stderr
+            nota(testo)
         prova = self.prove[-1] = guarda_dopo(prova)  # the machine again, just after
         self.dopo_la_prova(prova)
         if esecuzione.interruzione:  # Ctrl+C, SIGTERM: the session ends here (exit 130, 143)
@@ -362,6 +368,12 @@ class Sessione:
 # 6. The records they pass #########################################################################
 # Piano (what to send) -> Risultato (one request) + Campione (one /slots reading) -> Esecuzione (the
 # run) -> Prova (the run and its server) -> Riepilogo (its summary). `oltre`: the extras' slot.
+
+# Timeouts, in seconds. Every network call has one, so that nothing can hang the tool.
+TIMEOUT_INFO = 10.0  # /health, /slots, /props: the server answers them between two decode steps
+TIMEOUT_RICHIESTA = 300.0  # one whole answer: it may wait in the server's queue behind the others
+ATTESA_PRONTO = 120.0  # how long to wait for a server that is still loading its model
+
 
 class Piano(NamedTuple):
     richieste: Optional[int] = 4  # how many requests in all (None with --durata, --turni: as many as get sent)
@@ -481,35 +493,21 @@ def fmt(valore, formato: str) -> str:
     return ND if valore is None else format(valore, spec) + (f" {unita}" if unita else "")
 
 
-def riga_server(info: InfoServer) -> str:
-    return f"server: {fmt(info.n_slot, 'd')} slot, n_ctx per slot = {fmt(info.n_ctx_slot, 'd')}"
+def fino_a(s: Riepilogo) -> str:
+    """After the total time of a run cut short: the figures' span is not how long the run lasted."""
+    return "" if s.interrotta_a is None else f" (fino all'ultima risposta; prova interrotta a {s.interrotta_a:.2f} s)"
 
 
-def riga_richiesta(r: Risultato, larghezza: int = 1, stima: str = "") -> str:  # stima: --stream's ~
-    inizio_riga = f"  req {r.indice:>{larghezza}}: {r.latenza:6.2f} s"
-    if not r.riuscita:
-        return f"{inizio_riga}   errore: {r.errore}"
-    return f"{inizio_riga} {stima + fmt(r.token, 'd'):>4} token  ({fmt(r.tps, '.1f')} t/s nel proprio slot)"
+def generati(s: Riepilogo, stima: str) -> str:
+    """The throughput's tokens, and what they leave out (chunks counted for tokens, requests cut by Ctrl+C)."""
+    testo = f"{stima}{fmt(s.token, 'd')} token generati" + (": stima, un token per chunk con testo" if stima else "")
+    if s.interrotta_a is not None and s.token is not None:  # nor all the run generated
+        testo += ", solo dalle richieste completate: un limite inferiore"
+    return testo
 
 
-def righe_riepilogo(s: Riepilogo, richieste: int, parallele: str, info: InfoServer,
-                    perche_non_completate: str = "interrotto") -> List[str]:
-    fino = "" if s.interrotta_a is None else f" (fino all'ultima risposta; prova interrotta a {s.interrotta_a:.2f} s)"
-    stima = "~" if s.token_stimati and s.token is not None else ""
-    generati = f"{stima}{fmt(s.token, 'd')} token generati" + (
-        ": stima, un token per chunk con testo" if stima else "")
-    if s.interrotta_a is not None and s.token is not None:  # Ctrl+C: the figures' span is not how long the run lasted
-        generati += ", solo dalle richieste completate: un limite inferiore"  # nor all it generated
-    righe = [
-        f"richieste={richieste} parallele={parallele} slot={fmt(info.n_slot, 'd')}"
-        f"  picco slot occupati insieme={fmt(s.picco, 'd')}",
-        f"tempo totale {fmt(s.tempo_totale, '.2f s')}{fino}  |  latenza media {fmt(s.latenza_media, '.2f s')},"
-        f" max {fmt(s.latenza_max, '.2f s')}",
-        f"throughput aggregato {stima}{fmt(s.throughput, '.2f token/s')}  ({generati})",
-    ]
-    if info.metrics_disponibile:  # the lab's question: "what does llamacpp:requests_deferred say?"
-        fonte = "requests_deferred" if (s.coda_letta or 0) >= (s.coda_dai_tempi or 0) else "dai tempi del server"
-        righe.append(f"picco richieste in coda ({fonte})={fmt(s.picco_coda, 'd')}")
+def righe_non_riuscite(s: Riepilogo, richieste: int, perche_non_completate: str) -> List[str]:
+    righe = []
     if s.n_fallite:
         righe.append(f"richieste fallite: {s.n_fallite} su {richieste}" + {
             0: " (nessuna riuscita: niente da riassumere)", 1: " (il riepilogo conta solo 1 riuscita)"
@@ -589,6 +587,8 @@ def interroga_server(client: Client, attesa: float, stderr, con_props: bool = Fa
 
 def cifre_completamento(dati) -> dict:
     """A chat completion's figures: tokens, speed, the slot's times; a missing one is None, never guessed."""
+    if dati is None:
+        raise ErroreRichiesta("risposta non JSON dal server")
     if not isinstance(dati, dict) or not isinstance(dati.get("choices"), list):
         raise ErroreRichiesta("risposta non valida: la risposta non è un completamento di chat (manca choices)")
     usage = dati.get("usage") if isinstance(dati.get("usage"), dict) else {}
@@ -745,6 +745,11 @@ def avvia_i_lavoratori(esecutore, quanti: int) -> int:
 
 # HTTP: one exchange on its own connection, within a deadline ###################################
 
+class Risposta(NamedTuple):
+    status: int
+    corpo: bytes
+
+
 class Client:
     """One server, one connection per exchange (no stale keep-alive); sockets kept so that Ctrl+C stops them."""
 
@@ -772,7 +777,7 @@ class Client:
     @contextlib.contextmanager
     def connessione(self, percorso: str, timeout: Optional[float] = None):
         """A connection, and its answer read by the deadline; a network error is an ErroreRete in Italian."""
-        import http.client  # here, not at the top: see the note under the imports
+        import http.client  # here, as concurrent.futures in esegui_carico
         timeout = self.timeout_info if timeout is None else timeout
         if self.annullato.is_set():  # Ctrl+C, or the server went away: nothing more is sent
             raise NonInviata(NON_INVIATA)
@@ -873,10 +878,6 @@ def leggi_json(corpo: bytes):
         return json.loads(corpo)  # bytes: json finds the UTF encoding itself
     except ValueError:  # UnicodeDecodeError included
         return None
-
-
-def nota(testo: str) -> None:
-    print(f"carico.py: nota: {testo}", file=sys.stderr, flush=True)
 
 
 # The errors carico.py raises, and what went wrong in Italian ##################################
