@@ -294,7 +294,7 @@ class Sessione:
         esecuzione = esegui_carico(client, piano, info, self.osservatore(client, info), self.lancio(client, piano))
         prova = Prova(info, esecuzione, piano, configurazione, macchina, occupati_prima)
         self.prove.append(prova)  # before printing: a closed stdout must not lose it
-        print("\n".join(self.rapporto(prova)), flush=True)  # stdout: a line per request, a blank line, the summary
+        print("\n".join(self.rapporto(prova)), flush=True)  # stdout: rapporto(prova), the lines after `server:`
         for testo in self.note(prova):  # then the notes, on stderr
             nota(testo)
         prova = self.prove[-1] = guarda_dopo(prova)  # the machine again, just after
