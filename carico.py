@@ -3678,7 +3678,19 @@ def dispersione(valori: List[float]) -> float:
 
 
 def t_critico(gl: float) -> float:
-    return T_CRITICO[max([g for g in T_CRITICO if g <= gl], default=1)]
+    """Student's two-sided 95% t at gl >= 1, Welch's fractional gl too. With t = √gl·tan φ, P(0 < T < t) is
+    k·∫cos^(gl-1) from 0 to φ: φ by bisection (t ≤ 13), the integral by Simpson (error < 0.01%)."""
+    import math
+
+    gl = min(gl, 1e6)
+    k = math.exp(math.lgamma(gl / 2 + 0.5) - math.lgamma(gl / 2)) / math.pi ** 0.5
+    basso, alto = 0.0, math.atan(13 / gl ** 0.5)
+    for _ in range(40):
+        phi = (basso + alto) / 2
+        area = k * phi / 96 * sum((2 + 2 * (i % 2) if 0 < i < 32 else 1) * math.cos(i * phi / 32) ** (gl - 1)
+                                  for i in range(33))
+        basso, alto = (phi, alto) if area < 0.475 else (basso, phi)
+    return gl ** 0.5 * math.tan(basso)
 
 
 def ic95(valori: List[float]) -> Optional[float]:
@@ -3692,6 +3704,11 @@ def diversi(a: List[float], b: List[float]) -> Optional[bool]:
         return None
     t, gl = welch(a, b)
     return abs(t) > t_critico(gl)
+
+
+def non_accertata(a: List[float], b: List[float]) -> bool:
+    """Over 10% apart, not beyond the noise: too few or too noisy runs to call it no change."""
+    return diversi(a, b) is False and abs(media(b) - media(a)) > 0.1 * abs(media(a))
 
 
 def punti_di(prove: List[Prova]) -> List[Punto]:
@@ -4044,13 +4061,14 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
                   sum((h / p.throughput) ** 2 for h, p in zip(relativi, pd + pa)) ** 0.5)
         soglia = max(0.1, rumore or 0.0)
         entro = "entro il 10%" if rumore is None or rumore <= 0.1 else f"entro il rumore (±{rumore:.0%} al 95%)"
-        verso = ("è cresciuto" if r_a > (1 + soglia) * r_da else "è calato" if r_a < r_da / (1 + soglia)
-                 else f"è rimasto lo stesso, {entro}")
+        oltre_soglia = not r_da / (1 + soglia) <= r_a <= (1 + soglia) * r_da
+        verso = (f"è rimasto lo stesso, {entro}" if max(r_a / r_da, r_da / r_a) <= 1.1 else  # over 10%: not "the same"
+                 ("è cresciuto" if r_a > r_da else "è calato")
+                 + ("" if oltre_soglia else f" ma non è accertato (rumore ±{rumore:.0%} al 95%)"))
         if rumore is None:  # one run a point: the noise is not measured, and two identical sweeps can disagree
             verso = "forse " + verso
         righe.append(f"con risposte più lunghe ({da} -> {a}) il vantaggio del batching {verso}: ×{r_da:.2f} -> ×{r_a:.2f}"
-                     + (f" (oltre il rumore: ±{rumore:.0%} al 95%)" if rumore is not None and "rimasto" not in verso
-                        else ""))
+                     + (f" (oltre il rumore: ±{rumore:.0%} al 95%)" if rumore is not None and oltre_soglia else ""))
     if righe and any(len(p.intere) < 2 for p in punti if p.throughput):  # said once, before the first ratio
         righe.insert(0, "una prova per punto: questi rapporti possono cambiare da un'esecuzione all'altra; con --ripeti 3 "
                         "si misura il rumore e diventano una risposta")
@@ -4243,7 +4261,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
                     frasi.append(f"Curva{dove}: {fino}. {salito}, {ogni}")
             else:  # the throughput stopped following the load, and the latency did not rise beyond its noise
                 x, y = piatto
-                ripetute = min(len(x.intere), len(y.intere)) > 1
+                prove = [len(x.intere), len(y.intere)]
                 misura = guadagno(asse, x, y)
                 forse = misura and misura[0] + misura[1] >= misura[2]  # the gain's interval reaches the quarter
                 frasi.append(f"Curva{dove}: {fino.replace('saturazione', 'saturazione accertata')}. Da "
@@ -4252,8 +4270,11 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
                              f"{y.throughput:.1f} token/s" + (f", guadagno {misura[0]:+.1f} ±{misura[1]:.1f} al 95%"
                                                               if forse else "") + "). "
                              f"La latenza media ({x.latenza:.2f} → {y.latenza:.2f} s) "
-                             + ("non è salita oltre il rumore (Welch 95%): --ripeti 5 lo decide." if ripetute else
-                                "è salita meno del 10%, su una prova per punto: --ripeti 3 lo decide."))
+                             + ("è salita meno del 10%, su una prova per punto: --ripeti 3 lo decide." if min(prove) < 2
+                                else f"sale del {y.latenza / x.latenza - 1:.0%} ma con {da_a(prove)} prove a punto non è "
+                                "accertato: --ripeti 5 lo decide." if y.latenza > x.latenza and non_accertata(
+                                    x.cifre("latenza_media"), y.cifre("latenza_media")) else
+                                "non è salita oltre il rumore (Welch 95%): --ripeti 5 lo decide."))
             continue
         frasi.append(f"Curva{dove}: " + frase_saturazione(asse, verdetto) + "."
                      + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
@@ -5187,10 +5208,7 @@ def muori_con_il_padre():
 # With --ripeti runs in each file, Welch's t-test (unequal variances: fits few runs) says if a
 # difference is beyond the noise, at 95%; with one run a file, it is only indicative.
 
-# Two-sided 95% Student's t by degrees of freedom (between rows the lower: errs toward "within the
-# noise"). Six figures at 95%: between identical servers, one false "beyond" in four.
-T_CRITICO = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-             10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000, 120: 1.980}
+# Six figures at 95%: between identical servers, one false "beyond" in four.
 
 # The figures compared: (name and unit, where a run of --json keeps it, scale). With --stream, TTFT and TPOT.
 FIGURE_CONFRONTO = (
@@ -5248,7 +5266,8 @@ def oltre_il_rumore(a: List[float], b: List[float]) -> str:
     if len(a) < 2 or len(b) < 2:
         return "indicativa: meno di due prove con questa cifra in un file (con --ripeti 3 si misura il rumore)"
     t, gl = welch(a, b)  # gl may be inf: printed as such
-    return (("oltre il rumore" if abs(t) > t_critico(gl) else "entro il rumore")
+    return (("oltre il rumore" if abs(t) > t_critico(gl) else f"non accertata, con {len(a)} e {len(b)} prove"
+             if non_accertata(a, b) else "entro il rumore")
             + f" (Welch 95%: t {t:.2f}, gl {gl:.2f}, soglia {t_critico(gl):.2f})")
 
 

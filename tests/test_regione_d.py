@@ -65,7 +65,7 @@ def test_il_log_del_server_avviato_senza_flush(tmp_path):
 
 def test_il_verdetto_di_welch_dice_gradi_infiniti_come_inf():
     """Files whose repeats all agree: the degrees of freedom are infinite, and printed `inf` like the t."""
-    assert carico.oltre_il_rumore([1.0, 1.0], [2.0, 2.0]) == "oltre il rumore (Welch 95%: t inf, gl inf, soglia 1.98)"
-    assert carico.oltre_il_rumore([1.0, 1.0], [1.0, 1.0]) == "entro il rumore (Welch 95%: t 0.00, gl inf, soglia 1.98)"
+    assert carico.oltre_il_rumore([1.0, 1.0], [2.0, 2.0]) == "oltre il rumore (Welch 95%: t inf, gl inf, soglia 1.96)"
+    assert carico.oltre_il_rumore([1.0, 1.0], [1.0, 1.0]) == "entro il rumore (Welch 95%: t 0.00, gl inf, soglia 1.96)"
     assert carico.oltre_il_rumore([1.0, 1.2, 1.1], [1.3, 1.5, 1.4]) == (
         "oltre il rumore (Welch 95%: t 3.67, gl 4.00, soglia 2.78)")
