@@ -4960,7 +4960,8 @@ def spiegazione(prova: Prova) -> List[str]:
             r = max(misurate, key=lambda r: r.token_prompt + r.token)
             frasi.append(f"La richiesta più lunga: {r.token_prompt} + {r.token} = {r.token_prompt + r.token} token di "
                          f"{info.n_ctx_slot}. Un prompt che non ci sta è rifiutato (HTTP 400), una risposta tagliata.")
-    frasi += [maiuscola(frase) + "." for frase in [frase_corte(prova, oltre(piano).esatti), *riga_tagliate(prova)] if frase]
+    if frase := frase_corte(prova, oltre(piano).esatti):  # the cut answers: the block's own line says them
+        frasi.append(maiuscola(frase) + ".")
     # never "al massimo 0 richieste"; not again when the timings said it
     if s.picco_coda == 0 and info.metrics_disponibile and not attese:
         frasi.append("Nessuna richiesta ha aspettato uno slot: le letture di requests_deferred in /metrics hanno "
@@ -4983,10 +4984,8 @@ def spiegazione(prova: Prova) -> List[str]:
     m, dopo = prova.macchina, prova.macchina_dopo
     motivo, occupata_dopo = m and macchina_occupata(m), dopo and macchina_occupata(dopo)
     quieta_dopo = None if occupata_dopo else dopo
-    if m is not None:
-        if motivo:
-            frasi.append(f"Macchina occupata prima della prova ({motivo}): cifre forse falsate.")
-        elif m.cpu_occupata is not None and m.cpu_occupata >= LIBERA:
+    if m is not None and not motivo:
+        if m.cpu_occupata is not None and m.cpu_occupata >= LIBERA:
             frasi.append(f"CPU al {m.cpu_occupata:.0%} prima della prova ({m.core} core): né libera né occupata; se le "
                          "cifre sembrano strane, ripeti.")
         elif m.carico_medio is not None and round(m.carico_medio, 1) >= 0.75 * m.core:  # as printed: 1.49 is "1.5"
@@ -4994,9 +4993,8 @@ def spiegazione(prova: Prova) -> List[str]:
                          "medio, più alto, conta anche il minuto prima.")
         else:
             frasi.append(f"La macchina era tranquilla prima della prova ({descrivi_macchina(m, quieta_dopo)}).")
-    if occupata_dopo and not motivo:
-        frasi.append(f"Macchina occupata subito dopo la prova ({occupata_dopo}): forse anche durante, cifre forse "
-                     "falsate.")
+    if motivo or occupata_dopo:  # the note on stderr says why, once
+        frasi.append(f"Macchina occupata {'prima della' if motivo else 'subito dopo la'} prova: vedi la nota su stderr.")
     return frasi
 
 
