@@ -3089,6 +3089,14 @@ def ms(secondi: Optional[float]) -> Optional[float]:
     return None if secondi is None else secondi * 1000
 
 
+def programma(prova: Prova) -> Tuple[int, Optional[float]]:
+    """--ritmo: the requests the schedule held in the window, and their rate."""
+    e = prova.esecuzione
+    previsti = [oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None]
+    n = len(previsti) + oltre(e).non_inviate + oltre(e).in_ritardo
+    return n, n / finestra_durata(prova) if oltre(prova.piano).durata else ritmo_di(previsti)
+
+
 def righe_ritmo(prova: Prova) -> List[str]:
     """The rate asked, planned, sent, how late; --durata: sent, answered, the total time."""
     e, piano_oltre = prova.esecuzione, oltre(prova.piano)
@@ -3098,17 +3106,16 @@ def righe_ritmo(prova: Prova) -> List[str]:
         ritardi = ritardi_invio(e)
         if piano_oltre.ritmo:
             arrivi = f"arrivi di Poisson, seme {piano_oltre.seme}" if piano_oltre.arrivi == "poisson" else "arrivi costanti"
-            nel_programma = len(previsti) + oltre(e).non_inviate + oltre(e).in_ritardo
-            programmato = nel_programma / finestra_durata(prova) if piano_oltre.durata else ritmo_di(previsti)
-            programma = f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}"
+            nel_programma, programmato = programma(prova)
+            detto = f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}"
             if piano_oltre.arrivi == "poisson" and programmato and abs(programmato / piano_oltre.ritmo - 1) >= 0.05:
                 scosta = (f". Intervalli estratti a caso: su {quante(nel_programma, 'richiesta', 'richieste')} il "
                           "programma si scosta dal chiesto")
         else:
-            programma = (f"traccia di {piano_oltre.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
+            detto = (f"traccia di {piano_oltre.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
                          f"{fmt(max(previsti, default=None), '.2f s')} nel file ({fmt(ritmo_di(previsti), '.2f req/s')})")
         su = "sul programma" if piano_oltre.ritmo else "sugli orari"
-        righe.append(f"{programma}, inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}{scosta}. Ritardo degli invii {su}: "
+        righe.append(f"{detto}, inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}{scosta}. Ritardo degli invii {su}: "
                      f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
     if piano_oltre.durata:
         non_inviate = oltre(e).non_inviate
@@ -3455,9 +3462,21 @@ def in_colonne(celle: Sequence[str], larghezze: Sequence[int], tra: str = "") ->
 
 
 def riga_breve(prova: Prova, ripetizione: int, ripeti: int) -> str:
+    """A sweep's run in a line: the block's figures that matter (what helps the cut answers: nota_tagliate)."""
     s, quale = prova.riepilogo, f"prova {ripetizione} di {ripeti}: " if ripeti > 1 else ""
+    tagliate = len(tagliate_dal_contesto(prova))
     return (f"{quale}{quante(prova.esecuzione.n_richieste, 'richiesta', 'richieste')} in {fmt(s.tempo_totale, '.2f s')}, "
-            f"latenza media {fmt(s.latenza_media, '.2f s')}, {fmt(s.throughput, '.1f token/s')}")
+            f"latenza media {fmt(s.latenza_media, '.2f s')}, {fmt(s.throughput, '.1f token/s')}"
+            + (f"; nel programma {fmt(programma(prova)[1], '.2f req/s')}, inviate davvero "
+               f"{fmt(invii_al_secondo(prova), '.2f')}" if oltre(prova.piano).ritmo else "")
+            + (f"; {quante(tagliate, 'tagliata', 'tagliate')} dal contesto" if tagliate else ""))
+
+
+def nota_tagliate(prove: List[Prova]) -> List[str]:
+    """After a sweep's table, once: what gives the cut answers room (the most slots': fewer helps them)."""
+    tagliate = [p for p in prove if tagliate_dal_contesto(p)]
+    return [f"tagliate dal contesto: risposte fermate dal contesto pieno dello slot (finish_reason length); "
+            f"{cosa_aiuta(max(tagliate, key=lambda p: p.info.n_slot or 1))}"] if tagliate else []
 
 
 def righe_ripetute(prove: List[Prova]) -> List[str]:
@@ -4726,7 +4745,7 @@ def tabella_e_file(sessione: Sessione) -> None:
     elif (o.tabella or o.avvia) and o.capacita is None:  # --capacita: its own table of the points tried
         righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove)
     if righe:
-        righe += rapporti_np(punti, chiavi) + riga_occupata(punti, chiavi)
+        righe += rapporti_np(punti, chiavi) + riga_occupata(punti, chiavi) + nota_tagliate(prove) * sessione.in_breve
     if curve and o.grafico:
         righe += [""] + curva(*curve, marche_per(sys.stdout), frasi=not o.spiega)
     if curve and o.spiega:

@@ -1,5 +1,7 @@
 """What carico prints says less and surer: a sweep shows each run in one line, --spiega fits a screen, and
 the few words that read wrong are mended."""
+import re
+
 import pytest
 
 import carico
@@ -72,3 +74,37 @@ def test_un_valore_senza_opzione_ha_il_suo_esempio(capsys, valore, esempio):
 def test_dopo_la_prova_la_cpu_non_e_gia_occupata():
     """The look after a run said 'CPU già occupata': 'già' is the look before's word."""
     assert carico.macchina_occupata(carico.Macchina(2, 0.0, 0.9)) == "CPU occupata al 90%"
+
+
+def test_una_griglia_in_breve_tiene_le_tagliate_e_cosa_aiuta(fake, carica):
+    """The tour: a sweep's run lines dropped the block's answers cut by the slot's context and what helps. FIRE:
+    each run line counts them, what helps is said once after the table; SILENT: none cut, neither; --blocchi,
+    each block's own line and no note."""
+    server = fake(n_slot=2, s_per_token=0.001, n_ctx=128)
+    flag = ("--richieste", "4", "--parallele", "1,2", "--token", "80", *VELOCE)
+    rc, out, err = carica(server.url, *flag)
+    assert rc == 0, err
+    una = [r for r in out.splitlines() if r.startswith("4 richieste in ")]
+    assert len(una) == 2 and all(r.endswith("; 4 tagliate dal contesto") and len(r) <= 160 for r in una), out
+    assert out.count("\ntagliate dal contesto: risposte fermate dal contesto pieno dello slot (finish_reason length); "
+                     "aiuta un -c più grande o, senza --kv-unified, meno slot (-np)\n") == 1, out
+    rc, blocchi, err = carica(server.url, *flag, "--blocchi")
+    assert rc == 0, err
+    assert blocchi.count("\ntagliate dal contesto dello slot (64 token): 4 risposte su 4") == 2, blocchi
+    assert "tagliate dal contesto: " not in blocchi
+    rc, corte, err = carica(server.url, "--richieste", "4", "--parallele", "1,2", "--token", "4", *VELOCE)
+    assert rc == 0, err
+    assert "tagliat" not in corte and "aiuta" not in corte, corte
+
+
+def test_una_griglia_a_ritmo_in_breve_dice_il_programma(fake, carica):
+    """The tour: under --ritmo a sweep's run lines dropped `nel programma`, which tells Poisson's drawn schedule
+    from the rate asked. FIRE: each line says it and what was sent; SILENT: a sweep of --parallele, no schedule."""
+    server = fake(n_slot=2, s_per_token=0.001)
+    rc, out, err = carica(server.url, "--ritmo", "4,8", "--durata", "1", "--token", "4", *VELOCE)
+    assert rc == 0, err
+    una = [r for r in out.splitlines() if re.match(r"\d+ richieste in ", r)]
+    assert len(una) == 2 and all(re.search(r"; nel programma \d+\.\d\d req/s, inviate davvero \d+\.\d\d$", r)
+                                 and len(r) <= 160 for r in una), out
+    rc, out, err = carica(server.url, "--richieste", "4", "--parallele", "1,2", "--token", "4", *VELOCE)
+    assert rc == 0 and "programma" not in out, out
