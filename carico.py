@@ -4217,7 +4217,8 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple
             if p is satura:
                 parti += [elemento("circle", cx=a, cy=b, r=9, fill="none", stroke="#e63946", stroke_width=2),
                           scritta(a - 13, b + 4, "saturazione", text_anchor="end", fill="#e63946")]
-            elif verdetto is not None and p is verdetto.dopo:  # not certain: said as such, not ringed
+            elif verdetto is not None and p is verdetto.dopo and not punti_occupati(asse, verdetto.prima, p):
+                # not certain: said as such, not ringed; busy: no verdict, none drawn
                 parti.append(scritta(a - 8, b + 4, "forse saturazione", titolo=verdetto.dubbio, text_anchor="end",
                                      fill="#888"))
         if titolo:

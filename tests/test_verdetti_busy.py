@@ -64,6 +64,20 @@ def test_saturazione_non_conclude_da_un_capo_occupato():
     assert spiega(punti)[0] == spiega(quieta)[0]
 
 
+def test_il_disegno_non_dice_il_verdetto_che_il_testo_tace():
+    """The tour: the SVG's grey "forse saturazione" beside "nessun verdetto ... la macchina era occupata". FIRE: one
+    run a point, quiet, the grey label with its doubt; SILENT: the same step busy, no label nor ring."""
+    passi = ((1, [(10, 1.0)]), (2, [(19, 1.0)]), (4, [(19.5, 2.0)]))
+    quieta = curva("parallele", *passi)
+    disegno = "".join(carico.svg_curva("parallele", [("", quieta)], 0)[0])
+    assert ">forse saturazione<" in disegno and "una prova per punto" in disegno
+    occupata = list(quieta)
+    occupata[2] = occupato(occupata[2])
+    assert spiega(occupata) == ["Curva: nessun verdetto sulla saturazione, la macchina era occupata a parallele=4."]
+    disegno = "".join(carico.svg_curva("parallele", [("", occupata)], 0)[0])
+    assert "saturazione<" not in disegno and 'r="9"' not in disegno, disegno
+
+
 def a_ritmo(ritmo, macchina=None):
     """Twenty requests sent `ritmo` a second to two slots, each 1 s in its slot."""
     risultati = servite_in_fila([i / ritmo for i in range(20)], 1.0, 2)
