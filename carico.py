@@ -4945,18 +4945,13 @@ def spiegazione(prova: Prova) -> List[str]:
             massima = max(attese.values())
             perche = "il viaggio" if massima < VIAGGIO_MAX else "il server finiva un passo per gli altri slot"
             frasi.append(f"Nessuna richiesta ha aspettato uno slot: dall'invio al più {massima:.2f} s ({perche}).")
-    if non_inviate and not tetto:  # the cap full to the end
-        frasi.append(f"Il server ha visto meno carico di quello chiesto: il tetto di --parallele ({piano.parallele} in "
-                     f"volo) è rimasto pieno fino alla fine di --durata. "
-                     f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')}"
-                     f". {maiuscola(chi_ha_frenato(prova))}.")
+    if non_inviate and not tetto:  # the cap full to the end: how many and why, once (note_ritmo)
+        frasi.append("Il server ha visto meno carico di quello chiesto: vedi la nota su stderr.")
     if tetto:
         peggiore = max(tetto, key=tetto.get)
         frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "
                      f"aspettato nel client un posto (tetto di --parallele: {piano.parallele} in volo). La req "
-                     f"{peggiore} è partita {tetto[peggiore]:.2f} s dopo l'orario previsto"
-                     + (f"; {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima "
-                        "della fine di --durata" if non_inviate else "") + ". "
+                     f"{peggiore} è partita {tetto[peggiore]:.2f} s dopo l'orario previsto. "  # the unsent: block, stderr
                      f"Contando quell'attesa, la latenza dal previsto ha p50 "
                      f"{percentile([latenza_dal_previsto(r) for r in ok], 50):.2f} s.")
     if s.occupati_dai_tempi is None and s.occupati_letti is None:

@@ -185,12 +185,15 @@ def test_tetto_pieno_senza_sapere_gli_slot_non_conclude():
         "slot, alza --parallele; se no il limite è il server")
     assert "(né le letture né i tempi del server hanno visto occupati tutti i suoi 2 slot)" in carico.chi_ha_frenato(
         prova(2, 1, 2))
-    # --spiega's sentence on the schedule's requests never sent says the same as the note.
+    # The schedule's requests never sent: the note says who held them; --spiega points to it, once.
     mai_partite = carico.EsecuzioneOltre(0, 1.5, 5)
     for n_slot, consiglio in ((1, ". Il limite è il server, non il tetto: il suo slot era occupato"),
                               (4, ". Il server aveva slot liberi (1 in volo su 4 slot)")):
-        assert f"richieste del programma non sono partite{consiglio}" in " ".join(
-            carico.spiegazione(prova(n_slot, 1, 1, mai_partite)))
+        (nota,) = carico.note_ritmo(prova(n_slot, 1, 1, mai_partite))
+        assert "5 richieste del programma non sono partite: si sono inviate " in nota and consiglio in nota, nota
+        frasi = " ".join(carico.spiegazione(prova(n_slot, 1, 1, mai_partite)))
+        assert "Il server ha visto meno carico di quello chiesto: vedi la nota su stderr." in frasi
+        assert consiglio[2:] not in frasi, frasi
 
 
 def test_un_solo_ritardo_perdonato_per_il_ritmo_e_per_il_tetto():
