@@ -3456,31 +3456,25 @@ def tabella_md(testa: List[str], righe: List[List[str]]) -> List[str]:
 
 
 def in_colonne(celle: Sequence[str], larghezze: Sequence[int], tra: str = "") -> str:
-    """Two spaces in; a negative width aligns left; cells past the widths as they are."""
     allineate = [f"{c:>{n}}" if n >= 0 else f"{c:<{-n}}" for c, n in zip(celle, larghezze)]
     return "  " + tra.join(allineate + list(celle[len(larghezze):]))
 
 
 def riga_breve(prova: Prova, ripetizione: int, ripeti: int) -> str:
-    """A sweep's run in a line: the block's figures that matter (what helps the cut answers: nota_tagliate)."""
     s, quale = prova.riepilogo, f"prova {ripetizione} di {ripeti}: " if ripeti > 1 else ""
-    tagliate = len(tagliate_dal_contesto(prova))
     return (f"{quale}{quante(prova.esecuzione.n_richieste, 'richiesta', 'richieste')} in {fmt(s.tempo_totale, '.2f s')}, "
             f"latenza media {fmt(s.latenza_media, '.2f s')}, {fmt(s.throughput, '.1f token/s')}"
             + (f"; nel programma {fmt(programma(prova)[1], '.2f req/s')}, inviate davvero "
-               f"{fmt(invii_al_secondo(prova), '.2f')}" if oltre(prova.piano).ritmo else "")
-            + (f"; {quante(tagliate, 'tagliata', 'tagliate')} dal contesto" if tagliate else ""))
+               f"{fmt(invii_al_secondo(prova), '.2f')}" if oltre(prova.piano).ritmo else "") + con_tagliate(Punto([prova])))
 
 
 def nota_tagliate(prove: List[Prova]) -> List[str]:
-    """After a sweep's table, once: what gives the cut answers room (the most slots': fewer helps them)."""
-    tagliate = [p for p in prove if tagliate_dal_contesto(p)]
+    tagliate = [p for p in prove if tagliate_dal_contesto(p)]  # the most slots' advice
     return [f"tagliate dal contesto: risposte fermate dal contesto pieno dello slot (finish_reason length); "
             f"{cosa_aiuta(max(tagliate, key=lambda p: p.info.n_slot or 1))}"] if tagliate else []
 
 
 def righe_ripetute(prove: List[Prova]) -> List[str]:
-    """--ripeti: per figure the whole runs' mean, 95% interval, spread, min-max."""
     cifre = (("latenza media", "s", "latenza_media"), ("latenza max (media dei massimi)", "s", "latenza_max"),
              ("throughput aggregato", "token/s", "throughput"))
     intere, escluse = [p for p in prove if not p.esecuzione.interruzione], anomale(prove)
@@ -3524,7 +3518,6 @@ def con_tagliate(punto: Punto) -> str:
 
 
 def tabella_consegnato(prove: List[Prova]) -> List[str]:
-    """A row per run, then each point's mean; with --avvia, the log's KV cache."""
     kv = ["KV MiB"] if any(p.configurazione for p in prove) else []
     righe = []
     for punto in punti_di(prove):
@@ -3595,9 +3588,7 @@ class Punto:
             self._intere = [p for p in self.prove if not p.esecuzione.interruzione and id(p) not in escluse] or self.prove
         return self._intere
 
-    @property
-    def riuscite(self) -> List[Risultato]:
-        return [r for p in self.intere for r in p.esecuzione.riuscite]
+    riuscite = property(lambda self: [r for p in self.intere for r in p.esecuzione.riuscite])
 
     def valori(self, prendi) -> List[float]:
         return [v for v in (prendi(p) for p in self.intere) if v is not None]
@@ -3606,37 +3597,17 @@ class Punto:
         return self.valori(lambda p: getattr(self._riepiloghi.get(id(p)) or self._riepiloghi.setdefault(
             id(p), p.riepilogo), campo))
 
-    @property
-    def throughput(self) -> Optional[float]:
-        return media(self.cifre("throughput"))
-
-    @property
-    def latenza(self) -> Optional[float]:
-        return media(self.cifre("latenza_media"))
-
-    @property
-    def latenza_p90(self) -> Optional[float]:
-        return media(self.valori(latenza_p90))
-
-    @property
-    def latenza_max(self) -> Optional[float]:
-        return media(self.cifre("latenza_max"))
-
-    @property
-    def picco(self) -> Optional[int]:
-        return max(self.cifre("picco"), default=None)
-
-    @property
-    def picco_coda(self) -> Optional[int]:
-        return max(self.cifre("picco_coda"), default=None)
-
-    @property
-    def velocita_slot(self) -> Optional[float]:
-        return velocita_media_slot(self.riuscite)
+    throughput = property(lambda self: media(self.cifre("throughput")))
+    latenza = property(lambda self: media(self.cifre("latenza_media")))
+    latenza_p90 = property(lambda self: media(self.valori(latenza_p90)))
+    latenza_max = property(lambda self: media(self.cifre("latenza_max")))
+    picco = property(lambda self: max(self.cifre("picco"), default=None))
+    picco_coda = property(lambda self: max(self.cifre("picco_coda"), default=None))
+    velocita_slot = property(lambda self: velocita_media_slot(self.riuscite))
+    inviate_davvero = property(lambda self: media(self.valori(invii_al_secondo)))
 
     @property
     def velocita_prompt(self) -> Optional[float]:
-        """Tokens computed (not cached) over prompt_ms, t/s."""
         return media([(r.token_prompt - (r.token_cache or 0)) / (r.prompt_ms / 1000) for r in self.riuscite
                       if r.token_prompt is not None and r.prompt_ms])
 
@@ -3651,10 +3622,6 @@ class Punto:
     @property
     def attesa_media(self) -> Optional[float]:
         return media([a for p in self.intere for a in attese_a_slot_pieni(p.esecuzione.riuscite, p.info.n_slot).values()])
-
-    @property
-    def inviate_davvero(self) -> Optional[float]:
-        return media(self.valori(invii_al_secondo))
 
     def carico(self, asse: str) -> Optional[float]:
         """Requests really in flight together, or really sent a second."""
@@ -3697,8 +3664,7 @@ def dispersione(valori: List[float]) -> float:
 
 
 def t_critico(gl: float) -> float:
-    """Student's two-sided 95% t at gl >= 1, Welch's fractional gl too. With t = √gl·tan φ, P(0 < T < t) is
-    k·∫cos^(gl-1) from 0 to φ: φ by bisection (t ≤ 13), the integral by Simpson (error < 0.01%)."""
+    """Two-sided 95%, any gl ≥ 1 (Welch's too): t = √gl·tan φ where k·∫₀^φ cos^(gl-1) = 0.475 (error < 0.01%)."""
     import math
 
     gl = min(gl, 1e6)
@@ -3713,21 +3679,14 @@ def t_critico(gl: float) -> float:
 
 
 def ic95(valori: List[float]) -> Optional[float]:
-    """Half the mean's 95% interval (Student's t); None under two values."""
     return t_critico(len(valori) - 1) * dispersione(valori) / len(valori) ** 0.5 if len(valori) > 1 else None
 
 
 def diversi(a: List[float], b: List[float]) -> Optional[bool]:
-    """Welch, 95%; None under two values."""
     if len(a) < 2 or len(b) < 2:
         return None
     t, gl = welch(a, b)
     return abs(t) > t_critico(gl)
-
-
-def non_accertata(a: List[float], b: List[float]) -> bool:
-    """Over 10% apart, not beyond the noise: too few or too noisy runs to call it no change."""
-    return diversi(a, b) is False and abs(media(b) - media(a)) > 0.1 * abs(media(a))
 
 
 def punti_di(prove: List[Prova]) -> List[Punto]:
@@ -3749,7 +3708,6 @@ PERCENTILI_GRIGLIA = (50, 90)  # a sweep's table, per streamed figure, unless --
 
 
 def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[Sequence[int]] = None) -> List[str]:
-    """A column per flag that varied, then each point's figures (the mean of --ripeti)."""
     cache = "prefisso" in chiavi
     prefill = "prompt" in chiavi or cache
     testa = chiavi + ["n_ctx_slot"] * ("np" in chiavi) + ["throughput", "latenza media", "latenza p90", "latenza max"]
@@ -3803,7 +3761,6 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
 
 def serie(punti: List[Punto], chiavi: List[str],
           asse: Optional[str] = None) -> Tuple[str, List[Tuple[str, List[Punto]]]]:
-    """The axis and per curve its title and its points."""
     asse = asse or next(a for a in ASSI if a in chiavi)
     gruppi: Dict[str, List[Punto]] = {}
     for punto in punti:
@@ -3894,17 +3851,13 @@ def stessi_carichi(punti: List[Punto], asse: str) -> List[str]:
     return frasi
 
 
-def indicativo(*punti: Punto) -> str:
-    return "" if all(len(p.intere) > 1 for p in punti) else (
-        " Indicativo: una prova per punto (--ripeti 3 misura il rumore).")
-
-
 class Saturazione(NamedTuple):
-    """`dubbio` None: certain; `sovraccarico`: at `dopo` the server first fell behind."""
+    """`dubbio` None: certain; `sovraccarico`: at `dopo` the server first fell behind; `occupata`: none."""
     prima: Optional[Punto]
     dopo: Punto
     dubbio: Optional[str]
     sovraccarico: bool = False
+    occupata: Optional[str] = None
 
 
 def poche_per_una_coda(punto: Punto, asse: str) -> bool:
@@ -3940,7 +3893,7 @@ def punti_occupati(asse: str, *punti: Optional[Punto]) -> Optional[str]:
 def senza_occupati(asse: str, verdetto: Saturazione) -> Saturazione:
     """A busy end of the step leaves the verdict a doubt."""
     dove = punti_occupati(asse, verdetto.prima, verdetto.dopo)
-    return verdetto if dove is None else verdetto._replace(dubbio=nessun_verdetto(dove))
+    return verdetto if dove is None else verdetto._replace(dubbio=nessun_verdetto(dove), occupata=dove)
 
 
 def nessun_verdetto(dove: str) -> str:
@@ -3949,9 +3902,8 @@ def nessun_verdetto(dove: str) -> str:
 
 def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
     prima, dopo = verdetto.prima, verdetto.dopo
-    dove = punti_occupati(asse, prima, dopo)
-    if dove is not None:  # figures the output itself says do not count
-        return nessun_verdetto(dove)
+    if verdetto.occupata:  # figures the output itself says do not count
+        return verdetto.dubbio
     if verdetto.sovraccarico:
         inviate = " e ".join(fmt(p.inviate_davvero, ".2f") for p in (prima, dopo) if p is not None)
         fra = f"fra {asse}={valore_punto(prima, asse)} e {asse}={valore_punto(dopo, asse)}; " if prima else ""
@@ -4081,7 +4033,7 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
         soglia = max(0.1, rumore or 0.0)
         entro = "entro il 10%" if rumore is None or rumore <= 0.1 else f"entro il rumore (±{rumore:.0%} al 95%)"
         oltre_soglia = not r_da / (1 + soglia) <= r_a <= (1 + soglia) * r_da
-        verso = (f"è rimasto lo stesso, {entro}" if max(r_a / r_da, r_da / r_a) <= 1.1 else  # over 10%: not "the same"
+        verso = (f"è rimasto lo stesso, {entro}" if max(r_a / r_da, r_da / r_a) <= 1.1 else  # over 10%: not "same"
                  ("è cresciuto" if r_a > r_da else "è calato")
                  + ("" if oltre_soglia else f" ma non è accertato (rumore ±{rumore:.0%} al 95%)"))
         if rumore is None:  # one run a point: the noise is not measured, and two identical sweeps can disagree
@@ -4106,6 +4058,8 @@ def riga_occupata(punti: List[Punto], chiavi: List[str]) -> List[str]:
         return []
     return [f"la macchina era occupata a {'; '.join(occupati)} ({next(iter(occupati.values()))}): quelle cifre e i "
             "rapporti non valgono, ripeti a macchina tranquilla"]
+
+TITOLO_CURVA = "curva di capacità: throughput aggregato e latenza, un punto per valore di "
 
 
 class Scala(NamedTuple):
@@ -4163,7 +4117,7 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
     con_ttft = any(ttft is not None for _, punti, _, _ in segni for _, ttft in punti)
     sature = [(titolo, verdetto) for titolo, _, verdetto, _ in segni if verdetto is not None]
     asse_y = {0: f"{scala.y_a:5.2f} s", altezza - 1: "   0 s "}
-    righe = [f"curva di capacità: throughput aggregato e latenza, un punto per valore di {asse}", "latenza"]
+    righe = [TITOLO_CURVA + asse, "latenza"]
     righe += [f"{asse_y.get(i, ''):>7} |" + "".join(riga).rstrip() for i, riga in enumerate(tela)]
     righe.append(f"{'':7} +" + "-" * colonne)
     sinistra = f"{scala.x_da:.1f}" if scala.x_da else "0"
@@ -4178,7 +4132,6 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
 
 
 def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple[List[str], int]:
-    """From height y: the elements, and the height below them."""
     scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return [], y
@@ -4188,8 +4141,7 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple
     px = lambda v: sinistra + (v - scala.x_da) / (scala.x_a - scala.x_da) * (destra - sinistra)  # noqa: E731
     py = lambda v: base - v / scala.y_a * alto  # noqa: E731
     linea = lambda punti: " ".join(f"{a:.1f},{b:.1f}" for a, b in punti)  # noqa: E731
-    parti = [scritta(sinistra, y + 12, f"curva di capacità: throughput aggregato e latenza, un punto per valore di "
-                     f"{asse}", font_weight="bold"),
+    parti = [scritta(sinistra, y + 12, TITOLO_CURVA + asse, font_weight="bold"),
              elemento("line", x1=sinistra, y1=base, x2=destra, y2=base, stroke="#333"),
              elemento("line", x1=sinistra, y1=base, x2=sinistra, y2=base - alto, stroke="#333"),
              scritta(sinistra - 4, base - alto + 10, f"{scala.y_a:.2f} s", text_anchor="end"),
@@ -4217,7 +4169,7 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple
             if p is satura:
                 parti += [elemento("circle", cx=a, cy=b, r=9, fill="none", stroke="#e63946", stroke_width=2),
                           scritta(a - 13, b + 4, "saturazione", text_anchor="end", fill="#e63946")]
-            elif verdetto is not None and p is verdetto.dopo and not punti_occupati(asse, verdetto.prima, p):
+            elif verdetto is not None and p is verdetto.dopo and not verdetto.occupata:
                 # not certain: said as such, not ringed; busy: no verdict, none drawn
                 parti.append(scritta(a - 8, b + 4, "forse saturazione", titolo=verdetto.dubbio, text_anchor="end",
                                      fill="#888"))
@@ -4270,8 +4222,9 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
                            for m in [guadagno(asse, x, y)] if m and m[0] - m[1] < m[2]]
                 salito = f"Il throughput è salito da {a.throughput:.1f} a {b.throughput:.1f} token/s"
                 ogni = "ripreso dopo ogni passo piatto." if piatti else "a ogni passo di almeno un quarto del carico."
-                if indicativo(*misurati):  # one run a point: the noise is not measured
-                    frasi.append(f"Curva{dove}: forse {fino}. {salito}, {ogni}{indicativo(*misurati)}")
+                if any(len(p.intere) < 2 for p in misurati):  # one run a point: the noise is not measured
+                    frasi.append(f"Curva{dove}: forse {fino}. {salito}, {ogni} Indicativo: una prova per punto (--ripeti "
+                                 "3 misura il rumore).")
                 elif incerti:
                     x, y, (d, m, q) = incerti[0]
                     frasi.append(f"Curva{dove}: forse {fino}, non accertata. Da {asse}={valore_punto(x, asse)} "
@@ -4279,7 +4232,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
                                  f"al 95%) può stare sotto un quarto del carico ({q:.1f}): --ripeti 5 lo decide.")
                 else:
                     frasi.append(f"Curva{dove}: {fino}. {salito}, {ogni}")
-            else:  # the throughput stopped following the load, and the latency did not rise beyond its noise
+            else:  # the throughput stopped following the load; no rise of the latency confirmed
                 x, y = piatto
                 prove = [len(x.intere), len(y.intere)]
                 misura = guadagno(asse, x, y)
@@ -4292,13 +4245,12 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
                              f"La latenza media ({x.latenza:.2f} → {y.latenza:.2f} s) "
                              + ("è salita meno del 10%, su una prova per punto: --ripeti 3 lo decide." if min(prove) < 2
                                 else f"sale del {y.latenza / x.latenza - 1:.0%} ma con {da_a(prove)} prove a punto non è "
-                                "accertato: --ripeti 5 lo decide." if y.latenza > x.latenza and non_accertata(
-                                    x.cifre("latenza_media"), y.cifre("latenza_media")) else
+                                "accertato: --ripeti 5 lo decide." if y.latenza > 1.1 * x.latenza else
                                 "non è salita oltre il rumore (Welch 95%): --ripeti 5 lo decide."))
             continue
         frasi.append(f"Curva{dove}: " + frase_saturazione(asse, verdetto) + "."
                      + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
-                        and not punti_occupati(asse, verdetto.prima, verdetto.dopo) else ""))
+                        and not verdetto.occupata else ""))
     for titolo, punti in gruppi:  # open loop: a server behind the arrivals has a queue that keeps growing
         punto, visto = next(((p, v) for p in punti for v in map(sovraccarico, p.intere) if v), (None, None))
         if visto:
@@ -4353,8 +4305,7 @@ def riga_little(prova: Prova) -> Optional[str]:
         if differenza > 0:
             return riga + (f"{differenza:.2f} in media erano inviate ma non ancora nel server ({quanto}): in viaggio, "
                            "in lettura o in attesa di una connessione")
-        quanto = f"{-differenza:.2f} ±{mezzo:.2f} al 95% su {len(coppie)} letture"
-        return riga + (f"Il server ne contava {quanto} in più: di un altro client, di una prova interrotta o lasciate "
+        return riga + (f"Il server ne contava {quanto[1:]} in più: di un altro client, di una prova interrotta o lasciate "
                        "per --timeout")
     if abs(differenza) + mezzo < 1:
         return riga + f"Coincidono, entro il rumore delle letture ({quanto}: meno di una richiesta)"
@@ -4975,7 +4926,7 @@ def spiegazione(prova: Prova) -> List[str]:
             r = max(misurate, key=lambda r: r.token_prompt + r.token)
             frasi.append(f"La richiesta più lunga: {r.token_prompt} + {r.token} = {r.token_prompt + r.token} token di "
                          f"{info.n_ctx_slot}. Un prompt che non ci sta è rifiutato (HTTP 400), una risposta tagliata.")
-    if frase := frase_corte(prova, oltre(piano).esatti):  # the cut answers: the block's own line says them
+    if frase := frase_corte(prova, oltre(piano).esatti):  # the cut: the block says them
         frasi.append(maiuscola(frase) + ".")
     # never "al massimo 0 richieste"; not again when the timings said it
     if s.picco_coda == 0 and info.metrics_disponibile and not attese:
@@ -5280,7 +5231,7 @@ def oltre_il_rumore(a: List[float], b: List[float]) -> str:
         return "indicativa: meno di due prove con questa cifra in un file (con --ripeti 3 si misura il rumore)"
     t, gl = welch(a, b)  # gl may be inf: printed as such
     return (("oltre il rumore" if abs(t) > t_critico(gl) else f"non accertata, con {len(a)} e {len(b)} prove"
-             if non_accertata(a, b) else "entro il rumore")
+             if abs(media(b) - media(a)) > 0.1 * abs(media(a)) else "entro il rumore")  # over 10%: not "no change"
             + f" (Welch 95%: t {t:.2f}, gl {gl:.2f}, soglia {t_critico(gl):.2f})")
 
 

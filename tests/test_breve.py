@@ -85,7 +85,7 @@ def test_una_griglia_in_breve_tiene_le_tagliate_e_cosa_aiuta(fake, carica):
     rc, out, err = carica(server.url, *flag)
     assert rc == 0, err
     una = [r for r in out.splitlines() if r.startswith("4 richieste in ")]
-    assert len(una) == 2 and all(r.endswith("; 4 tagliate dal contesto") and len(r) <= 160 for r in una), out
+    assert len(una) == 2 and all(r.endswith(" token/s (4 tagliate dal contesto)") and len(r) <= 160 for r in una), out
     assert out.count("\ntagliate dal contesto: risposte fermate dal contesto pieno dello slot (finish_reason length); "
                      "aiuta un -c più grande o, senza --kv-unified, meno slot (-np)\n") == 1, out
     rc, blocchi, err = carica(server.url, *flag, "--blocchi")
