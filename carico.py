@@ -3852,12 +3852,12 @@ def stessi_carichi(punti: List[Punto], asse: str) -> List[str]:
 
 
 class Saturazione(NamedTuple):
-    """`dubbio` None: certain; `sovraccarico`: at `dopo` the server first fell behind; `occupata`: none."""
+    """`dubbio` None: certain; `sovraccarico`: at `dopo` the server first fell behind."""
     prima: Optional[Punto]
     dopo: Punto
     dubbio: Optional[str]
     sovraccarico: bool = False
-    occupata: Optional[str] = None
+    occupata: Optional[str] = None  # busy ends: no verdict
 
 
 def poche_per_una_coda(punto: Punto, asse: str) -> bool:
@@ -3893,7 +3893,7 @@ def punti_occupati(asse: str, *punti: Optional[Punto]) -> Optional[str]:
 def senza_occupati(asse: str, verdetto: Saturazione) -> Saturazione:
     """A busy end of the step leaves the verdict a doubt."""
     dove = punti_occupati(asse, verdetto.prima, verdetto.dopo)
-    return verdetto if dove is None else verdetto._replace(dubbio=nessun_verdetto(dove), occupata=dove)
+    return verdetto._replace(dubbio=nessun_verdetto(dove), occupata=dove) if dove else verdetto
 
 
 def nessun_verdetto(dove: str) -> str:
@@ -4902,7 +4902,7 @@ def spiegazione(prova: Prova) -> List[str]:
         peggiore = max(tetto, key=tetto.get)
         frasi.append(f"{quante(len(tetto), 'richiesta', 'richieste')} su {len(ok)} {'ha' if len(tetto) == 1 else 'hanno'} "
                      f"aspettato nel client un posto (tetto di --parallele: {piano.parallele} in volo). La req "
-                     f"{peggiore} è partita {tetto[peggiore]:.2f} s dopo l'orario previsto. "  # the unsent: block, stderr
+                     f"{peggiore} è partita {tetto[peggiore]:.2f} s dopo l'orario previsto. "
                      f"Contando quell'attesa, la latenza dal previsto ha p50 "
                      f"{percentile([latenza_dal_previsto(r) for r in ok], 50):.2f} s.")
     if s.occupati_dai_tempi is None and s.occupati_letti is None:
