@@ -1639,6 +1639,8 @@ class RisultatoOltre(NamedTuple):
     conversazione: Optional[int] = None  # --turni: whose conversation (0 to parallele - 1)
     turno: Optional[int] = None  # --turni: which of its turns (from 1)
     token_stimati: bool = False  # --stream without usage: `token` is the count of chunks with text
+    ritardi: Tuple[float, ...] = ()  # --stream: how late the reader was at each read the kernel stamped (s)
+    incerti: Tuple[Tuple[int, float], ...] = ()  # each chunk read with the next: (its index, its time's error bound)
 
     @property
     def primo_token(self) -> Optional[float]:
@@ -2038,7 +2040,8 @@ class SessioneOltre(Sessione):
                     bool(piano_oltre.turni), not piano_oltre.stream and prova.configurazione is None) + ([
             f"il server non ha detto nel flusso quanti token ha generato (né usage né timings) per "
             f"{quante(len(stimate), 'richiesta', 'richieste')}. I loro token (segnati ~) sono una stima: uno per "
-            "chunk con testo, ma un chunk può portarne più d'uno"] if stimate else [])
+            "chunk con testo, ma un chunk può portarne più d'uno"] if stimate else []) + nota_lettore(
+            prova, self.oltre.percentili or ())
 
     def codice_fallite(self, fallite: List[Risultato]) -> int:
         turni = any(oltre(p.piano).turni for p in self.prove)
@@ -2412,6 +2415,7 @@ class Flusso:
         # streams, wakes the garbage collector, whose passes stop all threads tens of ms
         self.letture: list = []
         self.scarto, self.fine_trovata = 0.0, False
+        self.ritardi: Dict[float, Optional[float]] = {}  # each read's arrival: its lateness (None: no stamp)
         self.esito: Optional[Tuple[dict, List[float], float]] = None  # leggi_flusso's, on a 200
         self.eccezione: Optional[BaseException] = None
         self.finito = threading.Event()
@@ -2446,7 +2450,9 @@ class Flusso:
                 break
             if not self.fine_trovata:  # bytes after the end are not the answer's
                 t, stampo, dati = letture[i:i + 3]
-                self.fine_trovata = self.arrivati(quando_arrivati(t, stampo, self.inviata, self.scarto), dati)
+                arrivo = quando_arrivati(t, stampo, self.inviata, self.scarto)
+                self.ritardi.setdefault(t if arrivo is None else arrivo, None if arrivo is None else t - arrivo)
+                self.fine_trovata = self.arrivati(t if arrivo is None else arrivo, dati)
         return self.fine_trovata
 
     def arrivati(self, t: float, dati: bytes) -> bool:
@@ -2788,14 +2794,14 @@ def da_riprovare(exc: OSError) -> bool:
     return isinstance(exc, (BlockingIOError, *tls))
 
 
-def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) -> float:
-    """The kernel's stamp (wall clock less `scarto`), else the read's time."""
+def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) -> Optional[float]:
+    """The kernel's stamp (wall clock less `scarto`); None: none, or a clock that jumped (the read's time)."""
     if len(stampo) >= 16:
         secondi, nano = int.from_bytes(stampo[:8], sys.byteorder), int.from_bytes(stampo[8:16], sys.byteorder)
         arrivo = secondi + nano / 1e9 - scarto
-        if inviata - 0.001 <= arrivo <= letto + 0.001:  # else a clock that jumped: the read's time
+        if inviata - 0.001 <= arrivo <= letto + 0.001:
             return min(arrivo, letto)
-    return letto
+    return None
 
 
 def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, timeout: float = TIMEOUT_INFO) -> None:
@@ -2899,7 +2905,19 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
     dati, chunk, fine = flusso.esito  # parsed by the reader in a free moment
     t0 = partenza.t0 if partenza is not None else t0
     inizio = flusso.inviata - t0
-    return Risultato(indice, inizio, fine - t0, **cifre_oltre(dati, [t - flusso.inviata for t in chunk]))
+    cifre = cifre_oltre(dati, [t - flusso.inviata for t in chunk])
+    cifre["oltre"] = cifre["oltre"]._replace(ritardi=tuple(x for x in flusso.ritardi.values() if x is not None),
+                                             incerti=incerti(chunk, flusso))
+    return Risultato(indice, inizio, fine - t0, **cifre)
+
+
+def incerti(chunk: List[float], flusso: Flusso) -> Tuple[Tuple[int, float], ...]:
+    """A chunk read with the next has its read's time: it came after the read before (docs/flussi.md)."""
+    uniti = [i for i in range(len(chunk) - 1) if chunk[i + 1] == chunk[i]]
+    prima, dopo = {}, flusso.inviata
+    for arrivo, ritardo in flusso.ritardi.items() if uniti else ():
+        prima[arrivo], dopo = dopo, arrivo + (ritardo or 0.0)
+    return tuple((i, chunk[i] - prima.get(chunk[i], flusso.inviata)) for i in uniti)
 
 
 FETTA = 0.001  # seconds of end work (framing, parsing) between looks at the sockets
@@ -2995,6 +3013,77 @@ def token_per_chunk(r: Risultato) -> Optional[float]:
     """Tokens per chunk with text, on average (llama.cpp sends one, others more)."""
     chunk = oltre(r).chunk_s
     return r.token / len(chunk) if chunk and r.token and not oltre(r).token_stimati else None
+
+
+# The client's own error (docs/flussi.md): how late the reader was, the chunks of a stream read together,
+# and how far that can have moved each percentile; a note above SOGLIA (both: over 1 ms and 5% of it).
+SOGLIA = (0.001, 0.05)
+
+
+def errori_figure(ok: List[Risultato]) -> Dict[str, List[float]]:
+    """The stream figures' values' error bounds (s), in valori_figure's order."""
+    errori: Dict[str, List[float]] = {"primo token": [], "TPOT": [], "ITL": []}
+    for r in filter(lambda r: oltre(r).chunk_s, ok):
+        e, n = dict(oltre(r).incerti), len(oltre(r).chunk_s)
+        errori["primo token"].append(e.get(0, 0.0))
+        errori["TPOT"] += [e.get(0, 0.0) / (r.token - 1)] if tpot(r) is not None else []
+        errori["ITL"] += [max(e.get(i, 0.0), e.get(i + 1, 0.0)) for i in range(n - 1)] if e else [0.0] * (n - 1)
+    return errori
+
+
+def spostamento(valori: List[float], errori: List[float], p: Union[int, float]) -> float:
+    """How far the p-th percentile may be from the true one, each value off by at most its error: with m
+    values off by more than d, the true one is within d of the recorded ones m ranks either side."""
+    grandi = sorted((e for e in errori if e > 0), reverse=True)
+    if not grandi or len(valori) < 2:
+        return grandi[0] if grandi else 0.0
+    v, h = sorted(valori), (len(valori) - 1) * p / 100
+
+    def a(x: float) -> float:  # the recorded percentile at rank x, as `percentile` interpolates
+        k = min(int(x), len(v) - 2)
+        return v[k] + (x - k) * (v[k + 1] - v[k])
+
+    limite, m = grandi[0], 1
+    while h - m >= 0 and h + m <= len(v) - 1:
+        d = grandi[m] if m < len(grandi) else 0.0
+        limite = min(limite, d + max(a(h + m) - a(h), a(h) - a(h - m)))
+        if m == len(grandi):
+            break
+        m = min(2 * m, len(grandi))
+    return limite
+
+
+def dati_lettore(prova: Prova, percentili: Sequence[Union[int, float]] = ()) -> Optional[dict]:
+    """--stream: the reader's own error, and how far it can have moved each figure (None without streams)."""
+    ok = [r for r in prova.esecuzione.riuscite if oltre(r).chunk_s is not None]
+    if not ok:
+        return None
+    ritardi = [x for r in ok for x in oltre(r).ritardi]
+    valori, errori = valori_figure(prova), errori_figure(ok)
+    limiti = {(f, p): spostamento(valori[f], errori[f], p) for f in errori if valori[f]
+              for p in percentili or PERCENTILI_DETTAGLI}
+    return {"ritardo_lettore_p50_ms": ms(percentile(ritardi, 50)), "ritardo_lettore_p99_ms": ms(percentile(ritardi, 99)),
+            "ritardo_lettore_max_ms": ms(max(ritardi, default=None)),
+            "chunk_letti_insieme": sum(b == a for r in ok for a, b in zip(oltre(r).chunk_s, oltre(r).chunk_s[1:])),
+            "spostamento_ms": {f"{f} p{p}": ms(b) for (f, p), b in limiti.items()},
+            "oltre_la_soglia": {f: max(b for (g, p), b in limiti.items() if g == f) for (f, p), b in limiti.items()
+                                if b > max(SOGLIA[0], SOGLIA[1] * percentile(valori[f], p))}}
+
+
+def frase_lettore(d: dict, spostate: bool = True) -> str:
+    """How late the reader was, the chunks it read together, the most it can have moved a figure."""
+    figura, piu = max(d["spostamento_ms"].items(), key=lambda x: x[1])
+    ritardo = "n/d (nessun tempo d'arrivo dal kernel)" if d["ritardo_lettore_p99_ms"] is None else (
+        f"p50 {d['ritardo_lettore_p50_ms']:.2f}, p99 {d['ritardo_lettore_p99_ms']:.2f}, max {d['ritardo_lettore_max_ms']:.1f} ms")
+    return f"in ritardo sull'arrivo {ritardo}, {d['chunk_letti_insieme']} chunk letti insieme a uno prima" + (
+        "" if not spostate else f": cifre spostate al più di {piu:.2f} ms ({figura})" if piu else ": nessuna cifra spostata")
+
+
+def nota_lettore(prova: Prova, percentili: Sequence[Union[int, float]]) -> List[str]:
+    d = dati_lettore(prova, percentili)
+    return [f"carico non ha letto i flussi in tempo: {frase_lettore(d, False)}. Il suo errore può spostare " + ", ".join(
+        f"{f} fino a {b * 1000:.1f} ms" for f, b in d["oltre_la_soglia"].items()) + " (oltre 1 ms e il 5% della cifra). "
+            "Per cifre fedeli: meno flussi, o carico su altri core o su un'altra macchina"] if d and d["oltre_la_soglia"] else []
 
 
 # --ritmo and --durata: requests sent by the clock ##############################################
@@ -3286,6 +3375,9 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
             "token_dalla_cache": sum(r.token_cache or 0 for r in risultati),
             "token_per_chunk": {"min": min(per_chunk), "media": media(per_chunk),
                                 "max": max(per_chunk)} if per_chunk else None}
+    lettore = dati_lettore(prova, tutti)
+    if lettore:  # --stream
+        dati.update({k: v for k, v in lettore.items() if k != "oltre_la_soglia"})
     if slo:
         dati["slo"] = dict(zip(("obiettivi", "rispettate", "quota", "goodput_richieste_s", "goodput_token_s",
                                 "dal_previsto"), (slo,) + goodput(prova, slo)))
@@ -3340,6 +3432,8 @@ def righe_dettagli(prova: Prova, percentili: Optional[Sequence[int]] = None) -> 
                      f"max {per_chunk['max']:.1f}: un intervallo ITL copre più di un token")
     if d["fermate_prima_di_token"]:
         righe.append(f"  {frase_corte(prova, oltre(prova.piano).esatti)}")
+    if "spostamento_ms" in d:
+        righe.append(f"  lettore dei flussi: {frase_lettore(d)}")
     return righe
 
 
@@ -4947,6 +5041,9 @@ def spiegazione(prova: Prova) -> List[str]:
             frasi.append(maiuscola(frase_sovraccarico(visto)))
         if little := riga_little(prova):
             frasi.append(little + ".")
+    if lettore := dati_lettore(prova):
+        frasi.append(f"Il lettore dei flussi di carico: {frase_lettore(lettore)}" + (
+            ", oltre 1 ms e il 5% della cifra: vedi la nota." if lettore["oltre_la_soglia"] else "."))
     m, dopo = prova.macchina, prova.macchina_dopo
     motivo, occupata_dopo = m and macchina_occupata(m), dopo and macchina_occupata(dopo)
     quieta_dopo = None if occupata_dopo else dopo
