@@ -1639,8 +1639,8 @@ class RisultatoOltre(NamedTuple):
     conversazione: Optional[int] = None  # --turni: whose conversation (0 to parallele - 1)
     turno: Optional[int] = None  # --turni: which of its turns (from 1)
     token_stimati: bool = False  # --stream without usage: `token` is the count of chunks with text
-    ritardi: Tuple[float, ...] = ()  # --stream: how late the reader was at each read the kernel stamped (s)
-    incerti: Tuple[Tuple[int, float], ...] = ()  # each chunk read with the next: (its index, its time's error bound)
+    ritardi: Tuple[float, ...] = ()  # --stream: each stamped read's lateness (s)
+    incerti: Tuple[Tuple[int, float], ...] = ()  # (index, error bound) of each chunk read with a later one
 
     @property
     def primo_token(self) -> Optional[float]:
@@ -1702,14 +1702,14 @@ def domanda_oltre(prompt: str, piano: Piano) -> dict:
     return {**domanda_chat(prompt, piano), **campi_oltre(oltre(piano))}
 
 
-def cifre_oltre(dati, chunk_s: Optional[List[float]] = None) -> dict:
+def cifre_oltre(dati, chunk_s: Optional[List[float]] = None, **lettore) -> dict:
     """With the chunks' times and the text; no usage nor timings: a token a chunk, estimated."""
     cifre = cifre_completamento(dati)
     scelta = dati["choices"][0] if dati["choices"] and isinstance(dati["choices"][0], dict) else {}
     messaggio = scelta.get("message") if isinstance(scelta.get("message"), dict) else {}
     stimati = cifre["token"] is None and chunk_s is not None
     return dict(cifre, token=len(chunk_s) if stimati else cifre["token"], oltre=RisultatoOltre(
-        tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"), token_stimati=stimati))
+        tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"), token_stimati=stimati, **lettore))
 
 
 def invia_oltre(client: Client, indice: int, domanda: dict, timeout: float, t0: float) -> Risultato:
@@ -2415,7 +2415,7 @@ class Flusso:
         # streams, wakes the garbage collector, whose passes stop all threads tens of ms
         self.letture: list = []
         self.scarto, self.fine_trovata = 0.0, False
-        self.ritardi: Dict[float, Optional[float]] = {}  # each read's arrival: its lateness (None: no stamp)
+        self.ritardi: Dict[float, Optional[float]] = {}  # each read's time: its lateness (None: no stamp)
         self.esito: Optional[Tuple[dict, List[float], float]] = None  # leggi_flusso's, on a 200
         self.eccezione: Optional[BaseException] = None
         self.finito = threading.Event()
@@ -2450,9 +2450,9 @@ class Flusso:
                 break
             if not self.fine_trovata:  # bytes after the end are not the answer's
                 t, stampo, dati = letture[i:i + 3]
-                arrivo = quando_arrivati(t, stampo, self.inviata, self.scarto)
-                self.ritardi.setdefault(t if arrivo is None else arrivo, None if arrivo is None else t - arrivo)
-                self.fine_trovata = self.arrivati(t if arrivo is None else arrivo, dati)
+                arrivo, ritardo = quando_arrivati(t, stampo, self.inviata, self.scarto)
+                self.ritardi.setdefault(arrivo, ritardo)
+                self.fine_trovata = self.arrivati(arrivo, dati)
         return self.fine_trovata
 
     def arrivati(self, t: float, dati: bytes) -> bool:
@@ -2794,14 +2794,14 @@ def da_riprovare(exc: OSError) -> bool:
     return isinstance(exc, (BlockingIOError, *tls))
 
 
-def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) -> Optional[float]:
-    """The kernel's stamp (wall clock less `scarto`); None: none, or a clock that jumped (the read's time)."""
+def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) -> Tuple[float, Optional[float]]:
+    """The kernel's stamp (wall clock less `scarto`) and the read's lateness, else the read's time and None."""
     if len(stampo) >= 16:
         secondi, nano = int.from_bytes(stampo[:8], sys.byteorder), int.from_bytes(stampo[8:16], sys.byteorder)
         arrivo = secondi + nano / 1e9 - scarto
-        if inviata - 0.001 <= arrivo <= letto + 0.001:
-            return min(arrivo, letto)
-    return None
+        if inviata - 0.001 <= arrivo <= letto + 0.001:  # else a clock that jumped
+            return min(arrivo, letto), max(0.0, letto - arrivo)
+    return letto, None
 
 
 def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, timeout: float = TIMEOUT_INFO) -> None:
@@ -2905,15 +2905,15 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
     dati, chunk, fine = flusso.esito  # parsed by the reader in a free moment
     t0 = partenza.t0 if partenza is not None else t0
     inizio = flusso.inviata - t0
-    cifre = cifre_oltre(dati, [t - flusso.inviata for t in chunk])
-    cifre["oltre"] = cifre["oltre"]._replace(ritardi=tuple(x for x in flusso.ritardi.values() if x is not None),
-                                             incerti=incerti(chunk, flusso))
-    return Risultato(indice, inizio, fine - t0, **cifre)
+    return Risultato(indice, inizio, fine - t0, **cifre_oltre(dati, [t - flusso.inviata for t in chunk], ritardi=tuple(
+        x for x in flusso.ritardi.values() if x is not None), incerti=incerti(chunk, fine, flusso)))
 
 
-def incerti(chunk: List[float], flusso: Flusso) -> Tuple[Tuple[int, float], ...]:
-    """A chunk read with the next has its read's time: it came after the read before (docs/flussi.md)."""
+def incerti(chunk: List[float], fine: float, flusso: Flusso) -> Tuple[Tuple[int, float], ...]:
+    """A chunk read with the next has its read's time: it came after the read before. With some, the last
+    read with the end too: behind, the reader acks late, and TCP may hold the end (docs/flussi.md)."""
     uniti = [i for i in range(len(chunk) - 1) if chunk[i + 1] == chunk[i]]
+    uniti += [len(chunk) - 1] if uniti and chunk[-1] == fine else []
     prima, dopo = {}, flusso.inviata
     for arrivo, ritardo in flusso.ritardi.items() if uniti else ():
         prima[arrivo], dopo = dopo, arrivo + (ritardo or 0.0)
@@ -3026,7 +3026,7 @@ def errori_figure(ok: List[Risultato]) -> Dict[str, List[float]]:
     for r in filter(lambda r: oltre(r).chunk_s, ok):
         e, n = dict(oltre(r).incerti), len(oltre(r).chunk_s)
         errori["primo token"].append(e.get(0, 0.0))
-        errori["TPOT"] += [e.get(0, 0.0) / (r.token - 1)] if tpot(r) is not None else []
+        errori["TPOT"] += [max(e.get(0, 0.0), e.get(n - 1, 0.0)) / (r.token - 1)] if tpot(r) is not None else []
         errori["ITL"] += [max(e.get(i, 0.0), e.get(i + 1, 0.0)) for i in range(n - 1)] if e else [0.0] * (n - 1)
     return errori
 
@@ -3054,27 +3054,25 @@ def spostamento(valori: List[float], errori: List[float], p: Union[int, float]) 
 
 
 def dati_lettore(prova: Prova, percentili: Sequence[Union[int, float]] = ()) -> Optional[dict]:
-    """--stream: the reader's own error, and how far it can have moved each figure (None without streams)."""
+    """--stream: the reader's own error, and how far it can have moved each figure."""
     ok = [r for r in prova.esecuzione.riuscite if oltre(r).chunk_s is not None]
     if not ok:
         return None
-    ritardi = [x for r in ok for x in oltre(r).ritardi]
-    valori, errori = valori_figure(prova), errori_figure(ok)
+    ritardi, valori, errori = [x for r in ok for x in oltre(r).ritardi], valori_figure(prova), errori_figure(ok)
     limiti = {(f, p): spostamento(valori[f], errori[f], p) for f in errori if valori[f]
               for p in percentili or PERCENTILI_DETTAGLI}
+    oltre_soglia = [(f, b) for (f, p), b in limiti.items() if b > max(SOGLIA[0], SOGLIA[1] * percentile(valori[f], p))]
     return {"ritardo_lettore_p50_ms": ms(percentile(ritardi, 50)), "ritardo_lettore_p99_ms": ms(percentile(ritardi, 99)),
             "ritardo_lettore_max_ms": ms(max(ritardi, default=None)),
             "chunk_letti_insieme": sum(b == a for r in ok for a, b in zip(oltre(r).chunk_s, oltre(r).chunk_s[1:])),
             "spostamento_ms": {f"{f} p{p}": ms(b) for (f, p), b in limiti.items()},
-            "oltre_la_soglia": {f: max(b for (g, p), b in limiti.items() if g == f) for (f, p), b in limiti.items()
-                                if b > max(SOGLIA[0], SOGLIA[1] * percentile(valori[f], p))}}
+            "oltre_la_soglia": {f: max(b for g, b in oltre_soglia if g == f) for f, _ in oltre_soglia}}
 
 
 def frase_lettore(d: dict, spostate: bool = True) -> str:
-    """How late the reader was, the chunks it read together, the most it can have moved a figure."""
     figura, piu = max(d["spostamento_ms"].items(), key=lambda x: x[1])
-    ritardo = "n/d (nessun tempo d'arrivo dal kernel)" if d["ritardo_lettore_p99_ms"] is None else (
-        f"p50 {d['ritardo_lettore_p50_ms']:.2f}, p99 {d['ritardo_lettore_p99_ms']:.2f}, max {d['ritardo_lettore_max_ms']:.1f} ms")
+    ritardo = "n/d (nessun tempo d'arrivo dal kernel)" if d["ritardo_lettore_p99_ms"] is None else "p50 {:.2f}, p99 {:.2f}, " \
+        "max {:.1f} ms".format(*(d[f"ritardo_lettore_{k}_ms"] for k in ("p50", "p99", "max")))
     return f"in ritardo sull'arrivo {ritardo}, {d['chunk_letti_insieme']} chunk letti insieme a uno prima" + (
         "" if not spostate else f": cifre spostate al più di {piu:.2f} ms ({figura})" if piu else ": nessuna cifra spostata")
 
