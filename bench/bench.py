@@ -23,6 +23,8 @@ server and model (scripts/install-real.sh) and, for the scale row, nginx and wrk
      Python one (bench/pavimento.c, bench/pavimento.py) in turns with carico, against the same fake
      9c. (`--misti N`, on its own) long answers that end while others stream: 64 streams of 1,000-2,000 tokens
      10 ms apart; the chunks carico timed more than 5 ms off
+     9d. (`--limiti N`, on its own) the bound carico states on its own error (docs/flussi.md) against the
+     true error, at 256 and 1,000 streams, quiet and beside a busy loop on carico's core
 
 `--solo-flussi` runs row 9 alone (no real server needed).
 """
@@ -352,54 +354,76 @@ def percentile_di(valori, p):
     return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))] if v else float("nan")
 
 
-def una_prova_di_flussi(eseguibile, c, cartella, token=TOKEN_FLUSSI, passo_ms=PASSO_MS, misti=False):
+def una_prova_di_flussi(eseguibile, c, cartella, token=TOKEN_FLUSSI, passo_ms=PASSO_MS, misti=False, occupato=False):
     """One run at C streams: carico's figures from its --json, and the fake's true times from its log
-    (`misti`: each stream with between token/2 and `token` tokens, see flussi.c)."""
+    (`misti`: each stream with between token/2 and `token` tokens, see flussi.c; `occupato`: a busy loop on
+    carico's core all along)."""
     porta = porta_libera()
+    anello = subprocess.Popen(["taskset", "-c", "1", sys.executable, "-c", "while True: pass"]) if occupato else None
     registro, risultati = os.path.join(cartella, f"fake-{c}.log"), os.path.join(cartella, f"carico-{c}.json")
     fake = subprocess.Popen(["taskset", "-c", "0", eseguibile, str(porta), str(c), str(token), registro, str(passo_ms),
                              str(int(misti))], stdout=subprocess.PIPE)
     try:
         fake.stdout.readline()  # "pronto"
         cpu_nel_tempo = []  # (perf_counter, CPU s of carico's process): its share of a core while the fake writes
+        err = []
         out, parete, cpu, rss = esegui_carico_cli_su(
             ["taskset", "-c", "1"], "--url", f"http://127.0.0.1:{porta}", "--stream", "--richieste", str(c),
             "--parallele", str(c), "--token", str(token), "--dettagli", "--json", risultati,
-            "--intervallo", "60", campioni=cpu_nel_tempo)
+            "--intervallo", "60", campioni=cpu_nel_tempo, err=err)
         fake.wait(timeout=60)
     finally:
+        if anello is not None:
+            anello.kill()
+            anello.wait()
         if fake.poll() is None:
             fake.kill()
             fake.wait()
     prova = json.load(open(risultati))["prove"][0]
     richieste = prova["richieste"]
-    veri = {}
+    veri, fini = {}, {}
     for riga_log in open(registro):
-        etichetta, arrivo, *scritti = riga_log.rstrip("\n").split("\t")
-        veri[etichetta] = (int(arrivo), scritti)
+        etichetta, arrivo, *scritti, fine = riga_log.rstrip("\n").split("\t")  # (the end's write last)
+        veri[etichetta], fini[etichetta] = (int(arrivo), scritti), int(fine)
     # The truth of a chunk is an interval: the fake's clock just before and just after its write (a fake
     # preempted in between logs a later time than the bytes left). carico's error is its distance from it.
     def fuori(valore, da, a):
         return valore - da if valore < da else (valore - a if valore > a else 0.0)
 
     errori_ttft, errori_itl, errori_chunk, ritardi = [], [], [], []
+    veri_fig = {f: ([], []) for f in ("primo token", "TPOT", "ITL")}  # the true figures, by the writes' starts and ends
     for r in richieste:
         if r["errore"] is not None:
             continue
-        arrivo, scritti = veri[json.dumps(carico.prompt_per(r["indice"]))[1:41]]
-        scritti = [tuple((int(x) - arrivo) / 1e9 for x in w.split(",")) for w in scritti]
+        etichetta = json.dumps(carico.prompt_per(r["indice"]))[1:41]
+        arrivo, scritti = veri[etichetta]
+        scritti, fine = [tuple((int(x) - arrivo) / 1e9 for x in w.split(",")) for w in scritti], (fini[etichetta] - arrivo) / 1e9
         errori_chunk += [fuori(t, da, a) * 1000 for t, (da, a) in zip(r["chunk_s"], scritti)]
         errori_ttft.append(errori_chunk[-len(scritti)])
         errori_itl += [fuori(b - a, y0 - x1, y1 - x0) * 1000 for a, b, (x0, x1), (y0, y1)
                        in zip(r["chunk_s"], r["chunk_s"][1:], scritti, scritti[1:])]
         ritardi += [da * 1000 - (PRIMO_MS + passo_ms * k) for k, (da, _) in enumerate(scritti)]
+        for lato in (0, 1):
+            t = [w[lato] for w in scritti]
+            veri_fig["primo token"][lato].append(t[0])
+            veri_fig["TPOT"][lato].append(((fine if lato else t[-1]) - t[0]) / (len(t) - 1))  # to the end, as carico
+            veri_fig["ITL"][lato].extend(b - a for a, b in zip(t, t[1:]))
     # CPU while the streams flowed: from the first request's arrival to the last write, on the fake's
     # clock (CLOCK_MONOTONIC, perf_counter's): carico's share of its one core, 1.00 when it saturates it
     da = min(a for a, _ in veri.values()) / 1e9
     a = max(int(s[-1].split(",")[1]) for _, s in veri.values()) / 1e9
     prima = max((c for t, c in cpu_nel_tempo if t <= da), default=0.0)
     dopo = min((c for t, c in cpu_nel_tempo if t >= a), default=float("nan"))
-    figure = prova["dettagli"]["figure_s"]
+    figure, d = prova["dettagli"]["figure_s"], prova["dettagli"]
+    # The stated bound against the true error of each percentile: carico's figure against the same
+    # percentile of what the fake wrote (an interval: by the writes' starts, by their ends)
+    limiti = {}
+    for f, (inizio, fine) in veri_fig.items():
+        for p in (50, 90, 99):
+            vero = sorted((carico.percentile(inizio, p), carico.percentile(fine, p)))
+            detto = figure[f][f"p{p}"]
+            limiti[f"{f} p{p}"] = (detto * 1000, sum(vero) / 2 * 1000, abs(fuori(detto, *vero)) * 1000,
+                                   d["spostamento_ms"][f"{f} p{p}"])
     chunk = sum(len(r["chunk_s"] or ()) for r in richieste if r["errore"] is None)
     inizi = [r["inizio_s"] for r in richieste]
     return {"falliti": sum(r["errore"] is not None for r in richieste), "chunk": chunk,
@@ -412,21 +436,28 @@ def una_prova_di_flussi(eseguibile, c, cartella, token=TOKEN_FLUSSI, passo_ms=PA
             "err_itl99": percentile_di([abs(e) for e in errori_itl], 99),
             "err_chunk99": percentile_di([abs(e) for e in errori_chunk], 99),
             "fuori_5ms": sum(abs(e) > 5 for e in errori_chunk),  # mostly a token read with a later one (its stamp)
-            "ritardo_fake99": percentile_di(ritardi, 99), "ritardo_fake_max": max(ritardi)}
+            "ritardo_fake99": percentile_di(ritardi, 99), "ritardo_fake_max": max(ritardi),
+            "limiti": limiti, "nota": "carico non ha letto i flussi in tempo" in err[0],
+            "lettore": tuple(d[f"ritardo_lettore_{k}_ms"] for k in ("p50", "p99", "max")),
+            "insieme": d["chunk_letti_insieme"]}
 
 
-def esegui_carico_cli_su(prefisso, *argomenti, campioni=None):
+def esegui_carico_cli_su(prefisso, *argomenti, campioni=None, err=None):
     """carico.py under a prefix (taskset): (stdout, wall s, CPU s, peak RSS MB); with `campioni`, a list that
-    gets (perf_counter, the process's CPU s so far) every 10 ms while it runs."""
-    with tempfile.TemporaryFile() as uscita:
+    gets (perf_counter, the process's CPU s so far) every 10 ms while it runs; with `err`, one that gets its
+    stderr."""
+    with tempfile.TemporaryFile() as uscita, tempfile.TemporaryFile() as errori:
         inizio = time.perf_counter()
-        proc = subprocess.Popen([*prefisso, sys.executable, CARICO, *argomenti], stdout=uscita, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen([*prefisso, sys.executable, CARICO, *argomenti], stdout=uscita, stderr=errori)
         if campioni is not None:
             import threading
             threading.Thread(target=campiona_cpu, args=(proc.pid, campioni), daemon=True).start()
         _, _, uso = os.wait4(proc.pid, 0)
         parete = time.perf_counter() - inizio
         uscita.seek(0)
+        errori.seek(0)
+        if err is not None:
+            err.append(errori.read().decode())
         return uscita.read().decode(), parete, uso.ru_utime + uso.ru_stime, uso.ru_maxrss / 1024
 
 
@@ -461,7 +492,7 @@ def flussi(ripetizioni):
         for c in FLUSSI:
             carico_prima = os.getloadavg()[0]
             prove = [una_prova_di_flussi(eseguibile, c, cartella) for _ in range(ripetizioni)]
-            m = {k: mediana([p[k] for p in prove]) for k in prove[0]}
+            m = {k: mediana([p[k] for p in prove]) for k, v in prove[0].items() if isinstance(v, (int, float))}
             testo = (f"| {c} | {m['chunk_s']:,.0f} | {m['ttft50']:.1f} / {m['ttft99']:.1f} | {m['itl50']:.2f} / "
                      f"{m['itl99']:.2f} / {m['itlmax']:.1f} | {m['cpu']:.2f} | {m['core']:.2f} | {m['us_chunk']:.0f} | "
                      f"{m['rss']:.0f} | {m['inviate_in']:.0f} / {m['arrivate_in']:.0f} | {m['err_ttft99']:.2f} / {m['err_itl99']:.2f} / "
@@ -469,7 +500,7 @@ def flussi(ripetizioni):
                      f"{m['falliti']:.0f} | {carico_prima:.2f} / {os.getloadavg()[0]:.2f} | "
                      f"{time.strftime('%H:%M:%S', time.gmtime())} UTC |")
             for p in prove:  # each run, so that a median hides nothing
-                print("    run: " + ", ".join(f"{k} {v:.2f}" for k, v in p.items()), flush=True)
+                print("    run: " + ", ".join(f"{k} {v:.2f}" for k, v in p.items() if k in m), flush=True)
             print(testo, flush=True)
             riga(f"streams at C = {c}: ITL p99 / TTFT p99 error against the fake's writes", f"{m['err_itl99']:.2f} / "
                  f"{m['err_ttft99']:.2f} ms", testo, "ITL within 1 ms, TTFT within 5 ms")
@@ -491,7 +522,7 @@ def pavimento(giri, c=1000):
     def vicini_nel_fake(registro="fake.log"):  # the fake's own: two tokens of a stream written under 5 ms apart
         vicini = 0
         for riga_log in open(os.path.join(cartella, registro)):
-            scritti = [tuple(map(int, w.split(","))) for w in riga_log.rstrip("\n").split("\t")[2:]]
+            scritti = [tuple(map(int, w.split(","))) for w in riga_log.rstrip("\n").split("\t")[2:-1]]
             vicini += sum(b[0] - a[1] < 5e6 for a, b in zip(scritti, scritti[1:]))
         return vicini
 
@@ -545,6 +576,54 @@ def misti(giri, c=64, token=2000, passo_ms=10):
         shutil.rmtree(cartella, ignore_errors=True)
 
 
+PUNTI_LIMITI = tuple((int(c.rstrip("o")), c.endswith("o")) for c in os.environ.get(
+    "CARICO_LIMITI", "256,1000,256o,1000o").split(","))  # C, and "o": beside a busy loop on carico's core
+
+
+TARDI = "ritardo_fake99"
+
+
+def limiti(giri):
+    """9d. (--limiti N) The client's own error as carico states it, against the truth: at each point (C streams,
+    quiet or beside a busy loop on carico's core), N runs; in each, for TTFT, TPOT and ITL at p50, p90 and p99,
+    carico's figure against the same percentile of the fake's writes, and the bound carico stated for it. The
+    bound holds when the true error is within it; the note must fire where a bound passes carico.SOGLIA."""
+    cartella = tempfile.mkdtemp(prefix="carico-limiti-")
+    fake = os.path.join(cartella, "flussi")
+    subprocess.run(["cc", "-O2", "-o", fake, os.path.join(QUI, "flussi.c")], check=True)
+    print(f"carico: {CARICO}\n| C | beside | runs | reader late p50 / p99 / max ms | chunks read with an earlier one "
+          "| ITL p99 ms: carico / true / error / bound | TTFT p99 ms: the same | TPOT p99 ms: the same "
+          "| bound held (checks) | note (runs) | worst error / bound, ms | fake late p99 ms |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|",
+          flush=True)
+    try:
+        for c, occupato in PUNTI_LIMITI:
+            prove = []
+            for _ in range(giri):
+                prove.append(una_prova_di_flussi(fake, c, cartella, occupato=occupato))
+                p = prove[-1]
+                print("    run: " + "; ".join(f"{k} {v[0]:.2f}/{v[1]:.2f}/{v[2]:.2f}/{v[3]:.2f}" for k, v in
+                                           p["limiti"].items()) + f"; late {p['lettore']}, together {p['insieme']}, "
+                      f"note {p['nota']}, failed {p['falliti']}", flush=True)
+            tenuti = [v[2] <= v[3] + 0.01 for p in prove for v in p["limiti"].values()]  # (0.01 ms: rounding)
+            peggiore = max((v for p in prove for v in p["limiti"].values()), key=lambda v: v[2] - v[3])
+
+            def cella(f):
+                return " ; ".join(f"{v[0]:.2f} / {v[1]:.2f} / {v[2]:.2f} / {v[3]:.2f}" for v in
+                                  (p["limiti"][f] for p in prove))
+
+            def ms(x):
+                return "n/d" if x is None else f"{x:.2f}"
+
+            print(f"| {c:,} | {'busy loop' if occupato else 'quiet'} | {giri} | "
+                  + " ; ".join("/".join(ms(x) for x in p["lettore"]) for p in prove)
+                  + f" | {' ; '.join(str(p['insieme']) for p in prove)} | {cella('ITL p99')} | {cella('primo token p99')} "
+                  f"| {cella('TPOT p99')} | {sum(tenuti)} of {len(tenuti)} | {sum(p['nota'] for p in prove)} of {giri} "
+                  f"| {peggiore[2]:.2f} / {peggiore[3]:.2f} | {' ; '.join(f'{p[TARDI]:.1f}' for p in prove)} |", flush=True)
+    finally:
+        shutil.rmtree(cartella, ignore_errors=True)
+
+
 def aspetta_la_quiete(limite=20.0):
     """Up to `limite` seconds for the CPU to settle (the install step just ran pip), as the lab asks."""
     fine = time.monotonic() + limite
@@ -572,12 +651,17 @@ def main():
     parser.add_argument("--solo-flussi", action="store_true", help="only row 9, the streams at scale")
     parser.add_argument("--pavimento", type=int, metavar="N", help="only row 9b: N turns of the floors and carico at 1,000 streams")
     parser.add_argument("--misti", type=int, metavar="N", help="only row 9c: N runs of long answers ending one after the other")
+    parser.add_argument("--limiti", type=int, metavar="N", help="only row 9d: N runs a point of the stated bound against "
+                        "the true error (CARICO_LIMITI: the points)")
     a = parser.parse_args()
     if a.pavimento:
         pavimento(a.pavimento)
         return 0
     if a.misti:
         misti(a.misti)
+        return 0
+    if a.limiti:
+        limiti(a.limiti)
         return 0
     if a.solo_flussi:
         print(f"carico.py {carico.__version__}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")

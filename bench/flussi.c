@@ -10,7 +10,8 @@
  *
  *   flussi PORT N_STREAMS TOKENS LOGFILE [GAP_MS [MIXED]]    exits after N_STREAMS streams have ended,
  *   writing LOGFILE: one line per stream: the prompt's first bytes, the request's arrival (ns), for each
- *   token the clock just before and just after its write (ns): the bytes left somewhere in between.
+ *   token the clock just before and just after its write (ns): the bytes left somewhere in between; last,
+ *   the clock just after the end's write (ns).
  *   GAP_MS: the gap between two tokens (20); MIXED 1: the streams end at different times, each with
  *   between TOKENS/2 and TOKENS tokens (for the bench's long answers that end while others stream).
  */
@@ -34,7 +35,7 @@ typedef struct {
     int fd, stato; /* 0 free, 1 reading the request, 2 streaming */
     char req[16384];
     int n;
-    long long arrivo, prima[MAXTOK], scritti[MAXTOK];
+    long long arrivo, prima[MAXTOK], scritti[MAXTOK], fine;
     int k, ntok; /* tokens written so far, and this stream's */
     char tag[48];
 } Conn;
@@ -114,7 +115,7 @@ static void chiudi(int fd) {
     c->stato = 0;
     fprintf(log, "%s\t%lld", c->tag, c->arrivo);
     for (int k = 0; k < c->ntok; k++) fprintf(log, "\t%lld,%lld", c->prima[k], c->scritti[k]);
-    fprintf(log, "\n");
+    fprintf(log, "\t%lld\n", c->fine);
 }
 
 /* Every write that is due: called between any two other things the loop does (a request read, a
@@ -139,6 +140,7 @@ static void dovuti(void) {
             n += evento_in(fine + n, sizeof fine - n, "[DONE]");
             n += snprintf(fine + n, sizeof fine - n, "0\r\n\r\n");
             scrivi(fd, fine, (size_t)n);
+            c->fine = ora();
             da_chiudere[nchiudere++] = fd;
             finiti++;
             heap[0] = heap[--nheap];
