@@ -1709,7 +1709,8 @@ def cifre_oltre(dati, chunk_s: Optional[List[float]] = None, **lettore) -> dict:
     messaggio = scelta.get("message") if isinstance(scelta.get("message"), dict) else {}
     stimati = cifre["token"] is None and chunk_s is not None
     return dict(cifre, token=len(chunk_s) if stimati else cifre["token"], oltre=RisultatoOltre(
-        tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"), token_stimati=stimati, **lettore))
+        tuple(chunk_s) if chunk_s is not None else None, testo=messaggio.get("content"), token_stimati=stimati,
+        **lettore))
 
 
 def invia_oltre(client: Client, indice: int, domanda: dict, timeout: float, t0: float) -> Risultato:
@@ -3016,14 +3017,14 @@ def token_per_chunk(r: Risultato) -> Optional[float]:
 
 
 # The client's own error (docs/flussi.md): how late the reader was, the chunks of a stream read together,
-# and how far that can have moved each percentile; a note above SOGLIA (both: over 1 ms and 5% of it).
+# how far that can have moved each percentile; a note past SOGLIA (both 1 ms and 5% of the figure).
 SOGLIA = (0.001, 0.05)
 
 
 def errori_figure(ok: List[Risultato]) -> Dict[str, List[float]]:
-    """The stream figures' values' error bounds (s), in valori_figure's order."""
+    """The streamed figures' values' error bounds (s), in valori_figure's order."""
     errori: Dict[str, List[float]] = {"primo token": [], "TPOT": [], "ITL": []}
-    for r in filter(lambda r: oltre(r).chunk_s, ok):
+    for r in ok:
         e, n = dict(oltre(r).incerti), len(oltre(r).chunk_s)
         errori["primo token"].append(e.get(0, 0.0))
         errori["TPOT"] += [max(e.get(0, 0.0), e.get(n - 1, 0.0)) / (r.token - 1)] if tpot(r) is not None else []
@@ -3039,31 +3040,29 @@ def spostamento(valori: List[float], errori: List[float], p: Union[int, float]) 
         return grandi[0] if grandi else 0.0
     v, h = sorted(valori), (len(valori) - 1) * p / 100
 
-    def a(x: float) -> float:  # the recorded percentile at rank x, as `percentile` interpolates
+    def a(x: float) -> float:  # as `percentile` interpolates
         k = min(int(x), len(v) - 2)
         return v[k] + (x - k) * (v[k + 1] - v[k])
 
-    limite, m = grandi[0], 1
+    limite, m, grandi = grandi[0], 1, grandi + [0.0]
     while h - m >= 0 and h + m <= len(v) - 1:
-        d = grandi[m] if m < len(grandi) else 0.0
-        limite = min(limite, d + max(a(h + m) - a(h), a(h) - a(h - m)))
-        if m == len(grandi):
+        limite = min(limite, grandi[m] + max(a(h + m) - a(h), a(h) - a(h - m)))
+        if m == len(grandi) - 1:
             break
-        m = min(2 * m, len(grandi))
+        m = min(2 * m, len(grandi) - 1)
     return limite
 
 
 def dati_lettore(prova: Prova, percentili: Sequence[Union[int, float]] = ()) -> Optional[dict]:
-    """--stream: the reader's own error, and how far it can have moved each figure."""
-    ok = [r for r in prova.esecuzione.riuscite if oltre(r).chunk_s is not None]
+    ok = [r for r in prova.esecuzione.riuscite if oltre(r).chunk_s]
     if not ok:
         return None
     ritardi, valori, errori = [x for r in ok for x in oltre(r).ritardi], valori_figure(prova), errori_figure(ok)
-    limiti = {(f, p): spostamento(valori[f], errori[f], p) for f in errori if valori[f]
-              for p in percentili or PERCENTILI_DETTAGLI}
+    limiti = {(f, p): spostamento(valori[f], errori[f], p) for f in errori for p in percentili or PERCENTILI_DETTAGLI
+              if valori[f]}
     oltre_soglia = [(f, b) for (f, p), b in limiti.items() if b > max(SOGLIA[0], SOGLIA[1] * percentile(valori[f], p))]
-    return {"ritardo_lettore_p50_ms": ms(percentile(ritardi, 50)), "ritardo_lettore_p99_ms": ms(percentile(ritardi, 99)),
-            "ritardo_lettore_max_ms": ms(max(ritardi, default=None)),
+    return {**{f"ritardo_lettore_{k}_ms": ms(percentile(ritardi, p) if p else max(ritardi, default=None))
+               for k, p in (("p50", 50), ("p99", 99), ("max", 0))},
             "chunk_letti_insieme": sum(b == a for r in ok for a, b in zip(oltre(r).chunk_s, oltre(r).chunk_s[1:])),
             "spostamento_ms": {f"{f} p{p}": ms(b) for (f, p), b in limiti.items()},
             "oltre_la_soglia": {f: max(b for g, b in oltre_soglia if g == f) for f, _ in oltre_soglia}}
@@ -3071,17 +3070,20 @@ def dati_lettore(prova: Prova, percentili: Sequence[Union[int, float]] = ()) -> 
 
 def frase_lettore(d: dict, spostate: bool = True) -> str:
     figura, piu = max(d["spostamento_ms"].items(), key=lambda x: x[1])
-    ritardo = "n/d (nessun tempo d'arrivo dal kernel)" if d["ritardo_lettore_p99_ms"] is None else "p50 {:.2f}, p99 {:.2f}, " \
-        "max {:.1f} ms".format(*(d[f"ritardo_lettore_{k}_ms"] for k in ("p50", "p99", "max")))
-    return f"in ritardo sull'arrivo {ritardo}, {d['chunk_letti_insieme']} chunk letti insieme a uno prima" + (
-        "" if not spostate else f": cifre spostate al più di {piu:.2f} ms ({figura})" if piu else ": nessuna cifra spostata")
+    ritardo = "n/d (nessun tempo d'arrivo dal kernel)" if d["ritardo_lettore_p99_ms"] is None else "p50 {:.2f}, p99 " \
+        "{:.2f}, max {:.1f} ms".format(*(d[f"ritardo_lettore_{k}_ms"] for k in ("p50", "p99", "max")))
+    spostate = "" if not spostate else f": cifre spostate al più di {piu:.2f} ms ({figura})" if piu else \
+        ": nessuna cifra spostata"
+    return f"in ritardo sull'arrivo {ritardo}, {d['chunk_letti_insieme']} chunk letti insieme a uno prima{spostate}"
 
 
 def nota_lettore(prova: Prova, percentili: Sequence[Union[int, float]]) -> List[str]:
     d = dati_lettore(prova, percentili)
-    return [f"carico non ha letto i flussi in tempo: {frase_lettore(d, False)}. Il suo errore può spostare " + ", ".join(
-        f"{f} fino a {b * 1000:.1f} ms" for f, b in d["oltre_la_soglia"].items()) + " (oltre 1 ms e il 5% della cifra). "
-            "Per cifre fedeli: meno flussi, o carico su altri core o su un'altra macchina"] if d and d["oltre_la_soglia"] else []
+    if not (d and d["oltre_la_soglia"]):
+        return []
+    quanto = ", ".join(f"{f} fino a {b * 1000:.1f} ms" for f, b in d["oltre_la_soglia"].items())
+    return [f"carico non ha letto i flussi in tempo: {frase_lettore(d, False)}. Il suo errore può spostare {quanto} "
+            "(oltre 1 ms e il 5% della cifra). Per cifre fedeli: meno flussi, o carico su altri core o su un'altra macchina"]
 
 
 # --ritmo and --durata: requests sent by the clock ##############################################
