@@ -148,3 +148,14 @@ def test_pochi_errori_grandi_non_spostano_la_mediana():
     assert carico.spostamento(valori, errori, 50) <= 2e-6
     assert carico.spostamento(valori, errori, 100) == 0.05  # the max: nothing beyond it to lean on
     assert carico.spostamento(valori, [0.0] * 1000, 99) == 0.0
+
+
+def test_quali_chunk_sono_incerti():
+    """Reads at 1, 2 (0.5 s late) and 3 s: the second chunk shares its read with the third, so it came after
+    the read before (1 s) and may be 1 s off; the last, read with the end in a stream that had that, may be off
+    by its read's time less the read before (2.5 s). Without any chunk read together, the end's read is exact."""
+    class Letto:
+        inviata, ritardi = 0.0, {1.0: 0.0, 2.0: 0.5, 3.0: 0.1}
+
+    assert carico.incerti([1.0, 2.0, 2.0, 3.0], 3.0, Letto) == ((1, 1.0), (3, 0.5))
+    assert carico.incerti([1.0, 2.0, 3.0], 3.0, Letto) == ()
