@@ -22,11 +22,11 @@ TESTO = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
 FINE = (b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n'
         b'data: {"choices":[],"usage":{"completion_tokens":5,"prompt_tokens":5}}\n\n' b"data: [DONE]\n\n")
 TESTA = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-TRATTENUTO = 0.2  # the reader's sleep before each read
+TRATTENUTO = 0.25  # the reader's sleep before each read
 NOTA = "carico non ha letto i flussi in tempo"
 
 
-def a_gruppi(gruppi, pausa=0.5):
+def a_gruppi(gruppi, pausa=0.6):
     """Groups of text chunks, each chunk its own write (its own TCP segment), the groups `pausa` s apart."""
     def handler(h, _corpo):
         h.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -67,9 +67,9 @@ def corri(carica, url, tmp_path, *flag):
 
 @pytest.mark.parametrize("stampo", [True, False], ids=["stampo-del-kernel", "senza-stampo"])
 def test_un_lettore_trattenuto(fake, carica, monkeypatch, tmp_path, stampo):
-    """Three chunks written back to back, then two, each group read in one read the reader made 0.2 s late:
-    the lateness 0.2 s (within 0.15 s) with the kernel's stamp, n/d without; 2 + 1 chunks read with an earlier
-    one, exactly; the note fires either way, and the bound it states holds the TTFT's true error."""
+    """Three chunks written back to back, then two, each group read in one read the reader made 0.25 s late:
+    the lateness 0.25 s (within -0.02/+0.15 s) with the kernel's stamp, n/d without; 2 + 1 chunks read with an
+    earlier one, exactly; the note fires either way, and the bound it states holds the TTFT's true error."""
     if not stampo:
         senza_stampo(monkeypatch)
     trattieni(monkeypatch)
@@ -94,16 +94,16 @@ def test_un_lettore_trattenuto(fake, carica, monkeypatch, tmp_path, stampo):
 
 @pytest.mark.parametrize("stampo", [True, False], ids=["stampo-del-kernel", "senza-stampo"])
 def test_un_lettore_in_tempo(fake, carica, monkeypatch, tmp_path, stampo):
-    """Chunks 0.15 s apart, the reader free: the lateness within 50 ms of zero (n/d without the stamp), no chunk
+    """Chunks 0.3 s apart, the reader free: the lateness within 100 ms of zero (n/d without the stamp), no chunk
     read with another, no figure moved and no note."""
     if not stampo:
         senza_stampo(monkeypatch)
-    server = fake(override={"/v1/chat/completions": a_gruppi([1] * 5, pausa=0.15)})
+    server = fake(override={"/v1/chat/completions": a_gruppi([1] * 4, pausa=0.3)})
     out, err, prova = corri(carica, server.url, tmp_path, "--spiega")
     d = prova["dettagli"]
     assert d["chunk_letti_insieme"] == 0 and set(d["spostamento_ms"].values()) == {0.0}, d
     if stampo:
-        assert 0 <= d["ritardo_lettore_p50_ms"] <= d["ritardo_lettore_max_ms"] <= 50, d
+        assert 0 <= d["ritardo_lettore_p50_ms"] <= d["ritardo_lettore_max_ms"] <= 100, d
     else:
         assert d["ritardo_lettore_max_ms"] is None, d
     assert NOTA not in err, err
