@@ -3057,7 +3057,8 @@ def dati_lettore(prova: Prova, percentili: Sequence[Union[int, float]] = ()) -> 
     ok = [r for r in prova.esecuzione.riuscite if oltre(r).chunk_s]
     if not ok:
         return None
-    ritardi, valori, errori = [x for r in ok for x in oltre(r).ritardi], valori_figure(prova), errori_figure(ok)
+    ritardi, errori = [x for r in ok for x in oltre(r).ritardi], errori_figure(ok)
+    valori = {f: sorted(v) for f, v in valori_figure(prova).items()}  # (sorted again: at once)
     limiti = {(f, p): spostamento(valori[f], errori[f], p) for f in errori for p in percentili or PERCENTILI_DETTAGLI
               if valori[f]}
     oltre_soglia = [(f, b) for (f, p), b in limiti.items() if b > max(SOGLIA[0], SOGLIA[1] * percentile(valori[f], p))]
@@ -3068,13 +3069,15 @@ def dati_lettore(prova: Prova, percentili: Sequence[Union[int, float]] = ()) -> 
             "oltre_la_soglia": {f: max(b for g, b in oltre_soglia if g == f) for f, _ in oltre_soglia}}
 
 
-def frase_lettore(d: dict, spostate: bool = True) -> str:
-    figura, piu = max(d["spostamento_ms"].items(), key=lambda x: x[1])
+def frase_lettore(d: dict) -> str:
     ritardo = "n/d (nessun tempo d'arrivo dal kernel)" if d["ritardo_lettore_p99_ms"] is None else "p50 {:.2f}, p99 " \
         "{:.2f}, max {:.1f} ms".format(*(d[f"ritardo_lettore_{k}_ms"] for k in ("p50", "p99", "max")))
-    spostate = "" if not spostate else f": cifre spostate al più di {piu:.2f} ms ({figura})" if piu else \
-        ": nessuna cifra spostata"
-    return f"in ritardo sull'arrivo {ritardo}, {d['chunk_letti_insieme']} chunk letti insieme a uno prima{spostate}"
+    return f"in ritardo sull'arrivo {ritardo}, {d['chunk_letti_insieme']} chunk letti insieme a uno prima"
+
+
+def spostate(d: dict) -> str:
+    figura, piu = max(d["spostamento_ms"].items(), key=lambda x: x[1])
+    return f"cifre spostate al più di {piu:.2f} ms ({figura})" if piu else "nessuna cifra spostata"
 
 
 def nota_lettore(prova: Prova, percentili: Sequence[Union[int, float]]) -> List[str]:
@@ -3082,7 +3085,7 @@ def nota_lettore(prova: Prova, percentili: Sequence[Union[int, float]]) -> List[
     if not (d and d["oltre_la_soglia"]):
         return []
     quanto = ", ".join(f"{f} fino a {b * 1000:.1f} ms" for f, b in d["oltre_la_soglia"].items())
-    return [f"carico non ha letto i flussi in tempo: {frase_lettore(d, False)}. Il suo errore può spostare {quanto} "
+    return [f"carico non ha letto i flussi in tempo: {frase_lettore(d)}. Il suo errore può spostare {quanto} "
             "(oltre 1 ms e il 5% della cifra). Per cifre fedeli: meno flussi, o carico su altri core o su un'altra macchina"]
 
 
@@ -3433,7 +3436,7 @@ def righe_dettagli(prova: Prova, percentili: Optional[Sequence[int]] = None) -> 
     if d["fermate_prima_di_token"]:
         righe.append(f"  {frase_corte(prova, oltre(prova.piano).esatti)}")
     if "spostamento_ms" in d:
-        righe.append(f"  lettore dei flussi: {frase_lettore(d)}")
+        righe.append(f"  lettore dei flussi: {frase_lettore(d)}: {spostate(d)}")
     return righe
 
 
@@ -5042,8 +5045,8 @@ def spiegazione(prova: Prova) -> List[str]:
         if little := riga_little(prova):
             frasi.append(little + ".")
     if lettore := dati_lettore(prova):
-        frasi.append(f"Il lettore dei flussi di carico: {frase_lettore(lettore)}" + (
-            ", oltre 1 ms e il 5% della cifra: vedi la nota." if lettore["oltre_la_soglia"] else "."))
+        frasi.append(f"Il lettore dei flussi di carico: {frase_lettore(lettore)}. {maiuscola(spostate(lettore))}" + (
+            ": oltre 1 ms e il 5% della cifra, vedi la nota." if lettore["oltre_la_soglia"] else "."))
     m, dopo = prova.macchina, prova.macchina_dopo
     motivo, occupata_dopo = m and macchina_occupata(m), dopo and macchina_occupata(dopo)
     quieta_dopo = None if occupata_dopo else dopo

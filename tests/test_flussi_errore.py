@@ -74,7 +74,7 @@ def test_un_lettore_trattenuto(fake, carica, monkeypatch, tmp_path, stampo):
         senza_stampo(monkeypatch)
     trattieni(monkeypatch)
     server = fake(override={"/v1/chat/completions": a_gruppi([3, 2])})
-    out, err, prova = corri(carica, server.url, tmp_path)
+    out, err, prova = corri(carica, server.url, tmp_path, "--spiega")
     d = prova["dettagli"]
     assert d["chunk_letti_insieme"] == 3, d
     if stampo:
@@ -90,6 +90,7 @@ def test_un_lettore_trattenuto(fake, carica, monkeypatch, tmp_path, stampo):
     assert NOTA in err and "ITL fino a" in err and ("primo token fino a" in err or stampo), err  # (TTFT: a read's)
     assert f"lettore dei flussi: in ritardo sull'arrivo {'p50' if stampo else 'n/d'}" in out, out
     assert "3 chunk letti insieme a uno prima: cifre spostate al più di" in out, out
+    assert "chunk letti insieme a uno prima. Cifre spostate al più di" in out and "vedi la nota." in out, out
 
 
 @pytest.mark.parametrize("stampo", [True, False], ids=["stampo-del-kernel", "senza-stampo"])
