@@ -1512,82 +1512,82 @@ def comando_server(testo: str) -> List[str]:
     return parti
 
 
-# The flags beyond the lab's four, in --help's groups: (title, description, [(names, keywords)]).
+# The flags beyond the lab's four, by --help's group: (title, description, [(names, keywords)]).
 OPZIONI_OLTRE = (
     ("il server e le richieste", None, [
-        (("--api-key",), dict(type=chiave_api, metavar="CHIAVE", help="chiave API (se manca: LLAMA_API_KEY); "
-                              "mai stampata")),
-        (("--modello",), dict(metavar="NOME", help="il campo model delle richieste (-a del server)")),
-        (("--prompt-file",), dict(metavar="FILE", help="il prompt di ogni richiesta (passo 4 del lab)")),
-        (("--dataset",), dict(metavar="FILE", help="richieste da JSONL (prompt o messages; con timestamp: "
-                              "una traccia) o da ShareGPT")),
-        (("--prefisso",), dict(type=lista_di(token_o_zero), metavar="N", help="stessi N token in testa a ogni prompt "
-                               "(/tokenize)")),
-        (("--prompt-token",), dict(type=lunghezze_prompt, metavar="N", help="prompt di N token esatti (/tokenize); "
-                                   "MIN-MAX: a caso")),
-        (("--timeout",), dict(type=secondi_positivi, default=TIMEOUT_RICHIESTA, metavar="S",
-                              help="massimo per una risposta, coda compresa (%(default)g)")),
-        (("--intervallo",), dict(type=secondi_positivi, default=0.5, metavar="S",
-                                 help="ogni quanto leggere /slots, almeno 0.05 (%(default)g)")),
-        (("--attesa",), dict(type=secondi_positivi, default=ATTESA_PRONTO, metavar="S",
-                             help="quanto aspettare un server che carica (%(default)g)")),
+        ("--api-key", dict(type=chiave_api, metavar="CHIAVE", help="chiave API (se manca: LLAMA_API_KEY); "
+                           "mai stampata")),
+        ("--modello", dict(metavar="NOME", help="il campo model delle richieste (-a del server)")),
+        ("--prompt-file", dict(metavar="FILE", help="il prompt di ogni richiesta (passo 4 del lab)")),
+        ("--dataset", dict(metavar="FILE", help="richieste da JSONL (prompt o messages; con timestamp: "
+                           "una traccia) o da ShareGPT")),
+        ("--prefisso", dict(type=lista_di(token_o_zero), metavar="N", help="stessi N token in testa a ogni prompt "
+                            "(/tokenize)")),
+        ("--prompt-token", dict(type=lunghezze_prompt, metavar="N", help="prompt di N token esatti (/tokenize); "
+                                "MIN-MAX: a caso")),
+        ("--timeout", dict(type=secondi_positivi, default=TIMEOUT_RICHIESTA, metavar="S",
+                           help="massimo per una risposta, coda compresa (%(default)g)")),
+        ("--intervallo", dict(type=secondi_positivi, default=0.5, metavar="S",
+                              help="ogni quanto leggere /slots, almeno 0.05 (%(default)g)")),
+        ("--attesa", dict(type=secondi_positivi, default=ATTESA_PRONTO, metavar="S",
+                          help="quanto aspettare un server che carica (%(default)g)")),
     ]),
     ("ripetere e confrontare", None, [
-        (("--ripeti",), dict(type=intero_positivo, default=1, metavar="K", help="K prove: media e dispersione")),
-        (("--tabella",), dict(action="store_true", help="la riga della tabella del consegnato")),
+        ("--ripeti", dict(type=intero_positivo, default=1, metavar="K", help="K prove: media e dispersione")),
+        ("--tabella", dict(action="store_true", help="la riga della tabella del consegnato")),
     ]),
     ("ritmo, durata, griglie", "--parallele, --token, --ritmo, --prefisso, --prompt-token accettano una\n"
      "lista (1,2,4): una prova per valore (o combinazione), la tabella, la curva", [
-        (("--ritmo",), dict(type=lista_di(positivo(float, "un numero di richieste al secondo")), metavar="R",
-                            help="R richieste al secondo (--parallele: il tetto)")),
-        (("--arrivi",), dict(choices=("poisson", "costanti"), metavar="MODO", help="con --ritmo: poisson "
-                             "(default) o costanti")),
-        (("--seme",), dict(type=int, metavar="N", help="il seme del caso (arrivi, MIN-MAX)")),
-        (("--durata",), dict(type=secondi_positivi, metavar="S", help="invia per S secondi (non --richieste)")),
-        (("--forza",), dict(action="store_true", help="accetta una griglia di oltre 100 punti")),
-        (("--capacita",), dict(nargs="?", const=95.0, type=positivo(float, "una percentuale"), metavar="QUOTA",
-                               help="il ritmo più alto entro --slo per QUOTA%% (95)")),
+        ("--ritmo", dict(type=lista_di(positivo(float, "un numero di richieste al secondo")), metavar="R",
+                         help="R richieste al secondo (--parallele: il tetto)")),
+        ("--arrivi", dict(choices=("poisson", "costanti"), metavar="MODO", help="con --ritmo: poisson "
+                          "(default) o costanti")),
+        ("--seme", dict(type=int, metavar="N", help="il seme del caso (arrivi, MIN-MAX)")),
+        ("--durata", dict(type=secondi_positivi, metavar="S", help="invia per S secondi (non --richieste)")),
+        ("--forza", dict(action="store_true", help="accetta una griglia di oltre 100 punti")),
+        ("--capacita", dict(nargs="?", const=95.0, type=positivo(float, "una percentuale"), metavar="QUOTA",
+                            help="il ritmo più alto entro --slo per QUOTA%% (95)")),
     ]),
     ("ogni cifra, esatta", None, [
-        (("--dettagli",), dict(action="store_true", help="percentili di latenza, attesa in coda, "
-                               "TTFT, TPOT, ITL")),
-        (("--slo",), dict(type=obiettivi_slo, metavar="OBIETTIVI", help="latenza=5,ttft=1,tpot=0.1 (s): il "
-                          "goodput")),
-        (("--riscaldamento",), dict(type=intero_positivo, default=0, metavar="N", help="N richieste prima, "
-                                    "escluse dalle cifre")),
-        (("--esatti",), dict(action="store_true", help="ignore_eos: esattamente --token token a richiesta")),
-        (("--percentili",), dict(type=lista_percentili, metavar="P", help="quali (50,90,99.9): --dettagli, --json, "
-                                 "griglie")),
-        (("--silenzioso",), dict(action="store_true", help="niente riga dal vivo su stderr")),
+        ("--dettagli", dict(action="store_true", help="percentili di latenza, attesa in coda, "
+                            "TTFT, TPOT, ITL")),
+        ("--slo", dict(type=obiettivi_slo, metavar="OBIETTIVI", help="latenza=5,ttft=1,tpot=0.1 (s): il "
+                       "goodput")),
+        ("--riscaldamento", dict(type=intero_positivo, default=0, metavar="N", help="N richieste prima, "
+                                 "escluse dalle cifre")),
+        ("--esatti", dict(action="store_true", help="ignore_eos: esattamente --token token a richiesta")),
+        ("--percentili", dict(type=lista_percentili, metavar="P", help="quali (50,90,99.9): --dettagli, --json, "
+                              "griglie")),
+        ("--silenzioso", dict(action="store_true", help="niente riga dal vivo su stderr")),
     ]),
     ("vedere la prova", None, [
-        (("--stream",), dict(action="store_true", help="in streaming: il tempo al primo token (TTFT)")),
-        (("--grafico",), dict(action="store_true", help="disegna la prova (coda, prompt, generazione, slot)")),
-        (("--svg",), dict(type=file_scrivibile, metavar="FILE", help="lo stesso disegno in SVG")),
-        (("--spiega",), dict(action="store_true", help="legge la prova a parole")),
-        (("--blocchi",), dict(action="store_true", help="in una griglia, ogni prova per intero")),
+        ("--stream", dict(action="store_true", help="in streaming: il tempo al primo token (TTFT)")),
+        ("--grafico", dict(action="store_true", help="disegna la prova (coda, prompt, generazione, slot)")),
+        ("--svg", dict(type=file_scrivibile, metavar="FILE", help="lo stesso disegno in SVG")),
+        ("--spiega", dict(action="store_true", help="legge la prova a parole")),
+        ("--blocchi", dict(action="store_true", help="in una griglia, ogni prova per intero")),
     ]),
     ("salvare i dati", None, [
-        (("--json",), dict(type=file_scrivibile, metavar="FILE", help="tutto in JSON (anche i nomi di vLLM)")),
-        (("--csv",), dict(type=file_scrivibile, metavar="FILE", help="una riga per richiesta")),
-        (("--confronta",), dict(nargs=2, metavar=("A", "B"), help="due file di --json: la differenza va oltre "
-                                "il rumore?")),
+        ("--json", dict(type=file_scrivibile, metavar="FILE", help="tutto in JSON (anche i nomi di vLLM)")),
+        ("--csv", dict(type=file_scrivibile, metavar="FILE", help="una riga per richiesta")),
+        ("--confronta", dict(nargs=2, metavar=("A", "B"), help="due file di --json: la differenza va oltre "
+                             "il rumore?")),
     ]),
     ("tutto il lab in un comando", None, [
-        (("--avvia",), dict(type=comando_server, metavar="COMANDO", help="avvia il server per ogni --np, misura, "
-                            "lo ferma")),
-        (("--np",), dict(type=lista_np, metavar="LISTA", help="-np di --avvia (1,2,4; 4kv: --kv-unified; auto)")),
+        ("--avvia", dict(type=comando_server, metavar="COMANDO", help="avvia il server per ogni --np, misura, "
+                         "lo ferma")),
+        ("--np", dict(type=lista_np, metavar="LISTA", help="-np di --avvia (1,2,4; 4kv: --kv-unified; auto)")),
     ]),
     ("il prezzo del parallelismo", "il contesto -c diviso fra gli slot: quanto ne tiene ognuno (--dettagli,\n"
      "--grafico, --svg); con --avvia, la cache KV dal log del server (-lv 4)", [
-        (("--turni",), dict(type=intero_positivo, metavar="K", help="conversazioni di K turni, una per "
-                            "--parallele")),
-        (("--sistema",), dict(type=intero_positivo, metavar="N", help="con --turni: prompt di sistema di N token")),
+        ("--turni", dict(type=intero_positivo, metavar="K", help="conversazioni di K turni, una per "
+                         "--parallele")),
+        ("--sistema", dict(type=intero_positivo, metavar="N", help="con --turni: prompt di sistema di N token")),
     ]),
     ("aiuto", None, [
-        (("-h", "--help"), dict(action="help", help="mostra questo aiuto ed esce")),
-        (("--version",), dict(action="version", version=f"carico.py {__version__}", help="mostra la versione ed "
-                              "esce")),
+        ("-h --help", dict(action="help", help="mostra questo aiuto ed esce")),
+        ("--version", dict(action="version", version=f"carico.py {__version__}", help="mostra la versione ed "
+                           "esce")),
     ]),
 )
 
@@ -1885,13 +1885,17 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
     return piani, opzioni._replace(oltre=opzioni_oltre)
 
 
-def leggi_prompt_file(percorso: str, rifiuta) -> str:
-    """--prompt-file: the text every request sends."""
+def leggi_file(opzione: str, percorso: str, rifiuta, leggi=lambda f: f.read()):
+    """A file a flag names, read before any load: one that cannot be read is a bad flag."""
     try:
         with open(percorso, encoding="utf-8") as f:
-            testo = f.read().strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        rifiuta(f"--prompt-file: non riesco a leggere '{percorso}': {perche_os(exc)}")
+            return leggi(f)
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or not JSON
+        rifiuta(f"{opzione}: non riesco a leggere '{percorso}': {perche_os(exc)}")
+
+
+def leggi_prompt_file(percorso: str, rifiuta) -> str:
+    testo = leggi_file("--prompt-file", percorso, rifiuta).strip()
     if not testo:
         rifiuta(f"--prompt-file: '{percorso}' è vuoto")
     return testo
@@ -1908,7 +1912,7 @@ class SessioneOltre(Sessione):
         for titolo, descrizione, opzioni in OPZIONI_OLTRE:
             gruppo = parser.add_argument_group(titolo, descrizione)
             for nomi, parametri in opzioni:
-                parser.nomi += gruppo.add_argument(*nomi, **parametri).option_strings
+                parser.nomi += gruppo.add_argument(*nomi.split(), **parametri).option_strings
 
     @staticmethod
     def dalle_opzioni(parser: argparse.ArgumentParser, a: argparse.Namespace, piano: Piano,
@@ -1994,7 +1998,7 @@ class SessioneOltre(Sessione):
                  configurazione: Optional[Configurazione]) -> List[Prova]:
         prove = []
         for ripetizione in range(self.oltre.ripeti):
-            if self.avviato is not None and self.avviato.log is not None:
+            if self.avviato is not None:
                 self.log_da = os.path.getsize(self.avviato.log.name)
             if self.oltre.ripeti > 1 and not self.in_breve:
                 print(f"prova {ripetizione + 1} di {self.oltre.ripeti}")
@@ -2004,11 +2008,9 @@ class SessioneOltre(Sessione):
 
     def log_della_prova(self) -> Optional[str]:
         """--avvia, at -lv 4: how the server reused its cache."""
-        if self.avviato is None or self.avviato.log is None or self.avviato.proc.poll() is not None:
+        if self.avviato is None or self.avviato.proc.poll() is not None:
             return None
-        with open(self.avviato.log.name, encoding="utf-8", errors="replace") as f:
-            f.seek(self.log_da)
-            return f.read()
+        return self.avviato.testo_log(self.log_da)
 
     def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
         client, info = super().collega()
@@ -5203,13 +5205,16 @@ class ServerAvviato:
         if self.proc.returncode is not None:
             raise ErroreUtente(f"{quando} {uscita(self.proc.returncode)}; ultime righe del suo log:\n{self.coda_log()}")
 
-    def decisioni(self) -> Decisioni:
+    def testo_log(self, da: int = 0) -> str:
         with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return leggi_decisioni(f.read())
+            f.seek(da)
+            return f.read()
+
+    def decisioni(self) -> Decisioni:
+        return leggi_decisioni(self.testo_log())
 
     def coda_log(self) -> str:
-        with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return nascoste("".join("  | " + r for r in f.readlines()[-15:]).rstrip(), self.chiavi)
+        return nascoste("".join("  | " + r for r in self.testo_log().splitlines(True)[-15:]).rstrip(), self.chiavi)
 
     def __exit__(self, *exc) -> None:
         import subprocess
@@ -5292,11 +5297,7 @@ OPZIONI_DI_CARICO = {"parallele": "--parallele", "max_token": "--token", "token_
 
 def prove_salvate(percorso: str, rifiuta) -> List[dict]:
     """The whole runs of a --json file; not one: `rifiuta` (exit 2)."""
-    try:
-        with open(percorso, encoding="utf-8") as f:
-            dati = json.load(f)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        rifiuta(f"--confronta: non riesco a leggere '{percorso}': {perche_os(exc)}")
+    dati = leggi_file("--confronta", percorso, rifiuta, json.load)
     prove = dati.get("prove") if isinstance(dati, dict) else None
     if not isinstance(prove, list) or not all(isinstance(p, dict) and isinstance(p.get("riepilogo"), dict)
                                               for p in prove):
@@ -5673,11 +5674,7 @@ def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, 
 
 def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
     """--dataset: JSONL (`prompt` or `messages`, `max_tokens`, `timestamp`) or ShareGPT; a bad line: exit 2."""
-    try:
-        with open(percorso, encoding="utf-8") as f:
-            testo = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        rifiuta(f"--dataset: non riesco a leggere '{percorso}': {perche_os(exc)}")
+    testo = leggi_file("--dataset", percorso, rifiuta)
     intero = None  # not one JSON document: JSONL
     with contextlib.suppress(ValueError):
         intero = json.loads(testo)

@@ -180,7 +180,7 @@ def test_aiuto_breve_e_con_ogni_opzione(capsys, monkeypatch):
     out = aiuto(capsys)
     assert len(out.splitlines()) <= 120, len(out.splitlines())
     nomi = ["--url", "--richieste", "--parallele", "--token",
-            *(n for _, _, opzioni in carico.OPZIONI_OLTRE for nomi, _ in opzioni for n in nomi)]
+            *(n for _, _, opzioni in carico.OPZIONI_OLTRE for nomi, _ in opzioni for n in nomi.split())]
     assert [n for n in nomi if not re.search(rf"^  (-\S+, )?{n}\b", out, re.M)] == []
     esempi = [r.split("carico.py ", 1)[1] for r in out[out.index("esempi:"):].splitlines() if "carico.py" in r]
     assert len(esempi) >= 5
