@@ -1495,7 +1495,6 @@ def lista_np(testo: str) -> List[Configurazione]:
 
 
 def comando_server(testo: str) -> List[str]:
-    """Without -np, host and port: carico.py adds them."""
     import shlex
 
     try:
@@ -1595,10 +1594,10 @@ OPZIONI_OLTRE = (
 class PianoOltre(NamedTuple):
     """What the extras change in what is sent; a field named as its flag is its value."""
     stream: bool = False
-    modello: Optional[str] = None  # the requests' `model` field
+    modello: Optional[str] = None
     testo: Optional[str] = None  # --prompt-file: one prompt for every request
     ritmo: Optional[float] = None  # requests a second, sent by the clock (open loop)
-    arrivi: str = "poisson"  # or costanti
+    arrivi: str = "poisson"
     seme: Optional[int] = None
     durata: Optional[float] = None
     esatti: bool = False  # ignore_eos: every request generates exactly max_token
@@ -1620,7 +1619,6 @@ class PianoOltre(NamedTuple):
 
     @property
     def al_tempo(self) -> bool:
-        """Sent by the clock (--ritmo, --durata, a trace)."""
         return self.ritmo is not None or self.durata is not None or self.traccia
 
     @property
@@ -1714,7 +1712,6 @@ def cifre_oltre(dati, chunk_s: Optional[List[float]] = None, **lettore) -> dict:
 
 
 def invia_oltre(client: Client, indice: int, domanda: dict, timeout: float, t0: float) -> Risultato:
-    """invia, the answer's text kept; a stream read as it comes."""
     if not domanda.get("stream"):
         return invia(client, indice, domanda, timeout, t0, cifre_oltre)
     inizio = time.perf_counter() - t0
@@ -1736,7 +1733,6 @@ class LancioOltre(Lancio):
         self.partenza = Partenza(client) if oltre(piano).stream and self.domande else None
 
     def prepara(self, esecutore, futuri: list) -> None:
-        """Before the clock: the workers started, the first streams made ready."""
         if self.domande:
             pronti = avvia_i_lavoratori(esecutore, min(self.piano.parallele, len(self.domande)))
             if self.partenza:
@@ -1780,17 +1776,17 @@ def oltre_il_lab(parser: argparse.ArgumentParser, a: argparse.Namespace) -> bool
     return liste or bool(opzioni_date(parser, a) - {"--url", "--richieste", "--parallele", "--token"})
 
 
-# Flags that do not go together: (a flag, those it excludes, what to say of the first given: {}).
+# Flags that do not go together: (a flag, those it excludes, why; or what to say of the first given: {}).
 ESCLUSIONI = (
-    ("--durata", ("--richieste",), "--durata e {} si escludono: con --durata si inviano richieste finché dura il tempo"),
+    ("--durata", ("--richieste",), "con --durata si inviano richieste finché dura il tempo"),
     ("--dataset", ("--token MIN-MAX", "--prompt-file", "--prompt-token", "--prefisso", "--turni"),
-     "--dataset e {} si escludono: le richieste vengono dal file"),
-    ("--prefisso", ("--prompt-file", "--turni"), "--prefisso e {} si escludono: il prefisso apre i prompt che fa carico.py"),
-    ("--prompt-token", ("--prompt-file", "--turni"), "--prompt-token e {} si escludono: i prompt li fa l'una o l'altro"),
+     "le richieste vengono dal file"),
+    ("--prefisso", ("--prompt-file", "--turni"), "il prefisso apre i prompt che fa carico.py"),
+    ("--prompt-token", ("--prompt-file", "--turni"), "i prompt li fa l'una o l'altro"),
     ("--confronta", ("--avvia", "--turni", "--ritmo", "--durata", "--json", "--csv", "--svg", "--prompt-token"),
      "--confronta legge due file di risultati e non manda richieste: {} non serve"),
-    ("--turni", ("--ritmo", "--durata", "--prompt-file", "--richieste"), "--turni e {} si escludono: con --turni ogni "
-     "utente (--parallele) tiene una conversazione, e le richieste sono i suoi turni"),
+    ("--turni", ("--ritmo", "--durata", "--prompt-file", "--richieste"), "con --turni ogni utente (--parallele) "
+     "tiene una conversazione, e le richieste sono i suoi turni"),
 )
 
 
@@ -1825,7 +1821,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
     for opzione, escluse, messaggio in ESCLUSIONI:
         altra = next((f for f in escluse if f in presenti), None)
         if opzione in presenti and altra:
-            rifiuta(messaggio.format(altra))
+            rifiuta(messaggio.format(altra) if "{}" in messaggio else f"{opzione} e {altra} si escludono: {messaggio}")
     a_caso = minimo is not None or bool(a.prompt_token) and a.prompt_token[0][0] != a.prompt_token[0][1]  # by --seme
     if a.ritmo is None and (a.arrivi is not None or a.seme is not None and not a_caso):
         rifiuta("--arrivi e --seme vanno usati insieme a --ritmo (o --seme con --prompt-token o --token MIN-MAX)")
@@ -1886,7 +1882,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
 
 
 def leggi_file(opzione: str, percorso: str, rifiuta, leggi=lambda f: f.read()):
-    """A file a flag names, read before any load: one that cannot be read is a bad flag."""
+    """Read before any load: a file that cannot be read is a bad flag."""
     try:
         with open(percorso, encoding="utf-8") as f:
             return leggi(f)
@@ -1940,8 +1936,7 @@ class SessioneOltre(Sessione):
                 controlla_modello(client, primo.modello)
                 if primo.sistema and not primo.testo_sistema:
                     self.piani = con_prompt_di_sistema(client, self.piani)
-                if not primo.pezzi and any(oltre(p).prompt_token or oltre(p).prefisso
-                                           for p in self.piani):
+                if not primo.pezzi and any(oltre(p).prompt_token or oltre(p).prefisso for p in self.piani):
                     self.piani = con_pezzi(client, self.piani)  # server's tokenizer
                 if o.riscaldamento:
                     riscalda(client, self.piani[0], info, o.riscaldamento)
@@ -1968,14 +1963,15 @@ class SessioneOltre(Sessione):
             self.avviato = server
             deciso = server.decisioni()
             print(riga_decisioni(configurazione, deciso), flush=True)
-            quando = f"il server (-np {configurazione.etichetta}) si è fermato durante la prova"
+            nome = f"il server (-np {configurazione.etichetta})"
+            quando = f"{nome} si è fermato durante la prova"
             try:
                 yield configurazione._replace(deciso=deciso, kv_unificata=configurazione.kv_unificata or bool(
                     deciso.kv_unificata))
             except ServerAndato:
                 server.controlla(quando, attesa=5.0)
-                raise ServerAndato(f"il server (-np {configurazione.etichetta}) ha smesso di rispondere durante la "
-                                   f"prova ma non è uscito; ultime righe del suo log:\n{server.coda_log()}") from None
+                raise ServerAndato(f"{nome} ha smesso di rispondere durante la prova ma non è uscito; ultime righe "
+                                   f"del suo log:\n{server.coda_log()}") from None
             self.avviato = None
             # A failed request may have seen the server die before its process exited.
             fallite = any(not r.riuscita for p in self.prove[-1:] for r in p.esecuzione.risultati)
@@ -4916,7 +4912,6 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
 
 def scrivi_file(percorso: str, testo: str) -> None:
     """All or nothing (a temporary file renamed), the mode a shell redirect would give."""
-
     import tempfile
 
     try:
@@ -5004,10 +4999,8 @@ def spiegazione(prova: Prova) -> List[str]:
                      f"{peggiore} è partita {tetto[peggiore]:.2f} s dopo l'orario previsto. "
                      f"Contando quell'attesa, la latenza dal previsto ha p50 "
                      f"{percentile([latenza_dal_previsto(r) for r in ok], 50):.2f} s.")
-    if s.occupati_dai_tempi is None and s.occupati_letti is None:
-        deduzione = una_alla_volta(ok)
-        if deduzione:
-            frasi.append(deduzione)
+    if s.occupati_dai_tempi is None and s.occupati_letti is None and (deduzione := una_alla_volta(ok)):
+        frasi.append(deduzione)
     velocita, media_slot = [r.tps for r in ok if r.tps is not None], velocita_media_slot(ok)
     if velocita and media_slot and s.throughput is not None:
         lenta, veloce = f"{min(velocita):.1f}", f"{max(velocita):.1f}"
@@ -5197,7 +5190,6 @@ class ServerAvviato:
         return self
 
     def controlla(self, quando: str, attesa: float = 0.0) -> None:
-        """Raises if the server has exited (within `attesa` s)."""
         import subprocess
 
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -5256,10 +5248,9 @@ def uscita(codice: int) -> str:
         nome = signal.Signals(-codice).name if codice < 0 else None
     except ValueError:
         return f"(ucciso dal segnale {-codice})"
-    crash = (". Il server è andato in crash. Se accade all'avvio, forse è compilato per un'altra CPU: ricompilalo "
-             "portabile (cmake -DGGML_NATIVE=OFF)")
-    perche = {"SIGILL": ". Questa CPU non esegue un'istruzione del server, compilato per un'altra CPU: "
-                        "ricompilalo portabile (cmake -DGGML_NATIVE=OFF)",
+    portabile = "compilato per un'altra CPU: ricompilalo portabile (cmake -DGGML_NATIVE=OFF)"
+    crash = f". Il server è andato in crash. Se accade all'avvio, forse è {portabile}"
+    perche = {"SIGILL": f". Questa CPU non esegue un'istruzione del server, {portabile}",
               "SIGKILL": ". Spesso è il sistema, senza più memoria (guarda dmesg)",
               **dict.fromkeys(("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE"), crash)}
     return f"(codice {codice})" if nome is None else f"(ucciso da {nome}){perche.get(nome, '')}"
@@ -5296,7 +5287,6 @@ OPZIONI_DI_CARICO = {"parallele": "--parallele", "max_token": "--token", "token_
 
 
 def prove_salvate(percorso: str, rifiuta) -> List[dict]:
-    """The whole runs of a --json file; not one: `rifiuta` (exit 2)."""
     dati = leggi_file("--confronta", percorso, rifiuta, json.load)
     prove = dati.get("prove") if isinstance(dati, dict) else None
     if not isinstance(prove, list) or not all(isinstance(p, dict) and isinstance(p.get("riepilogo"), dict)
@@ -5764,12 +5754,12 @@ def perche_senza_prefisso(prova: Prova, log: Optional[str]) -> str:
     presto = [r for r in poche if in_slot(r) is not None  # its slot began before any other had the prompt computed
               and all(in_slot(r)[0] < t for i, t in fine_prompt.items() if i != r.indice)]
     frase = f". {len(poche)} su {len(ok)} ne hanno presi meno della metà del prefisso"
+    prima = " prima che un altro avesse calcolato il prefisso"
     if len(presto) == len(poche):
-        return frase + (": i loro slot le hanno prese prima che un altro avesse calcolato il prefisso" if len(poche) > 1
-                        else ": il suo slot l'ha presa prima che un altro avesse calcolato il prefisso")
+        return frase + (": i loro slot le hanno prese" if len(poche) > 1 else ": il suo slot l'ha presa") + prima
     import re
 
-    prese_prima = f" ({len(presto)} prese da uno slot prima che un altro avesse calcolato il prefisso)" if presto else ""
+    prese_prima = f" ({len(presto)} prese da uno slot{prima})" if presto else ""
     ripristini = [int(n) for n in re.findall(r"restored context checkpoint \(.*?n_tokens = (\d+)", log or "")]
     da_capo = len(re.findall(r"forcing full prompt re-processing", log or ""))
     if not ripristini and not da_capo:
