@@ -5013,9 +5013,7 @@ def spiegazione(prova: Prova) -> List[str]:
                       None: f"Ogni slot: {info.n_ctx_slot} token di contesto, suoi o condivisi da tutti con "
                             "--kv-unified (da qui non si vede)."
                       }[kv_saputa(prova)])
-        misurate = [r for r in ok if r.token_prompt is not None and r.token is not None]
-        if misurate:  # one request's: two maxima may not add up
-            r = max(misurate, key=lambda r: r.token_prompt + r.token)
+        if r := piu_lunga(ok):
             frasi.append(f"La richiesta più lunga: {r.token_prompt} + {r.token} = {r.token_prompt + r.token} token di "
                          f"{info.n_ctx_slot}. Un prompt che non ci sta è rifiutato (HTTP 400), una risposta tagliata.")
     if frase := frase_corte(prova, oltre(piano).esatti):  # the cut: the block says them
@@ -5106,6 +5104,12 @@ def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
             "volta, e le altre aspettavano in coda: è una deduzione dalle latenze, non una misura del server.")
 
 
+def piu_lunga(riuscite: List[Risultato]) -> Optional[Risultato]:
+    """The one that held the most context (one request's: the two maxima may not add up)."""
+    misurate = [r for r in riuscite if r.token_prompt is not None and r.token is not None]
+    return max(misurate, key=lambda r: r.token_prompt + r.token, default=None)
+
+
 def velocita_media_slot(riuscite: List[Risultato]) -> Optional[float]:
     """Weighted by generation time: short answers do not pull it up."""
     pesate = [(r.tps, r.predicted_ms / 1000) for r in riuscite if r.tps is not None and r.predicted_ms]
@@ -5150,8 +5154,7 @@ class ServerAvviato:
         # -lv 4: this llama.cpp logs the KV cache it allocated only from there. The cost, measured
         # on b11434: about 30 log lines a request (7 at -lv 3), none per token.
         verbosa = {"-lv", "--log-verbosity", "-v", "--verbose"} & {p.split("=")[0] for p in comando}
-        verbosita = [] if verbosa else ["-lv", "4"]
-        self.argomenti = comando + configurazione.argomenti() + verbosita + [
+        self.argomenti = comando + configurazione.argomenti() + ([] if verbosa else ["-lv", "4"]) + [
             "--host", parti.hostname, "--port", str(parti.port or 80)]
         self.chiavi = chiavi_api(comando)  # shown as ***
         self.url, self.attesa, self.stderr = url, attesa, stderr
@@ -5460,12 +5463,9 @@ def righe_contesto(prova: Prova) -> List[str]:
             chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
             righe.append(f"    somma sugli slot: {chiesti} token chiesti al buffer che condividono (--kv-unified), "
                          f"di {n_ctx} ({chiesti / n_ctx:.0%})")
-    lunghe = [(r.token_prompt + r.token, r) for r in prova.esecuzione.riuscite
-              if r.token_prompt is not None and r.token is not None]
-    if lunghe:
-        totale, r = max(lunghe, key=lambda x: x[0])
-        righe.append(f"    la richiesta più lunga, dalle risposte: req {r.indice}, {totale} token ({r.token_prompt} "
-                     f"di prompt + {r.token} generati)")
+    if r := piu_lunga(prova.esecuzione.riuscite):
+        righe.append(f"    la richiesta più lunga, dalle risposte: req {r.indice}, {r.token_prompt + r.token} token "
+                     f"({r.token_prompt} di prompt + {r.token} generati)")
     return righe
 
 
@@ -5664,7 +5664,7 @@ def domanda_di(indice: int, piano: Piano, primo_prompt: int = 0) -> Tuple[dict, 
 
 def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
     """--dataset: JSONL (`prompt` or `messages`, `max_tokens`, `timestamp`) or ShareGPT; a bad line: exit 2."""
-    testo = leggi_file("--dataset", percorso, rifiuta)
+    testo, dove = leggi_file("--dataset", percorso, rifiuta), f"--dataset: '{percorso}'"
     intero = None  # not one JSON document: JSONL
     with contextlib.suppress(ValueError):
         intero = json.loads(testo)
@@ -5674,23 +5674,23 @@ def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
                    for c in intero if isinstance(c, dict) and isinstance(c.get("conversations"), list)]
         richieste = tuple((d, None, None) for d in domande if d)
         if not richieste:
-            rifiuta(f"--dataset: '{percorso}' non ha conversazioni con una domanda (il formato di ShareGPT)")
+            rifiuta(f"{dove} non ha conversazioni con una domanda (il formato di ShareGPT)")
         senza = len(intero) - len(richieste)
         if senza:
             return richieste, (f"ShareGPT; {quante(senza, 'conversazione', 'conversazioni')} su {len(intero)} senza "
                                f"una domanda (from human), {'saltata' if senza == 1 else 'saltate'}")
         return richieste, "ShareGPT"
-    richieste = [voce_dataset(riga, f"--dataset: '{percorso}', riga {n}", rifiuta)
+    richieste = [voce_dataset(riga, f"{dove}, riga {n}", rifiuta)
                  for n, riga in enumerate(testo.splitlines(), 1) if riga.strip()]
     if not richieste:
-        rifiuta(f"--dataset: '{percorso}' è vuoto: nessuna richiesta")
+        rifiuta(f"{dove} è vuoto: nessuna richiesta")
     istanti = [t for _, _, t in richieste]
     if None in istanti and any(t is not None for t in istanti):
-        rifiuta(f"--dataset: '{percorso}': il timestamp c'è su alcune righe e non su altre")
+        rifiuta(f"{dove}: il timestamp c'è su alcune righe e non su altre")
     if istanti[0] is not None and any(b < a for a, b in zip(istanti, istanti[1:])):
-        rifiuta(f"--dataset: '{percorso}': i timestamp devono crescere riga dopo riga")
+        rifiuta(f"{dove}: i timestamp devono crescere riga dopo riga")
     if istanti[0] is not None and istanti[-1] - istanti[0] > 86400:
-        rifiuta(f"--dataset: '{percorso}': la traccia dura più di un giorno ({istanti[-1] - istanti[0]:.0f} s)")
+        rifiuta(f"{dove}: la traccia dura più di un giorno ({istanti[-1] - istanti[0]:.0f} s)")
     return tuple((p, m, None if t is None else t - istanti[0]) for p, m, t in richieste), "JSONL"
 
 
