@@ -1629,7 +1629,6 @@ class PianoOltre(NamedTuple):
 
 
 class RisultatoOltre(NamedTuple):
-    """What the extras read of one request."""
     chunk_s: Optional[Tuple[float, ...]] = None  # --stream: from send to each chunk with text (s)
     previsto: Optional[float] = None  # --ritmo: when the schedule meant to send it
     prompt_esatto: Optional[int] = None  # --prompt-token: its tokens by the server's tokenizer
@@ -1722,8 +1721,7 @@ def invia_oltre(client: Client, indice: int, domanda: dict, timeout: float, t0: 
 
 
 class LancioOltre(Lancio):
-    """The extras' ways: all at once (`domande`, else from `primo_prompt`), streams made ready before the clock,
-    or a lanciatore (--ritmo, --durata, --turni, --traccia)."""
+    """All at once (streams made ready before the clock), or by a lanciatore (the clock, --turni)."""
 
     def __init__(self, client: Client, piano: Piano, primo_prompt: int = 0, domande: Optional[List[dict]] = None):
         self.client, self.piano = client, piano
@@ -1810,8 +1808,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
             rifiuta(f"--capacita {a.capacita:g}: è una percentuale di richieste, al più 100")
         di_troppo = {"--ritmo": len(a.ritmo or []) > 1, "--parallele": len(a.parallele or []) > 1,
                      "--token": len(a.token) > 1, "--turni": a.turni is not None, "--dataset": a.dataset is not None}
-        superflua = next((f for f, si in di_troppo.items() if si), None)
-        if superflua:
+        if superflua := next((f for f, si in di_troppo.items() if si), None):
             rifiuta(f"--capacita sceglie da sé i ritmi da provare: {superflua} non serve "
                     "(--ritmo R, un valore solo, è il primo)")
         # from 1 req/s; steady arrivals (a seed: Poisson), so the rate sent is the rate asked
@@ -1843,7 +1840,9 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
     if a.turni is not None and (len(a.parallele or []) > 1 or len(a.token) > 1):
         rifiuta("--turni prova una conversazione per utente: --parallele e --token vogliono un valore solo")
     # Files read before any load: a bad one is a bad flag.
-    testo = leggi_prompt_file(a.prompt_file, rifiuta) if a.prompt_file is not None else None
+    testo = None if a.prompt_file is None else leggi_file("--prompt-file", a.prompt_file, rifiuta).strip()
+    if testo == "":
+        rifiuta(f"--prompt-file: '{a.prompt_file}' è vuoto")
     piano_oltre = PianoOltre(a.stream, a.modello, testo, arrivi=a.arrivi or "poisson", durata=a.durata, esatti=a.esatti,
                              tetto_predefinito=a.ritmo is not None and a.parallele is None, turni=a.turni,
                              sistema=a.sistema, token_minimo=minimo)
@@ -1888,13 +1887,6 @@ def leggi_file(opzione: str, percorso: str, rifiuta, leggi=lambda f: f.read()):
             return leggi(f)
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or not JSON
         rifiuta(f"{opzione}: non riesco a leggere '{percorso}': {perche_os(exc)}")
-
-
-def leggi_prompt_file(percorso: str, rifiuta) -> str:
-    testo = leggi_file("--prompt-file", percorso, rifiuta).strip()
-    if not testo:
-        rifiuta(f"--prompt-file: '{percorso}' è vuoto")
-    return testo
 
 
 # The session's extra steps ####################################################################
@@ -2011,7 +2003,7 @@ class SessioneOltre(Sessione):
     def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
         client, info = super().collega()
         c = configurazione  # a shared context: asked (4kv) or in the server's log
-        kv = None if c is None else c.kv_unificata or (c.deciso.kv_unificata if c.deciso else None)
+        kv = None if c is None else c.kv_unificata or c.deciso.kv_unificata
         return client, info._replace(kv_unificata=kv)
 
     def osservatore(self, client: Client, info: InfoServer) -> Osservatore:
@@ -4604,7 +4596,6 @@ def valore_fra(tratti: List[Tratto], da: float, a: float) -> Optional[int]:
 
 
 def slot_nel_tempo(prova: Prova) -> Tuple[List[Tratto], Optional[str]]:
-    """The busy slots from the server's timings, else /slots; and which."""
     e = prova.esecuzione
     intervalli = [i for i in map(in_slot, e.riuscite) if i]
     letti = [c for c in e.campioni if c.occupati is not None]
@@ -4713,13 +4704,13 @@ def scritta(x, y, testo: str, **attributi) -> str:
     return elemento("text", testo, x=x, y=y, **attributi)
 
 
-def rettangolo(t: Tratto, sinistra: int, scala: float, y, alto) -> str:
-    return elemento("rect", titolo=t.titolo, x=sinistra + t.da * scala, y=y, width=max(t.a - t.da, 0) * scala,
+def rettangolo(t: Tratto, scala: float, y, alto) -> str:
+    return elemento("rect", titolo=t.titolo, x=ASSE_SVG[0] + t.da * scala, y=y, width=max(t.a - t.da, 0) * scala,
                     height=alto, fill=COLORI_SVG[t.tipo])
 
 
-def barre(tratti: List[Tratto], pieno: int, sinistra: int, scala: float, y: int, alto: int) -> List[str]:
-    return [rettangolo(t, sinistra, scala, y + alto - h, h)
+def barre(tratti: List[Tratto], pieno: int, scala: float, y: int, alto: int) -> List[str]:
+    return [rettangolo(t, scala, y + alto - h, h)
             for t in tratti if t.valore for h in [alto * min(1.0, t.valore / pieno)]]
 
 
@@ -4740,7 +4731,7 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
         viste |= fasi_viste(richieste, fine)
         for nome, tratti in richieste:
             pannelli.append(scritta(4, y + 13, nome))
-            pannelli += [rettangolo(t, sinistra, scala, y + 2, 14) for t in tratti]
+            pannelli += [rettangolo(t, scala, y + 2, 14) for t in tratti]
             y += 18
         if fonte:
             fonti.add(fonte)
@@ -4750,11 +4741,11 @@ def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punt
             pannelli += [scritta(4, y + alto / 2, "slot"),
                          scritta(4, y + alto / 2 + 14, f"max {massimo}", font_size=10),
                          elemento("rect", x=sinistra, y=y, width=fine * scala, height=alto, fill="#f4f4f4")]
-            pannelli += barre(slot, massimo, sinistra, scala, y, alto)
+            pannelli += barre(slot, massimo, scala, y, alto)
             y += alto + 6
         for nome, n_ctx, tratti in contesto:  # under a dashed line at n_ctx
             pannelli.append(scritta(4, y + 13, nome))
-            pannelli += barre(tratti, n_ctx, sinistra, scala, y, 18)
+            pannelli += barre(tratti, n_ctx, scala, y, 18)
             pannelli.append(elemento("line", titolo=f"n_ctx {n_ctx}", x1=sinistra, y1=y, x2=sinistra + fine * scala,
                                      y2=y, stroke="#e63946", stroke_dasharray="4 3"))
             y += 22
@@ -5061,9 +5052,8 @@ def frase_contesto_stretto(prova: Prova) -> List[str]:
     """The lab's step 4 read out."""
     import re
 
-    letti = [re.search(r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)", r.errore or "")
-             for r in prova.esecuzione.risultati]
-    letti = [m for m in letti if m]
+    letti = [m for r in prova.esecuzione.risultati if (m := re.search(
+        r"request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)", r.errore or ""))]
     if not letti:
         return []
     chiesti, contesto = max(int(m.group(1)) for m in letti), int(letti[0].group(2))
@@ -5100,8 +5090,8 @@ def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
     latenze = ", ".join(f"{r.latenza:.2f}" for r in ordinate[:6]) + (", ..." if len(ordinate) > 6 else "")
     return (f"Dal lato del client (il server non dà né /slots né i suoi tempi): le richieste erano in volo insieme, "
             f"ma le risposte sono arrivate una dopo l'altra. Distavano {distacco} l'una dall'altra (latenze "
-            f"{latenze} s): ognuna è la precedente più il tempo di servirne una. Se ne deduce che il server le ha servite una alla "
-            "volta, e le altre aspettavano in coda: è una deduzione dalle latenze, non una misura del server.")
+            f"{latenze} s): ognuna è la precedente più il tempo di servirne una. Il server le ha dunque servite una "
+            "alla volta, le altre in coda: è una deduzione dalle latenze, non una misura del server.")
 
 
 def piu_lunga(riuscite: List[Risultato]) -> Optional[Risultato]:
@@ -5536,8 +5526,7 @@ def lanciatore(piano: Piano, primo_prompt: int):
 def tokenizza(client: Client, testo: str) -> List[bytes]:
     """`testo` in the server's pieces, as bytes (maybe half a UTF-8 character); none: exit 1."""
     risposta = chiedi(client, "/tokenize", {"content": testo, "with_pieces": True})
-    altrove = tokenizza_extras(client, testo) if risposta.status == 404 else None  # not llama.cpp's
-    if altrove is not None:
+    if risposta.status == 404 and (altrove := tokenizza_extras(client, testo)) is not None:  # not llama.cpp's
         return altrove
     dati = leggi_json(risposta.corpo) if risposta.status == 200 else None
     token = dati.get("tokens") if isinstance(dati, dict) else None
@@ -5814,9 +5803,9 @@ def righe_conversazioni(prova: Prova) -> List[str]:
         troncati = [r for r in suoi if r.riuscita and r.finish_reason == "length" and r.token is not None
                     and r.token < prova.piano.max_token]
         for r in troncati:  # "length" before --token: the slot's context ended
-            pieno = tagliata_dal_contesto(r, prova)
             righe.append(f"  utente {utente}: al turno {oltre(r).turno} la risposta si è fermata a {r.token} token di "
-                         f"{prova.piano.max_token}" + (": lo slot era pieno" if pieno else "") + " (finish_reason length)")
+                         f"{prova.piano.max_token}" + (": lo slot era pieno" if tagliata_dal_contesto(r, prova) else "")
+                         + " (finish_reason length)")
     if ereditata := cache_ereditata(prova):
         righe.append(f"  al turno 1 {quante(len(ereditata), 'richiesta ha', 'richieste hanno')} preso dalla cache "
                      f"{da_a([r.token_cache for r in ereditata])} token prima che questa prova avesse una "
@@ -5861,9 +5850,8 @@ def leggi_decisioni(log: str) -> Decisioni:
         elif misura_kv:
             cache.append((nome, float(misura_kv.group(1)), int(misura_kv.group(2)), int(misura_kv.group(3))))
             nome = "KV"
-    if scelta is None:
-        return Decisioni(cache_kv=tuple(cache))
-    return Decisioni(int(scelta.group(1)), int(scelta.group(2)), scelta.group(3) == "true", tuple(cache))
+    n_slot, n_ctx, kv = (int(scelta[1]), int(scelta[2]), scelta[3] == "true") if scelta else (None, None, None)
+    return Decisioni(n_slot, n_ctx, kv, tuple(cache))
 
 
 def riga_decisioni(configurazione: Configurazione, d: Decisioni) -> str:
@@ -5893,7 +5881,6 @@ SERVER_RAM = (Configurazione(CONVERSAZIONI_RAM), Configurazione(CONVERSAZIONI_RA
 
 
 def misura_ram(opzioni: Opzioni, prima: Configurazione) -> Tuple[List[Tuple[Configurazione, Optional[Decisioni]]], str]:
-    """SERVER_RAM started in turn, with each log's KV cache; a failed start None, and why."""
     if prima.deciso.kv_mib is None:
         return [], "il log del server non scrive la cache KV (questo llama.cpp la scrive da -lv 4)"
     comando, misurate, perche = con_contesto(opzioni.oltre.avvia, CONVERSAZIONI_RAM * TOKEN_RAM), [], ""
