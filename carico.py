@@ -1504,8 +1504,7 @@ def comando_server(testo: str) -> List[str]:
     if not parti:
         raise argparse.ArgumentTypeError("il comando del server è vuoto")
     gestite = {"-np", "--parallel", "--host", "--port", "--kv-unified", "-kvu"}
-    doppie = sorted(gestite.intersection(p.split("=")[0] for p in parti))
-    if doppie:
+    if doppie := sorted(gestite.intersection(p.split("=")[0] for p in parti)):
         raise argparse.ArgumentTypeError(
             f"non mettere {', '.join(doppie)} nel comando: -np viene da --np, host e porta da --url")
     return parti
@@ -1826,7 +1825,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         rifiuta("--seme vale per gli arrivi di Poisson: con --arrivi costanti gli orari sono fissi")
     if a.prefisso and a.prompt_token and max(a.prefisso) >= min(m for m, _ in a.prompt_token):
         rifiuta(f"--prefisso {max(a.prefisso)} non lascia posto al testo di ogni richiesta in --prompt-token "
-               f"{min(m for m, _ in a.prompt_token)}: il prefisso deve essere più corto del prompt")
+               f"{min(m for m, _ in a.prompt_token)}")
     if a.intervallo < 0.05:
         rifiuta(f"opzione --intervallo: almeno 0.05 s, non {a.intervallo:g}: leggere /slots più spesso toglierebbe "
                "tempo al server che si vuole misurare")
@@ -1881,7 +1880,6 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
 
 
 def leggi_file(opzione: str, percorso: str, rifiuta, leggi=lambda f: f.read()):
-    """Read before any load: a file that cannot be read is a bad flag."""
     try:
         with open(percorso, encoding="utf-8") as f:
             return leggi(f)
@@ -1941,8 +1939,7 @@ class SessioneOltre(Sessione):
                     prove = self.ripetute(client, info, piano, decisa)
                     if o.ripeti > 1:
                         print("\n".join(righe_ripetute(prove) + [""]), flush=True)
-        prima = da_confrontare(self.prove) if o.spiega else None
-        if prima is not None:  # --spiega with --avvia
+        if o.spiega and (prima := da_confrontare(self.prove)) is not None:  # --spiega with --avvia
             print("\n".join(righe_ram(prima, *misura_ram(self.opzioni, prima)) + [""]), flush=True)
 
     @contextlib.contextmanager
@@ -4960,7 +4957,7 @@ def spiegazione(prova: Prova) -> List[str]:
     if s.occupati_dai_tempi is not None and s.occupati_letti is not None and s.occupati_dai_tempi > s.occupati_letti:
         frasi.append(f"Il picco di {s.occupati_dai_tempi} viene dai tempi del server: /slots (letto ogni "
                      f"{piano.intervallo:g} s) ne ha visti {s.occupati_letti}.")
-    attese = {r.indice: a for r, a in ((r, attesa_dello_slot(r)) for r in ok) if a is not None}
+    attese = {r.indice: a for r in ok if (a := attesa_dello_slot(r)) is not None}
     tetto = attese_del_tetto(prova)
     if attese:
         in_coda = attese_a_slot_pieni(ok, info.n_slot)
@@ -4977,7 +4974,7 @@ def spiegazione(prova: Prova) -> List[str]:
                          f"{'ha' if len(aspettato) == 1 else 'hanno'} aspettato in coda uno slot libero. La più "
                          f"sfortunata, la req {r.indice}: {in_coda[r.indice]:.2f} s in coda su {r.latenza:.2f} s di "
                          f"latenza ({in_coda[r.indice] / r.latenza:.0%}).")
-        elif not tetto and not non_inviate and not tagliata:
+        elif not (tetto or non_inviate or tagliata):
             massima = max(attese.values())
             perche = "il viaggio" if massima < VIAGGIO_MAX else "il server finiva un passo per gli altri slot"
             frasi.append(f"Nessuna richiesta ha aspettato uno slot: dall'invio al più {massima:.2f} s ({perche}).")
@@ -5148,8 +5145,7 @@ class ServerAvviato:
             "--host", parti.hostname, "--port", str(parti.port or 80)]
         self.chiavi = chiavi_api(comando)  # shown as ***
         self.url, self.attesa, self.stderr = url, attesa, stderr
-        self.log = None  # its stdout and stderr
-        self.proc = None
+        self.log = self.proc = None  # its stdout and stderr; the process
 
     def __enter__(self) -> ServerAvviato:
         import shlex
@@ -5288,7 +5284,7 @@ def prove_salvate(percorso: str, rifiuta) -> List[dict]:
     intere = [p for p in prove if not p.get("interrotta")]
     if not intere:
         rifiuta(f"--confronta: '{percorso}' non ha prove intere da confrontare: ripeti la misura fino in fondo con "
-                "--json. Una prova interrotta (da Ctrl+C o da un server che ha smesso di rispondere) non si confronta")
+                "--json. Una prova interrotta (Ctrl+C, un server che non risponde più) non si confronta")
     return intere
 
 
@@ -5409,7 +5405,6 @@ def contesto_degli_slot(dati) -> Optional[tuple]:
 
 
 class Osservatore(NamedTuple):
-    """At each /slots reading: each slot's context into the reading, then the live line if any."""
     diretta: Optional[Diretta]
 
     def seguendo(self, futuri: list, piano: Piano):
@@ -5587,7 +5582,7 @@ def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
 # on gemma-3, then they repeat), so consecutive prompts differ from their first token.
 
 def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
-    """The plans with the pieces for exact prompts; each exact length counted again."""
+    """Each exact length counted again."""
     lunghezze = [oltre(p).prompt_token for p in piani if oltre(p).prompt_token]
     piu_lungo = max([b for _, b in lunghezze] + [oltre(p).prefisso or 0 for p in piani] + [1])
     pezzi = pezzi_del_server(client, piu_lungo + 1)
