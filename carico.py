@@ -619,18 +619,18 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
     parser = ParserItaliano(prog="carico.py", description=__doc__, add_help=False,  # seam: Italian, after the banner
                             usage="%(prog)s [--url URL] [--richieste N] [--parallele N] [--token N] [altre opzioni]")
     parser.nomi, gruppo = [], parser.add_argument_group("il lab")
-    for nomi, parametri in [
-        (("--url",), dict(type=url_server, default="http://127.0.0.1:8080",
-                          help="radice del server llama.cpp (default: %(default)s)")),
-        (("--richieste",), dict(type=positivo(int, "un numero intero", 100000, " (le richieste sono preparate tutte "
-                                              "in memoria prima della prova)"), metavar="N",
-                                help="quante richieste inviare in tutto (default: 4)")),
-        (("--parallele",), dict(type=lista_di(intero_positivo), metavar="N",
-                                help="quante richieste tenere in volo insieme (default: 4)")),
-        (("--token",), dict(type=lista_di(token_o_fascia), default=[32], metavar="N",
-                            help="token da generare per richiesta, max_tokens; MIN-MAX: a caso (default: 32)")),
+    for nome, parametri in [
+        ("--url", dict(type=url_server, default="http://127.0.0.1:8080",
+                       help="radice del server llama.cpp (default: %(default)s)")),
+        ("--richieste", dict(type=positivo(int, "un numero intero", 100000, " (le richieste sono preparate tutte "
+                                           "in memoria prima della prova)"), metavar="N",
+                             help="quante richieste inviare in tutto (default: 4)")),
+        ("--parallele", dict(type=lista_di(intero_positivo), metavar="N",
+                             help="quante richieste tenere in volo insieme (default: 4)")),
+        ("--token", dict(type=lista_di(token_o_fascia), default=[32], metavar="N",
+                         help="token da generare per richiesta, max_tokens; MIN-MAX: a caso (default: 32)")),
     ]:
-        parser.nomi += gruppo.add_argument(*nomi, **parametri).option_strings
+        parser.nomi += gruppo.add_argument(nome, **parametri).option_strings
     SessioneOltre.aggiungi_opzioni(parser)  # seam: the extras' flags, the epilog (after the banner)
     a = parser.parse_args(argv)
     chiave = chiave_dall_ambiente(parser)  # the LLAMA_API_KEY variable
