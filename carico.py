@@ -1164,6 +1164,10 @@ def note(prova: Prova, esatti: bool = False, cache_voluta: bool = False, convers
                      "della prova. I tempi del server (slot occupati insieme, coda, attesa in coda) contano solo le "
                      "richieste di questa prova, /slots e /metrics anche le altre. L'attesa vera di ogni richiesta è "
                      "la sua attesa dello slot (attesa_slot_s in --csv e --json)")
+    n_slot, in_volo = prova.info.n_slot, min(prova.piano.parallele, e.n_richieste)
+    if n_slot and not prova.occupati_prima and (s.coda_letta or 0) > max(in_volo - n_slot, 0):
+        testi.append(f"requests_deferred ha visto {s.coda_letta} richieste in coda, questa prova al più "
+                     f"{max(in_volo - n_slot, 0)}: le altre erano di un altro client, e le cifre ne sono falsate")
     letti = [c for c in e.campioni if c.occupati is not None]
     breve = s.tempo_totale is not None and s.tempo_totale < 2 * prova.piano.intervallo
     tutti = s.picco is not None and s.picco == prova.info.n_slot  # every slot seen busy: nothing to underestimate
@@ -1194,8 +1198,8 @@ def note(prova: Prova, esatti: bool = False, cache_voluta: bool = False, convers
         # Measured (b11434, -np 1): a request closed is cancelled a second later (its HTTP thread's poll, which other
         # requests' results postpone: server_response::recv_with_timeout), its slot busy 3-6 s more; a stream, at once.
         lasciate = quante(e.lasciate, "richiesta lasciata", "richieste lasciate")
-        testi.append(f"senza --stream il server può continuare a generare {lasciate} in volo. Aspetta qualche secondo "
-                     "prima di ripetere, o la prossima prova ne sarà falsata")
+        testi.append(f"senza --stream il server può continuare a generare {lasciate} in volo (una per slot alla volta, "
+                     "finché non le cancella). Aspetta qualche secondo prima di ripetere, o la prossima prova ne sarà falsata")
     return [testo for testo in testi if testo]
 
 

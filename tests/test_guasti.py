@@ -409,3 +409,18 @@ def test_ctrl_c_mentre_si_leggono_le_opzioni(monkeypatch, capsys):
     monkeypatch.setattr(carico, "analizza_argomenti", interrotta)
     assert carico.main(["--richieste", "4"]) == 130
     assert capsys.readouterr().err == "carico.py: interrotto\n"
+
+
+def test_la_coda_di_un_altro_client_detta(fake, carica):
+    """The tour: 2 requests on 2 slots printed 'picco richieste in coda (requests_deferred)=4', another client's
+    queue, as if it were this run's. requests_deferred above what this run could queue is said; a run that
+    could queue so many says nothing."""
+    server = fake(n_slot=2, metrics=True, s_per_token=0.01)
+    vera = server.testo_metrics
+    server.testo_metrics = lambda: vera().replace("llamacpp:requests_deferred 0", "llamacpp:requests_deferred 4")
+    rc, out, err = carica(server.url, "--richieste", "2", "--parallele", "2", "--token", "20", "--intervallo", "0.05")
+    assert rc == 0 and "picco richieste in coda (requests_deferred)=4" in out, out
+    assert ("requests_deferred ha visto 4 richieste in coda, questa prova al più 0: le altre erano di un altro "
+            "client") in err, err
+    rc, out, err = carica(server.url, "--richieste", "6", "--parallele", "6", "--token", "20", "--intervallo", "0.05")
+    assert rc == 0 and "requests_deferred ha visto" not in err, err

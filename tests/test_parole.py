@@ -226,8 +226,8 @@ def test_dopo_ctrl_c_il_server_continua(fake, stream):
     assert proc.returncode == 130, err
     frasi = [r for r in err.splitlines() if "lasciat" in r]
     assert frasi == ([] if stream else [
-        "carico.py: nota: senza --stream il server può continuare a generare 3 richieste lasciate in volo. Aspetta "
-        "qualche secondo prima di ripetere, o la prossima prova ne sarà falsata"]), err
+        "carico.py: nota: senza --stream il server può continuare a generare 3 richieste lasciate in volo (una per slot "
+        "alla volta, finché non le cancella). Aspetta qualche secondo prima di ripetere, o la prossima prova ne sarà falsata"]), err
     assert all(len(frase) <= 160 for f in frasi for frase in f.split(". "))
 
 
