@@ -3151,6 +3151,16 @@ def ritardi_invio(e: Esecuzione) -> List[float]:
     return [x for x in map(ritardo_invio, e.risultati) if x is not None]
 
 
+def orari_previsti(e: Esecuzione) -> List[float]:
+    return [p for p in (oltre(r).previsto for r in e.risultati) if p is not None]
+
+
+def ritardi_p99_max(e: Esecuzione) -> str:
+    ritardi = ritardi_invio(e)
+    return (f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, "
+            f"max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
+
+
 def ritmo_di(tempi: List[float]) -> Optional[float]:
     durata = max(tempi) - min(tempi) if tempi else 0
     return (len(tempi) - 1) / durata if durata > 0 else None
@@ -3175,18 +3185,16 @@ def ms(secondi: Optional[float]) -> Optional[float]:
 def programma(prova: Prova) -> Tuple[int, Optional[float]]:
     """--ritmo: the requests the schedule held in the window, and their rate."""
     e = prova.esecuzione
-    previsti = [oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None]
+    previsti = orari_previsti(e)
     n = len(previsti) + oltre(e).non_inviate + oltre(e).in_ritardo
     return n, n / finestra_durata(prova) if oltre(prova.piano).durata else ritmo_di(previsti)
 
 
 def righe_ritmo(prova: Prova) -> List[str]:
-    """The rate asked, planned, sent, how late; --durata: sent, answered, the total time."""
     e, piano_oltre = prova.esecuzione, oltre(prova.piano)
     righe, scosta = [], ""
     if piano_oltre.ritmo or piano_oltre.traccia:  # the schedule, then the sends
-        previsti = [oltre(r).previsto for r in e.risultati if oltre(r).previsto is not None]
-        ritardi = ritardi_invio(e)
+        previsti = orari_previsti(e)
         if piano_oltre.ritmo:
             arrivi = f"arrivi di Poisson, seme {piano_oltre.seme}" if piano_oltre.arrivi == "poisson" else "arrivi costanti"
             nel_programma, programmato = programma(prova)
@@ -3198,8 +3206,9 @@ def righe_ritmo(prova: Prova) -> List[str]:
             detto = (f"traccia di {piano_oltre.nome_dataset}: {quante(len(previsti), 'invio', 'invii')} in "
                          f"{fmt(max(previsti, default=None), '.2f s')} nel file ({fmt(ritmo_di(previsti), '.2f req/s')})")
         su = "sul programma" if piano_oltre.ritmo else "sugli orari"
-        righe.append(f"{detto}, inviate davvero {fmt(invii_al_secondo(prova), '.2f req/s')}{scosta}. Ritardo degli invii {su}: "
-                     f"p99 {fmt(ms(percentile(ritardi, 99)), '.1f ms')}, max {fmt(ms(max(ritardi, default=None)), '.1f ms')}")
+        inviate = fmt(invii_al_secondo(prova), ".2f req/s")
+        righe.append(f"{detto}, inviate davvero {inviate}{scosta}. Ritardo degli invii {su}: "
+                     f"{ritardi_p99_max(e)}")
     if piano_oltre.durata:
         non_inviate = oltre(e).non_inviate
         righe.append(f"in {piano_oltre.durata:g} s (--durata): inviate {quante(e.n_richieste, 'richiesta', 'richieste')}, "
@@ -3215,8 +3224,7 @@ def righe_ritmo(prova: Prova) -> List[str]:
 
 def ritardo_perdonato(prova: Prova) -> float:
     """Lateness still on time: max(10 ms, mean gap / 10)."""
-    previsti = [p for p in (oltre(r).previsto for r in prova.esecuzione.risultati) if p is not None]
-    ritmo = oltre(prova.piano).ritmo or ritmo_di(previsti)  # a trace: its mean rate
+    ritmo = oltre(prova.piano).ritmo or ritmo_di(orari_previsti(prova.esecuzione))  # a trace's mean
     return max(0.010, 0.1 / ritmo) if ritmo else 0.010
 
 
@@ -3239,20 +3247,22 @@ def note_ritmo(prova: Prova) -> List[str]:
     trattenute, non_inviate = oltre(e).trattenute, oltre(e).non_inviate
     if non_inviate and not trattenute:
         return [f"il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno fino alla fine di --durata. "
-                f"{quante(non_inviate, 'richiesta del programma non è partita', 'richieste del programma non sono partite')}"
-                f"{alza}"]
+                f"{non_partite(non_inviate)}{alza}"]
     if trattenute:
         mai = (f". {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima della fine di --durata"
                if non_inviate else "")
         return [f"{quante(trattenute, 'richiesta', 'richieste')} su {len(e.risultati)} "
                 f"{'è partita' if trattenute == 1 else 'sono partite'} in ritardo: il tetto di --parallele "
                 f"({piano.parallele} in volo) era pieno{mai}{alza}"]
-    ritardi = ritardi_invio(e)
-    tardi = (f". {quante(oltre(e).in_ritardo, 'richiesta del programma non è partita', 'richieste del programma non sono partite')}"
-             " prima della fine di --durata" if oltre(e).in_ritardo else "")
+    in_ritardo = oltre(e).in_ritardo
+    tardi = f". {non_partite(in_ritardo)} prima della fine di --durata" if in_ritardo else ""
     return [f"il client non ha tenuto il ritmo chiesto: le cifre valgono per {inviate} inviate, non per {chiesto}. Invii "
-            f"in ritardo sul programma: p99 {fmt(ms(percentile(ritardi, 99)), '.1f')} ms, max "
-            f"{fmt(ms(max(ritardi, default=None)), '.1f')} ms{tardi}"]
+            f"in ritardo sul programma: {ritardi_p99_max(e)}{tardi}"]
+
+
+def non_partite(n: int) -> str:
+    return quante(n, "richiesta del programma non è partita",
+                  "richieste del programma non sono partite")
 
 
 def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
