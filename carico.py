@@ -2155,7 +2155,7 @@ class ParserItaliano(argparse.ArgumentParser):
     nomi: Sequence[str] = ()  # the flags' names, for the nearest to a mistyped one
 
     def __init__(self, **parametri):
-        super().__init__(formatter_class=formato_aiuto, **parametri)
+        super().__init__(formatter_class=FormatoAiuto, **parametri)
 
     ERRORI = (("expected one argument", "richiede un valore"),
               ("ignored explicit argument (.*)", r"non accetta valori (\1)"),
@@ -2174,8 +2174,8 @@ class ParserItaliano(argparse.ArgumentParser):
 
         opzione = re.match(r"argument (\S+): (.*)$", message, re.S)
         prefisso, resto = (f"opzione {opzione.group(1)}: ", opzione.group(2)) if opzione else ("", message)
-        resto = next((re.sub(f"^{inglese}$", italiano, resto, flags=re.S) for inglese, italiano in self.ERRORI
-                      if re.match(f"^{inglese}$", resto, flags=re.S)), resto)
+        resto = next((m.expand(italiano) for inglese, italiano in self.ERRORI
+                      if (m := re.fullmatch(inglese, resto, re.S))), resto)
         ignote = re.match(r"unrecognized arguments: (.*)$", message)
         parole = ignote.group(1).split() if ignote else []
         del_server = [p for p in parole if p.split("=")[0] in self.DEL_SERVER]
@@ -2196,20 +2196,18 @@ class ParserItaliano(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: errore: {prefisso}{resto}\n")
 
-    def format_usage(self):
-        return super().format_usage().replace("usage: ", "uso: ", 1)
 
-    def format_help(self):
-        return super().format_help().replace("usage: ", "uso: ", 1)
+class FormatoAiuto(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str):
+        # The width given, so that argparse does not import shutil (5 ms of start-up) to ask it.
+        try:
+            larghezza = os.get_terminal_size(sys.stdout.fileno()).columns
+        except (OSError, ValueError, AttributeError):
+            larghezza = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 80
+        super().__init__(prog, width=max(larghezza, 40) - 2)
 
-
-def formato_aiuto(prog: str) -> argparse.HelpFormatter:
-    # Given here, so that argparse does not import shutil (5 ms of start-up) to ask it.
-    try:
-        larghezza = os.get_terminal_size(sys.stdout.fileno()).columns
-    except (OSError, ValueError, AttributeError):
-        larghezza = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 80
-    return argparse.RawDescriptionHelpFormatter(prog, width=max(larghezza, 40) - 2)
+    def add_usage(self, usage, actions, groups, prefix="uso: "):
+        super().add_usage(usage, actions, groups, prefix)
 
 
 def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optional[Riepilogo] = None) -> List[str]:
