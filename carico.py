@@ -2211,7 +2211,6 @@ class FormatoAiuto(argparse.RawDescriptionHelpFormatter):
 
 
 def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optional[Riepilogo] = None) -> List[str]:
-    """A run the server left: refused and unsent requests, the summary, when and why."""
     e = prova.esecuzione
     inviate = {r.indice for r in e.risultati}
     rifiutate = [r.indice for r in e.risultati if rifiutata(r)]
@@ -2255,12 +2254,11 @@ def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoS
     """/slots not as llama.cpp's (--no-slots, another server): the header from /props."""
     avvisi = []
     if info is None or not info.slots_disponibile:
-        if risposta_slots.status == 501:
-            avvisi.append("/slots è disattivato (server avviato con --no-slots): gli slot occupati si "
-                          "ricavano solo dai tempi del server")
-        else:
-            avvisi.append(f"/slots non risponde come llama.cpp ({descrivi_errore_http(risposta_slots)}): "
-                          "gli slot occupati si ricavano solo dai tempi del server, se li dà")
+        spento = risposta_slots.status == 501
+        perche = ("è disattivato (server avviato con --no-slots)" if spento else
+                  f"non risponde come llama.cpp ({descrivi_errore_http(risposta_slots)})")
+        avvisi.append(f"/slots {perche}: gli slot occupati si ricavano solo dai tempi del server"
+                      + ("" if spento else ", se li dà"))
     risposta = chiedi(client, "/props")
     props = leggi_json(risposta.corpo) if risposta.status == 200 else None
     props = props if isinstance(props, dict) else None
@@ -2531,13 +2529,13 @@ class Flusso:
         self._coda = coda[-16:]
         if b"[DONE]" not in coda:
             return False
-        ultimi, tutti = b"", True
+        ultimi = b""
         for _, pezzo in reversed(self.blocchi):
             if len(ultimi) > len(dati) + 256:
-                tutti = False
+                ultimi = ultimi.partition(b"\n")[2]  # whole lines only
                 break
             ultimi = pezzo + ultimi
-        righe = ultimi.split(b"\n")[0 if tutti else 1:-1]  # whole lines only
+        righe = ultimi.split(b"\n")[:-1]
         return any(r.strip().startswith(b"data:") and r.strip()[5:].strip() == b"[DONE]" for r in righe)
 
     def corpo(self) -> bytes:
@@ -2936,14 +2934,12 @@ def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None
     fino = len(righe) - 1 if righe and righe[-1][1] == b"[DONE]" else len(righe)  # the events
     completamento = {"choices": [{}]}
     tempi, testo = [], []  # each text chunk's time; the text (a conversation sends it back)
-    chunk = 0  # the JSON events read
     dati = [dato for _, dato in righe[:fino]]
     for inizio in range(0, len(dati), PEZZO):
         if time.perf_counter() >= scade:
             yield
             scade = time.perf_counter() + FETTA
         for (quando, _), evento in zip(righe[inizio:inizio + PEZZO], eventi_json(dati[inizio:inizio + PEZZO])):
-            chunk += 1
             if evento is NON_JSON:
                 raise ErroreNelFlusso("evento non JSON nel flusso")
             if not isinstance(evento, dict):
@@ -2961,7 +2957,7 @@ def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None
                 if isinstance(evento.get(chiave), dict):
                     completamento[chiave] = evento[chiave]
     if "finish_reason" not in completamento["choices"][0]:
-        raise ErroreNelFlusso(f"{TRONCATA} dopo {chunk} chunk (nessun finish_reason)")
+        raise ErroreNelFlusso(f"{TRONCATA} dopo {fino} chunk (nessun finish_reason)")
     if fino == len(righe):
         raise ErroreNelFlusso("flusso interrotto prima della fine (manca [DONE])")
     completamento["choices"][0]["message"] = {"role": "assistant", "content": "".join(testo)}
@@ -3171,7 +3167,6 @@ def invii_al_secondo(prova: Prova) -> Optional[float]:
 
 
 def finestra_durata(prova: Prova) -> Optional[float]:
-    """--durata, or up to a Ctrl+C."""
     durata, fermata = oltre(prova.piano).durata, prova.esecuzione.interrotta_a
     return min(durata, fermata) if durata and fermata else durata
 
@@ -3235,7 +3230,6 @@ def ritmo_tenuto(prova: Prova) -> bool:
 
 
 def note_ritmo(prova: Prova) -> List[str]:
-    """The schedule not kept: the figures hold for the rate sent."""
     e, piano = prova.esecuzione, prova.piano
     if ritmo_tenuto(prova):
         return []
@@ -3471,7 +3465,8 @@ def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], 
 
 def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
     """--riscaldamento: n requests of their own before the run, left out of every figure."""
-    print(f"riscaldamento: {quante(n, 'richiesta', 'richieste')} prima della prova, escluse dalle cifre",
+    quante_n = quante(n, "richiesta", "richieste")
+    print(f"riscaldamento: {quante_n} prima della prova, escluse dalle cifre",
           file=sys.stderr, flush=True)
     testo = oltre(piano).testo
     domande = [domanda_oltre(testo if testo is not None else f"(riscaldamento {i + 1}) {prompt_per(i)}", piano)
@@ -3483,7 +3478,7 @@ def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
         raise Interruzione(esecuzione.interruzione)
     fallite = [r for r in esecuzione.risultati if not r.riuscita]
     if fallite:
-        nota(f"riscaldamento: {len(fallite)} su {quante(n, 'richiesta', 'richieste')} "
+        nota(f"riscaldamento: {len(fallite)} su {quante_n} "
              f"{'fallita' if n == 1 else 'fallite'} (la prima: {fallite[0].errore})")
 
 
@@ -3494,9 +3489,7 @@ class Diretta:
 
     def __init__(self, stderr, n_slot: Optional[int], sentinella: Optional[Sentinella] = None):
         self.stderr, self.n_slot, self.sentinella = stderr, n_slot, sentinella
-        self._futuri: list = []
-        self._piano = Piano()
-        self._generati = 0  # the tokens shown last
+        self._futuri, self._piano, self._generati = [], Piano(), 0  # _generati: tokens shown last
 
     def seguendo(self, futuri: list, piano: Piano):
         self._futuri, self._piano = futuri, piano
@@ -3517,10 +3510,9 @@ class Diretta:
             stato = ("ha smesso di rispondere: fermo gli invii" if self.sentinella.andato
                      else f"non risponde ({quante(self.sentinella.di_fila, 'rifiuto', 'rifiuti')} di fila)")
             return f"{conto} il server {stato}  {c.t:.1f} s"
-        generati = self._generati
         return (f"{conto} slot occupati {fmt(c.occupati, 'd')}/{fmt(self.n_slot, 'd')}"
-                f"  in coda {fmt(stima_coda, 'd')}  generati {generati} token  "
-                f"{generati / c.t if c.t > 0 else 0:.1f} t/s  {c.t:.1f} s")
+                f"  in coda {fmt(stima_coda, 'd')}  generati {self._generati} token  "
+                f"{self._generati / c.t if c.t > 0 else 0:.1f} t/s  {c.t:.1f} s")
 
     def aggiorna(self, c: Campione, dati_slots) -> Campione:
         colonne = 0
@@ -3528,7 +3520,6 @@ class Diretta:
             colonne = os.get_terminal_size(self.stderr.fileno()).columns
         colonne = colonne or 80  # a terminal that does not say its width
         self.stderr.write("\r" + self.riga(c, dati_slots)[:colonne - 1] + "\033[K")
-
         self.stderr.flush()
         return c
 
