@@ -2547,6 +2547,71 @@ def forse_la_fine(dati: bytes) -> bool:
     return len(dati) < 16 or dati.endswith(b"\r\n\r\n") or b"[DONE]" in dati
 
 
+class Giro:
+    """One life of LettoreFlussi's thread: its selector, the streams it reads (by number), those maybe
+    ended (stream, its chiudi())."""
+
+    def __init__(self):
+        import collections
+        import selectors
+
+        self.selettore = selectors.DefaultSelector()
+        self.attivi: Dict[int, Flusso] = {}
+        self.da_chiudere: collections.deque = collections.deque()
+
+    def un_passo(self, flusso: Flusso, passo) -> bool:
+        try:
+            passo(flusso)
+            return True
+        except (NonInviata, OSError) as exc:  # a failed send
+            self.fine(flusso, exc)
+        except ValueError as exc:  # a socket closed by Ctrl+C meanwhile
+            self.fine(flusso, OSError(str(exc)))
+        return False
+
+    def da_leggere(self, flusso: Flusso) -> None:
+        import selectors
+
+        if flusso.sock.gettimeout() != 0.0:  # the start's are non-blocking already
+            flusso.sock.setblocking(False)
+        self.selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
+        self.attivi[flusso.numero] = flusso
+
+    def da_inquadrare(self, flusso: Flusso) -> None:
+        self.togli(flusso)
+        self.da_chiudere.append((flusso, self.chiudi(flusso)))
+
+    def chiudi(self, flusso: Flusso) -> Generator[None, None, bool]:
+        """True: not ended, read on. A FETTA a next() (a read at least): 4,000 tokens at once
+        held the reader 50 ms."""
+        if flusso.finito.is_set():
+            return False
+        try:
+            while not flusso.inquadra(time.perf_counter() + FETTA):
+                if not flusso.letture:
+                    self.da_leggere(flusso)
+                    return True
+                yield
+            if flusso.status == 200:
+                yield
+                flusso.esito = yield from leggi_flusso(iter(flusso.blocchi))
+        except Exception as exc:  # a bad framing, a socket closed meanwhile
+            self.fine(flusso, exc)
+            return False
+        self.fine(flusso)
+        return False
+
+    def togli(self, flusso: Flusso) -> None:
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self.selettore.unregister(flusso.sock)
+        self.attivi.pop(getattr(flusso, "numero", None), None)
+
+    def fine(self, flusso: Flusso, eccezione: Optional[BaseException] = None) -> None:
+        self.togli(flusso)
+        flusso.eccezione = eccezione
+        flusso.finito.set()
+
+
 class LettoreFlussi:
     """The one thread that reads every stream in flight."""
 
@@ -2594,22 +2659,14 @@ class LettoreFlussi:
                 self._avvia(sveglia=True)
 
     def _gira(self, sveglia: Tuple[socket.socket, socket.socket]) -> None:
-        import collections
         import heapq
         import selectors
 
-        selettore, scarto = selectors.DefaultSelector(), scarto_orologi()
+        giro, scarto = Giro(), scarto_orologi()
+        selettore, attivi, da_chiudere = giro.selettore, giro.attivi, giro.da_chiudere
         selettore.register(sveglia[0], selectors.EVENT_READ, None)
         scadenze: List[Tuple[float, int]] = []  # (deadline, stream's number), a heap
-        attivi: Dict[int, Flusso] = {}  # the streams read, by number
-        da_chiudere: collections.deque = collections.deque()  # maybe ended: (stream, its _chiudi)
         numeri, riposa_da = itertools.count(), time.monotonic()
-
-        def da_leggere(flusso: Flusso) -> None:
-            if flusso.sock.gettimeout() != 0.0:  # the start's are non-blocking already
-                flusso.sock.setblocking(False)
-            selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
-
         try:
             while True:
                 with self._lock:
@@ -2620,16 +2677,15 @@ class LettoreFlussi:
                 for flusso in nuovi:  # the start's requests first, back to back (see Partenza)
                     flusso.numero, flusso.scarto = next(numeri), scarto
                     if flusso.richiesta:
-                        self._un_passo(selettore, attivi, flusso, self._invia)
+                        giro.un_passo(flusso, self._invia)
                 for flusso in nuovi:
-                    if not flusso.finito.is_set() and self._un_passo(selettore, attivi, flusso, da_leggere):
-                        attivi[flusso.numero] = flusso
+                    if not flusso.finito.is_set() and giro.un_passo(flusso, giro.da_leggere):
                         heapq.heappush(scadenze, (flusso.scadenza, flusso.numero))
                 adesso = time.monotonic()
                 while scadenze and (scadenze[0][1] not in attivi or scadenze[0][0] <= adesso):
                     flusso = attivi.get(heapq.heappop(scadenze)[1])
                     if flusso is not None:
-                        self._fine(selettore, attivi, flusso, socket.timeout())
+                        giro.fine(flusso, socket.timeout())
                 if len(scadenze) > 2 * len(attivi) + 64:  # ended streams' deadlines
                     scadenze = [s for s in scadenze if s[1] in attivi]
                     heapq.heapify(scadenze)
@@ -2642,7 +2698,7 @@ class LettoreFlussi:
                         with contextlib.suppress(OSError):
                             sveglia[0].recv(4096)
                     else:
-                        self._leggi(selettore, attivi, da_chiudere, chiave.data)
+                        self._leggi(giro, chiave.data)
                 if da_chiudere and not pronti:  # a slice of an end's work
                     flusso, passi = da_chiudere[0]
                     try:
@@ -2657,20 +2713,10 @@ class LettoreFlussi:
                 if self._thread is threading.current_thread():
                     self._thread = None
             for flusso in list(attivi.values()) + [f for f, _ in da_chiudere] + nuovi:
-                self._fine(selettore, attivi, flusso, RuntimeError("il lettore dei flussi si è fermato"))
+                giro.fine(flusso, RuntimeError("il lettore dei flussi si è fermato"))
             selettore.close()
             for s in sveglia:
                 s.close()
-
-    def _un_passo(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso, passo) -> bool:
-        try:
-            passo(flusso)
-            return True
-        except (NonInviata, OSError) as exc:  # a failed send
-            self._fine(selettore, attivi, flusso, exc)
-        except ValueError as exc:  # a socket closed by Ctrl+C meanwhile
-            self._fine(selettore, attivi, flusso, OSError(str(exc)))
-        return False
 
     def _invia(self, flusso: Flusso) -> None:
         if self._client.annullato.is_set():  # Ctrl+C before the start
@@ -2688,7 +2734,7 @@ class LettoreFlussi:
             flusso.sock.sendall(flusso.richiesta[inviati:])
         flusso.richiesta = b""
 
-    def _leggi(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
+    def _leggi(self, giro: Giro, flusso: Flusso) -> None:
         """TLS: till none is left decrypted."""
         if flusso.solo_letture:  # nearly every chunk's read, inline: at 50,000/s each call counts
             try:
@@ -2696,12 +2742,12 @@ class LettoreFlussi:
             except BlockingIOError:
                 return
             except OSError as exc:
-                self._fine(selettore, attivi, flusso, exc)
+                giro.fine(flusso, exc)
                 return
             stampo = ausiliari[0][2] if ausiliari and ausiliari[0][1] == SO_TIMESTAMPNS else b""
             flusso.letture += (time.perf_counter(), stampo, dati)
             if forse_la_fine(dati):
-                self._da_inquadrare(selettore, attivi, da_chiudere, flusso)
+                giro.da_inquadrare(flusso)
             return
         try:
             while True:
@@ -2713,51 +2759,12 @@ class LettoreFlussi:
                 if prima is None and flusso.status is not None:
                     self._client.sentinella.risposta()
                 if forse_finito:
-                    self._da_inquadrare(selettore, attivi, da_chiudere, flusso)
+                    giro.da_inquadrare(flusso)
                     return
                 if not (flusso.tls and flusso.sock.pending()):
                     return
         except Exception as exc:  # for its worker to raise
-            self._fine(selettore, attivi, flusso, exc)
-
-    def _da_inquadrare(self, selettore, attivi: Dict[int, Flusso], da_chiudere, flusso: Flusso) -> None:
-        self._togli(selettore, attivi, flusso)
-        da_chiudere.append((flusso, self._chiudi(selettore, attivi, flusso)))
-
-    def _chiudi(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> Generator[None, None, bool]:
-        """True: not ended, read on. A FETTA a next() (a read at least): 4,000 tokens at once
-        held the reader 50 ms."""
-        import selectors
-
-        if flusso.finito.is_set():
-            return False
-        try:
-            while not flusso.inquadra(time.perf_counter() + FETTA):
-                if not flusso.letture:
-                    selettore.register(flusso.sock, selectors.EVENT_READ, flusso)
-                    attivi[flusso.numero] = flusso
-                    return True
-                yield
-            if flusso.status == 200:
-                yield
-                flusso.esito = yield from leggi_flusso(iter(flusso.blocchi))
-        except Exception as exc:  # a bad framing, a socket closed meanwhile
-            self._fine(selettore, attivi, flusso, exc)
-            return False
-        self._fine(selettore, attivi, flusso)
-        return False
-
-    @staticmethod
-    def _togli(selettore, attivi: Dict[int, Flusso], flusso: Flusso) -> None:
-        with contextlib.suppress(KeyError, ValueError, OSError):
-            selettore.unregister(flusso.sock)
-        attivi.pop(getattr(flusso, "numero", None), None)
-
-    def _fine(self, selettore, attivi: Dict[int, Flusso], flusso: Flusso,
-              eccezione: Optional[BaseException] = None) -> None:
-        self._togli(selettore, attivi, flusso)
-        flusso.eccezione = eccezione
-        flusso.finito.set()
+            giro.fine(flusso, exc)
 
 
 def leggi_con_tempo(flusso: Flusso) -> Optional[Tuple[float, bytes, bytes]]:
