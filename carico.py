@@ -2109,7 +2109,6 @@ class Sentinella:
         self.di_fila = 0
 
     def in_ascolto(self) -> bool:
-        """Anything accepting a connection at the port (a bare TCP knock, within 2 s)."""
         try:
             socket.create_connection((self._client.host, self._client._porta), timeout=2.0).close()
         except socket.timeout:
@@ -2242,7 +2241,6 @@ class ErroreOpzione(ErroreUtente):
 
 
 def perche_os(exc: Exception) -> str:
-    """Why a file could not be read, written or run, in Italian."""
     perche = {errno.ENOENT: "non esiste", errno.EACCES: "permesso negato", errno.EISDIR: "è una cartella",
               errno.ENOTDIR: "una parte del percorso non è una cartella", errno.ENOSPC: "il disco è pieno"}
     return perche.get(getattr(exc, "errno", None)) or getattr(exc, "strerror", None) or str(exc)
@@ -2408,7 +2406,7 @@ class Flusso:
         self.eccezione: Optional[BaseException] = None
         self.finito = threading.Event()
         self._buffer, self._coda = b"", b""  # bytes not yet framed; the body's tail (_fatto)
-        self._a_pezzi, self._mancano, self._pezzo = False, None, 0
+        self._a_pezzi, self._mancano, self._pezzo = False, None, 0  # _pezzo: see _togli_pezzi
         self.solo_letture = False  # chunked, kernel stamps: _leggi's short way
 
     def letto(self, t: float, stampo: bytes, dati: bytes) -> bool:
@@ -2484,13 +2482,13 @@ class Flusso:
         self._a_pezzi = "chunked" in campi.get("transfer-encoding", "").lower()
         lunghezza = campi.get("content-length", "")
         self._mancano = int(lunghezza) if lunghezza.isdigit() and not self._a_pezzi else None
-        self._pezzo = 0  # chunked: bytes left in this chunk; -1 when its CRLF is due
         self.solo_letture = self._a_pezzi and self.stampi
         self.status, dopo, self._buffer = int(parti[1]), self._buffer, b""
         return dopo
 
     def _togli_pezzi(self, dati: bytes) -> Tuple[bytes, bool]:
-        """By position: a late read brings dozens of chunks."""
+        """By position: a late read brings dozens of chunks. _pezzo: bytes left in this chunk, -1
+        when its CRLF is due."""
         buffer = self._buffer + dati if self._buffer else dati
         pos, carico_utile = 0, []
         while True:
@@ -2563,10 +2561,8 @@ class Giro:
         try:
             passo(flusso)
             return True
-        except (NonInviata, OSError) as exc:  # a failed send
-            self.fine(flusso, exc)
-        except ValueError as exc:  # a socket closed by Ctrl+C meanwhile
-            self.fine(flusso, OSError(str(exc)))
+        except (NonInviata, OSError, ValueError) as exc:  # a failed send, a socket Ctrl+C closed
+            self.fine(flusso, OSError(str(exc)) if isinstance(exc, ValueError) else exc)
         return False
 
     def da_leggere(self, flusso: Flusso) -> None:
@@ -2921,7 +2917,7 @@ PEZZO = 128  # events parsed in one json.loads
 
 def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None, Tuple[dict, List[float], float]]:
     """The `data:` lines folded in one completion, with each text chunk's time; a FETTA a next()."""
-    righe, resto, t = [], b"", 0.0  # (time, data) a line; a partial line waits for the next read
+    righe, resto = [], b""  # (time, data) a line; a partial line waits for the next read
     scade = time.perf_counter() + FETTA
     for t, blocco in blocchi:
         if time.perf_counter() >= scade:
@@ -3229,7 +3225,6 @@ def ritardo_perdonato(prova: Prova) -> float:
 
 
 def ritmo_tenuto(prova: Prova) -> bool:
-    """No send held by the cap or missed, p99 lateness in ritardo_perdonato."""
     o, p99 = oltre(prova.esecuzione), percentile(ritardi_invio(prova.esecuzione), 99)
     if o.trattenute or o.non_inviate or o.in_ritardo:
         return False
@@ -3244,15 +3239,16 @@ def note_ritmo(prova: Prova) -> List[str]:
     chiesto = f"{piano.oltre.ritmo:g} req/s" if piano.oltre.ritmo else "gli orari della traccia"
     alza = f": si sono inviate {inviate}, non {chiesto}. {maiuscola(chi_ha_frenato(prova))}"
     trattenute, non_inviate = oltre(e).trattenute, oltre(e).non_inviate
+    tetto = f"il tetto di --parallele ({piano.parallele} in volo)"
     if non_inviate and not trattenute:
-        return [f"il tetto di --parallele ({piano.parallele} in volo) è rimasto pieno fino alla fine di --durata. "
-                f"{non_partite(non_inviate)}{alza}"]
+        return [f"{tetto} è rimasto pieno fino alla fine di --durata. {non_partite(non_inviate)}"
+                f"{alza}"]
     if trattenute:
         mai = (f". {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima della fine di --durata"
                if non_inviate else "")
         return [f"{quante(trattenute, 'richiesta', 'richieste')} su {len(e.risultati)} "
-                f"{'è partita' if trattenute == 1 else 'sono partite'} in ritardo: il tetto di --parallele "
-                f"({piano.parallele} in volo) era pieno{mai}{alza}"]
+                f"{'è partita' if trattenute == 1 else 'sono partite'} in ritardo: {tetto} era "
+                f"pieno{mai}{alza}"]
     in_ritardo = oltre(e).in_ritardo
     tardi = f". {non_partite(in_ritardo)} prima della fine di --durata" if in_ritardo else ""
     return [f"il client non ha tenuto il ritmo chiesto: le cifre valgono per {inviate} inviate, non per {chiesto}. Invii "
