@@ -2267,7 +2267,7 @@ def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoS
                          for n in (props.get("total_slots"), n_ctx))
         if n_slot is not None or n_ctx is not None:
             info = InfoServer(n_slot, n_ctx, False)
-    if info is None:  # another server: what it answers, said once, and what this run can give
+    if info is None:  # another server: what it answers, said once
         avvisi = (com_e_il_server(client, risposta_slots),)
         return InfoServer(None, None, False, avvisi=avvisi, props=props, llama_cpp=False)
     return info._replace(avvisi=tuple(avvisi), props=props, llama_cpp=True)
@@ -2555,7 +2555,7 @@ class Giro:
 
         self.selettore = selectors.DefaultSelector()
         self.attivi: Dict[int, Flusso] = {}
-        self.da_chiudere: collections.deque = collections.deque()
+        self.da_chiudere = collections.deque()
 
     def un_passo(self, flusso: Flusso, passo) -> bool:
         try:
@@ -2839,7 +2839,7 @@ class Partenza:
 
     def ferma(self) -> None:
         """After the run, or stopped before the clock (nothing sent): unused connections closed."""
-        oltre(self.client).flussi.parti(self, None)
+        self.parti(None)
         apri_in_anticipo(self.client, [], 0)
 
     def invia(self, indice: int, domanda: dict, timeout: float) -> Risultato:
@@ -2924,15 +2924,13 @@ def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None
             yield
             scade = time.perf_counter() + FETTA
         *intere, resto = (resto + blocco).split(b"\n")
-        fatto = False
         for riga in intere:
             riga = riga.strip()
             if riga.startswith(b"data:"):  # else blank separators and ':' keep-alives
                 righe.append((t, riga[5:].strip()))
-                fatto = righe[-1][1] == b"[DONE]"
-                if fatto:
+                if righe[-1][1] == b"[DONE]":
                     break
-        if fatto:
+        if righe and righe[-1][1] == b"[DONE]":
             break
     fino = len(righe) - 1 if righe and righe[-1][1] == b"[DONE]" else len(righe)  # the events
     completamento = {"choices": [{}]}
@@ -3206,13 +3204,12 @@ def righe_ritmo(prova: Prova) -> List[str]:
         righe.append(f"{detto}, inviate davvero {inviate}{scosta}. Ritardo degli invii {su}: "
                      f"{ritardi_p99_max(e)}")
     if piano_oltre.durata:
-        non_inviate = oltre(e).non_inviate
+        tetto = f"il tetto di --parallele {prova.piano.parallele} era pieno fino alla fine"
+        tardi = "carico.py era in ritardo sul programma oltre la fine di --durata"
+        perche = ((oltre(e).non_inviate, tetto), (oltre(e).in_ritardo, tardi))
         righe.append(f"in {piano_oltre.durata:g} s (--durata): inviate {quante(e.n_richieste, 'richiesta', 'richieste')}, "
                      f"{len(e.riuscite)} con risposta. "
-                     + (f"{non_inviate} del programma non inviate (il tetto di --parallele {prova.piano.parallele} era "
-                        "pieno fino alla fine). " if non_inviate else "")
-                     + (f"{oltre(e).in_ritardo} del programma non inviate (carico.py era in ritardo sul programma oltre "
-                        "la fine di --durata). " if oltre(e).in_ritardo else "")
+                     + "".join(f"{n} del programma non inviate ({p}). " for n, p in perche if n)
                      + f"L'ultimo invio a {fmt(oltre(e).ultimo_invio, '.2f s')}, l'ultima risposta a "
                      f"{fmt(prova.riepilogo.tempo_totale, '.2f s')} (il tempo totale)")
     return righe
