@@ -2214,16 +2214,16 @@ def righe_server_andato(prova: Prova, larghezza: int, parallele: str, s: Optiona
     inviate = {r.indice for r in e.risultati}
     rifiutate = [r.indice for r in e.risultati if rifiutata(r)]
     non_inviate = [] if e.interruzione else [i for i in range(e.n_richieste) if i not in inviate]
-    righe = []
+    righe, muto = [], "il server non rispondeva più"
     for indici, una, molte, perche in ((rifiutate, "rifiutata", "rifiutate", "nessun server in ascolto"),
-                                       (non_inviate, "non inviata", "non inviate", "il server non rispondeva più")):
+                                       (non_inviate, "non inviata", "non inviate", muto)):
         if indici:
             righe.append(f"  req {numeri_in_tratti(indici)}: {len(indici)} richieste {molte}: {perche}" if len(indici) > 1
                          else f"  req {indici[0]:>{larghezza}}: {una}: {perche}")
     # Left open (a server stopped with Ctrl+C) or reset (a killed one): taken, never answered.
     in_volo = sum(r.errore in (IN_VOLO, descrivi_errore_rete(ConnectionResetError(), 0)) for r in e.risultati)
-    return righe + [""] + righe_riepilogo(s or prova.riepilogo, e.n_richieste, parallele, prova.info,
-                                          "il server non rispondeva più") + [
+    riepilogo = righe_riepilogo(s or prova.riepilogo, e.n_richieste, parallele, prova.info, muto)
+    return righe + [""] + riepilogo + [
         f"il server ha smesso di rispondere (accertato a {e.server_andato[0]:.2f} s): invii fermati"
         + (f", {quante(in_volo, 'richiesta in volo rimasta', 'richieste in volo rimaste')} senza risposta"
            if in_volo else "") + f". {maiuscola(e.server_andato[1])}"]
@@ -2626,13 +2626,13 @@ class LettoreFlussi:
         with self._lock:
             self._avvia()
 
-    def _avvia(self, sveglia: bool = False) -> None:
+    def _avvia(self) -> None:  # and wake it
         if self._thread is None:
             self._sveglia, self._svegliato = socket.socketpair(), False
             self._sveglia[0].setblocking(False)
             self._thread = threading.Thread(target=self._gira, args=(self._sveglia,), name="flussi", daemon=True)
             self._thread.start()
-        if sveglia and not self._svegliato:  # one byte wakes it
+        if not self._svegliato:  # one byte wakes it
             self._svegliato = True
             self._sveglia[1].send(b"\0")
 
@@ -2644,7 +2644,7 @@ class LettoreFlussi:
                 partenza.pronte.release()
                 return
             self._nuovi.append(flusso)
-            self._avvia(sveglia=True)
+            self._avvia()
 
     def parti(self, partenza: Partenza, t0: Optional[float]) -> None:
         """None sent once the run is stopped."""
@@ -2654,7 +2654,7 @@ class LettoreFlussi:
             partenza.t0, partenza.partita = t0 if t0 is not None else time.perf_counter(), True
             self._nuovi += partenza.in_attesa
             if partenza.in_attesa:
-                self._avvia(sveglia=True)
+                self._avvia()
 
     def _gira(self, sveglia: Tuple[socket.socket, socket.socket]) -> None:
         import heapq
@@ -3514,10 +3514,9 @@ class Diretta:
                 f"{self._generati / c.t if c.t > 0 else 0:.1f} t/s  {c.t:.1f} s")
 
     def aggiorna(self, c: Campione, dati_slots) -> Campione:
-        colonne = 0
+        colonne = 80  # not a terminal, or one that does not say its width
         with contextlib.suppress(OSError, ValueError, AttributeError):
-            colonne = os.get_terminal_size(self.stderr.fileno()).columns
-        colonne = colonne or 80  # a terminal that does not say its width
+            colonne = os.get_terminal_size(self.stderr.fileno()).columns or 80
         self.stderr.write("\r" + self.riga(c, dati_slots)[:colonne - 1] + "\033[K")
         self.stderr.flush()
         return c
