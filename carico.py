@@ -2421,9 +2421,7 @@ class Flusso:
                     b"\r\ntransfer-encoding: chunked\r\n" in dati[:fine + 2].lower()):
                 self.status, self._a_pezzi, self.solo_letture = 200, True, True
                 corpo = dati[fine + 4:]
-                del self.letture[-3:]
-                if corpo:
-                    self.letture += (t, stampo, corpo)
+                self.letture[-3:] = (t, stampo, corpo) if corpo else ()  # b"" would say closed
                 return bool(corpo) and forse_la_fine(corpo)
         return self.inquadra()
 
@@ -3008,7 +3006,7 @@ SOGLIA = (0.001, 0.05)
 
 def errori_figure(ok: List[Risultato]) -> Dict[str, List[float]]:
     """The streamed figures' values' error bounds (s), in valori_figure's order."""
-    errori: Dict[str, List[float]] = {"primo token": [], "TPOT": [], "ITL": []}
+    errori = {"primo token": [], "TPOT": [], "ITL": []}
     for r in ok:
         e, n = dict(oltre(r).incerti), len(oltre(r).chunk_s)
         errori["primo token"].append(e.get(0, 0.0))
@@ -3497,8 +3495,8 @@ class Diretta:
     def riga(self, c: Campione, dati_slots) -> str:
         futuri = list(self._futuri)  # one atomic copy: the sender may be adding to it
         finite = [f.result() for f in futuri if f.done() and not f.cancelled()]
-        # The answers came, and /slots was read, at slightly different moments: a request that ends in
-        # between is counted twice, or not at all, for one frame. The count shown never goes back.
+        # Answers and /slots are read at slightly different moments: a request ending in between
+        # counts twice, or not at all, for one frame. The count shown never goes back.
         self._generati = max(self._generati, sum(r.token or 0 for r in finite) + token_in_corso(dati_slots))
         stima_coda = c.in_coda  # requests_deferred, when /metrics is there
         if stima_coda is None and c.occupati is not None:  # else: sent (`parallele` at most), not in a slot
