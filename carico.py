@@ -2250,13 +2250,6 @@ def perche_os(exc: Exception) -> str:
 
 def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoServer]) -> InfoServer:
     """/slots not as llama.cpp's (--no-slots, another server): the header from /props."""
-    avvisi = []
-    if info is None or not info.slots_disponibile:
-        spento = risposta_slots.status == 501
-        perche = ("è disattivato (server avviato con --no-slots)" if spento else
-                  f"non risponde come llama.cpp ({descrivi_errore_http(risposta_slots)})")
-        avvisi.append(f"/slots {perche}: gli slot occupati si ricavano solo dai tempi del server"
-                      + ("" if spento else ", se li dà"))
     risposta = chiedi(client, "/props")
     props = leggi_json(risposta.corpo) if risposta.status == 200 else None
     props = props if isinstance(props, dict) else None
@@ -2270,7 +2263,14 @@ def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoS
     if info is None:  # another server: what it answers, said once
         avvisi = (com_e_il_server(client, risposta_slots),)
         return InfoServer(None, None, False, avvisi=avvisi, props=props, llama_cpp=False)
-    return info._replace(avvisi=tuple(avvisi), props=props, llama_cpp=True)
+    avvisi = ()
+    if not info.slots_disponibile:
+        spento = risposta_slots.status == 501
+        perche = ("è disattivato (server avviato con --no-slots)" if spento else
+                  f"non risponde come llama.cpp ({descrivi_errore_http(risposta_slots)})")
+        avvisi = (f"/slots {perche}: gli slot occupati si ricavano solo dai tempi del server"
+                  + ("" if spento else ", se li dà"),)
+    return info._replace(avvisi=avvisi, props=props, llama_cpp=True)
 
 
 def com_e_il_server(client: Client, risposta_slots: Risposta) -> str:
@@ -2323,7 +2323,6 @@ def attesa_dello_slot(r: Risultato) -> Optional[float]:
 
 
 def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int, float]:
-    """Each request's `attesa in coda`, from the server's timings."""
     if not n_slot:
         return {}
     pieni = []  # the spans when every slot was busy
@@ -2406,7 +2405,7 @@ class Flusso:
         self.eccezione: Optional[BaseException] = None
         self.finito = threading.Event()
         self._buffer, self._coda = b"", b""  # bytes not yet framed; the body's tail (_fatto)
-        self._a_pezzi, self._mancano, self._pezzo = False, None, 0  # _pezzo: see _togli_pezzi
+        self._a_pezzi, self._mancano, self._pezzo = False, None, 0
         self.solo_letture = False  # chunked, kernel stamps: _leggi's short way
 
     def letto(self, t: float, stampo: bytes, dati: bytes) -> bool:
@@ -2544,8 +2543,8 @@ def forse_la_fine(dati: bytes) -> bool:
 
 
 class Giro:
-    """One life of LettoreFlussi's thread: its selector, the streams it reads (by number) and their
-    deadlines, those maybe ended (stream, its chiudi())."""
+    """One life of LettoreFlussi's thread: what it selects, reads (by number, with deadlines),
+    may have ended (stream, its chiudi())."""
 
     def __init__(self):
         import collections
@@ -2609,8 +2608,6 @@ class Giro:
 
 
 class LettoreFlussi:
-    """The one thread that reads every stream in flight."""
-
     RIPOSO = 1.0  # idle seconds before the thread ends: a run's next stream finds it
 
     def __init__(self, client: Client):
@@ -3187,10 +3184,11 @@ def righe_ritmo(prova: Prova) -> List[str]:
     if piano_oltre.ritmo or piano_oltre.traccia:  # the schedule, then the sends
         previsti = orari_previsti(e)
         if piano_oltre.ritmo:
-            arrivi = f"arrivi di Poisson, seme {piano_oltre.seme}" if piano_oltre.arrivi == "poisson" else "arrivi costanti"
+            poisson = piano_oltre.arrivi == "poisson"
+            arrivi = f"arrivi di Poisson, seme {piano_oltre.seme}" if poisson else "arrivi costanti"
             nel_programma, programmato = programma(prova)
             detto = f"ritmo chiesto {piano_oltre.ritmo:g} req/s ({arrivi}): nel programma {fmt(programmato, '.2f')}"
-            if piano_oltre.arrivi == "poisson" and programmato and abs(programmato / piano_oltre.ritmo - 1) >= 0.05:
+            if poisson and programmato and abs(programmato / piano_oltre.ritmo - 1) >= 0.05:
                 scosta = (f". Intervalli estratti a caso: su {quante(nel_programma, 'richiesta', 'richieste')} il "
                           "programma si scosta dal chiesto")
         else:
@@ -3314,7 +3312,6 @@ def percentile(valori: List[float], p: Union[int, float]) -> Optional[float]:
 
 
 def valori_figure(prova: Prova) -> Dict[str, List[float]]:
-    """Each --dettagli figure's values (s) over the successful requests."""
     ok = prova.esecuzione.riuscite
     valori = {"latenza": [r.latenza for r in ok]}
     if oltre(prova.piano).ritmo or oltre(prova.piano).traccia:
@@ -3421,8 +3418,9 @@ def righe_dettagli(prova: Prova, percentili: Optional[Sequence[int]] = None) -> 
         righe.append("  fallite per tipo: " + "; ".join(f"{n} {tipo}" for tipo, n in d["fallite_per_tipo"].items()))
     per_chunk = d["token_per_chunk"]
     if per_chunk and per_chunk["max"] > 1.05:
-        righe.append(f"  token per chunk (per richiesta): min {per_chunk['min']:.1f}, media {per_chunk['media']:.1f}, "
-                     f"max {per_chunk['max']:.1f}: un intervallo ITL copre più di un token")
+        cifre = ", ".join(f"{k} {per_chunk[k]:.1f}" for k in ("min", "media", "max"))
+        righe.append(f"  token per chunk (per richiesta): {cifre}: un intervallo ITL copre "
+                     "più di un token")
     if d["fermate_prima_di_token"]:
         righe.append(f"  {frase_corte(prova, oltre(prova.piano).esatti)}")
     if "spostamento_ms" in d:
