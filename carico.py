@@ -2111,10 +2111,8 @@ class Sentinella:
     def in_ascolto(self) -> bool:
         try:
             socket.create_connection((self._client.host, self._client._porta), timeout=2.0).close()
-        except socket.timeout:
-            pass  # slow is not gone
-        except OSError:
-            return False
+        except OSError as exc:
+            return isinstance(exc, socket.timeout)  # slow is not gone
         return True
 
     def rifiuto(self, percorso: str, exc: Exception) -> bool:
@@ -2578,8 +2576,7 @@ class Giro:
         self.da_chiudere.append((flusso, self.chiudi(flusso)))
 
     def chiudi(self, flusso: Flusso) -> Generator[None, None, None]:
-        """Not ended after all: read on. A FETTA a next() (a read at least): 4,000 tokens at once
-        held the reader 50 ms."""
+        """A FETTA a next() (a read at least): 4,000 tokens at once held the reader 50 ms."""
         if flusso.finito.is_set():
             return
         try:
@@ -2621,7 +2618,7 @@ class LettoreFlussi:
         with self._lock:
             self._avvia()
 
-    def _avvia(self) -> None:  # and wake it
+    def _avvia(self) -> None:
         if self._thread is None:
             self._sveglia, self._svegliato = socket.socketpair(), False
             self._sveglia[0].setblocking(False)
@@ -2888,7 +2885,7 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
     if flusso.status != 200:
         raise ErroreRichiesta(descrivi_errore_http(Risposta(flusso.status, flusso.corpo())))
     dati, chunk, fine = flusso.esito  # parsed by the reader in a free moment
-    t0 = partenza.t0 if partenza is not None else t0
+    t0 = partenza.t0 if partenza else t0
     inizio = flusso.inviata - t0
     return Risultato(indice, inizio, fine - t0, **cifre_oltre(dati, [t - flusso.inviata for t in chunk], ritardi=tuple(
         x for x in flusso.ritardi.values() if x is not None), incerti=incerti(chunk, fine, flusso)))
@@ -3218,9 +3215,8 @@ def ritardo_perdonato(prova: Prova) -> float:
 
 def ritmo_tenuto(prova: Prova) -> bool:
     o, p99 = oltre(prova.esecuzione), percentile(ritardi_invio(prova.esecuzione), 99)
-    if o.trattenute or o.non_inviate or o.in_ritardo:
-        return False
-    return p99 is None or p99 <= ritardo_perdonato(prova)
+    return not (o.trattenute or o.non_inviate or o.in_ritardo) and (
+        p99 is None or p99 <= ritardo_perdonato(prova))
 
 
 def note_ritmo(prova: Prova) -> List[str]:
@@ -3255,11 +3251,9 @@ def non_partite(n: int) -> str:
 def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
     """The cap full: the limit? False: the server was (cap >= its slots, all seen busy)."""
     n_slot, picco = prova.info.n_slot, prova.riepilogo.picco
-    if n_slot is None:
-        return None
-    if prova.piano.parallele < n_slot:
+    if n_slot is not None and prova.piano.parallele < n_slot:
         return True
-    return False if picco is not None and picco >= n_slot else None
+    return False if None not in (n_slot, picco) and picco >= n_slot else None
 
 
 def chi_ha_frenato(prova: Prova) -> str:
