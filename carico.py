@@ -2694,11 +2694,11 @@ class LettoreFlussi:
                         next(da_chiudere[0][1])
                     except StopIteration:
                         da_chiudere.popleft()
-        finally:  # a bug of its own: no worker is left waiting
+        finally:  # a bug of its own: no worker is left waiting (a rest leaves the streams since handed to the next)
             with self._lock:
-                nuovi, self._nuovi = self._nuovi, []
+                nuovi = []
                 if self._thread is threading.current_thread():
-                    self._thread = None
+                    nuovi, self._nuovi, self._thread = self._nuovi, [], None
             for flusso in list(attivi.values()) + [f for f, _ in da_chiudere] + nuovi:
                 giro.fine(flusso, RuntimeError("il lettore dei flussi si è fermato"))
             selettore.close()
