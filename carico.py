@@ -3047,9 +3047,9 @@ def dati_lettore(prova: Prova, percentili: Sequence[Union[int, float]] = ()) -> 
 
 
 def frase_lettore(d: dict) -> str:
-    ritardo = "n/d (nessun tempo d'arrivo dal kernel)" if d["ritardo_lettore_p99_ms"] is None else "p50 {:.2f}, p99 " \
-        "{:.2f}, max {:.1f} ms".format(*(d[f"ritardo_lettore_{k}_ms"] for k in ("p50", "p99", "max")))
-    return f"in ritardo sull'arrivo {ritardo}, {d['chunk_letti_insieme']} chunk letti insieme a uno prima"
+    ritardo = "n/d (il kernel non dà l'arrivo)" if d["ritardo_lettore_p99_ms"] is None else "p50 {:.1f}, p99 " \
+        "{:.1f}, max {:.1f} ms".format(*(d[f"ritardo_lettore_{k}_ms"] for k in ("p50", "p99", "max")))
+    return f"letture dopo i loro ultimi byte {ritardo}, {d['chunk_letti_insieme']} chunk letti insieme a uno prima"
 
 
 def spostate(d: dict) -> str:
@@ -3062,7 +3062,7 @@ def nota_lettore(prova: Prova, percentili: Sequence[Union[int, float]]) -> List[
     if not (d and d["oltre_la_soglia"]):
         return []
     quanto = ", ".join(f"{f} fino a {b * 1000:.1f} ms" for f, b in d["oltre_la_soglia"].items())
-    return [f"carico non ha letto i flussi in tempo: {frase_lettore(d)}. Il suo errore può spostare {quanto} "
+    return [f"carico ha letto i flussi in ritardo: {frase_lettore(d)}. Il suo errore può spostare {quanto} "
             "(oltre 1 ms e il 5% della cifra). Per cifre fedeli: meno flussi, o carico su altri core o su un'altra macchina"]
 
 

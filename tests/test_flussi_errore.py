@@ -23,7 +23,7 @@ FINE = (b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\
         b'data: {"choices":[],"usage":{"completion_tokens":5,"prompt_tokens":5}}\n\n' b"data: [DONE]\n\n")
 TESTA = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 TRATTENUTO = 0.25  # the reader's sleep before each read
-NOTA = "carico non ha letto i flussi in tempo"
+NOTA = "carico ha letto i flussi in ritardo"
 
 
 def a_gruppi(gruppi, pausa=0.6):
@@ -88,7 +88,7 @@ def test_un_lettore_trattenuto(fake, carica, monkeypatch, tmp_path, stampo):
     # the first chunk came within a few ms of the send (written at once), the reader's sleep later
     assert c[0] - d["spostamento_ms"]["primo token p50"] / 1000 <= 0.1, (c, d["spostamento_ms"])
     assert NOTA in err and "ITL fino a" in err and ("primo token fino a" in err or stampo), err  # (TTFT: a read's)
-    assert f"lettore dei flussi: in ritardo sull'arrivo {'p50' if stampo else 'n/d'}" in out, out
+    assert f"lettore dei flussi: letture dopo i loro ultimi byte {'p50' if stampo else 'n/d'}" in out, out
     assert "3 chunk letti insieme a uno prima: cifre spostate al più di" in out, out
     assert "chunk letti insieme a uno prima. Cifre spostate al più di" in out and "vedi la nota." in out, out
 
@@ -109,7 +109,7 @@ def test_un_lettore_in_tempo(fake, carica, monkeypatch, tmp_path, stampo):
         assert d["ritardo_lettore_max_ms"] is None, d
     assert NOTA not in err, err
     assert "0 chunk letti insieme a uno prima: nessuna cifra spostata" in out, out
-    assert "Il lettore dei flussi di carico: in ritardo sull'arrivo" in out, out
+    assert "Il lettore dei flussi di carico: letture dopo i loro ultimi byte" in out, out
 
 
 def test_nulla_di_nuovo_senza_flussi(fake, carica, tmp_path):
