@@ -4599,7 +4599,7 @@ def slot_nel_tempo(prova: Prova) -> Tuple[List[Tratto], Optional[str]]:
         ignoti, fonte = [], "/slots"
     else:
         return [], None
-    tratti = [Tratto(da, a, "slot", n, f"{n} slot occupati da {da:.2f} s") for da, a, n in scalini if n is not None]
+    tratti = [Tratto(da, a, "slot", n, f"{quante(n, 'slot occupato', 'slot occupati')} da {da:.2f} s") for da, a, n in scalini if n is not None]
     return tratti + ignoti, fonte
 
 

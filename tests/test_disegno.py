@@ -93,3 +93,9 @@ def test_contesto_e_somma_con_kv_unificata():
     assert [r[:9] for r in righe if r.startswith("ctx")] == ["ctx 0    ", "ctx 1    ", "ctx tutti"]
     disegno = carico.svg([prova])
     assert "tutti gli slot: 400 di 512 token a 0.50 s" in disegno and "slot 0: 300 di 512 token a 0.50 s" in disegno
+
+
+def test_un_solo_slot_occupato_al_singolare():
+    """The tour: the SVG's tooltip said '1 slot occupati'."""
+    tratti, _ = carico.slot_nel_tempo(in_fila(2))
+    assert {t.titolo.split(" da ")[0] for t in tratti if t.valore == 1} == {"1 slot occupato"}, tratti
