@@ -3698,6 +3698,12 @@ class Punto:
     def attesa_media(self) -> Optional[float]:
         return media([a for p in self.intere for a in attese_a_slot_pieni(p.esecuzione.riuscite, p.info.n_slot).values()])
 
+    def valore(self, chiave: str) -> str:
+        return valore_di(chiave, self.prove[0].piano, self.prove[0].configurazione)
+
+    def nome(self, asse: str) -> str:  # "parallele=4"
+        return f"{asse}={self.valore(asse)}"
+
     def carico(self, asse: str) -> Optional[float]:
         """Requests really in flight together, or really sent a second."""
         piano = self.prove[0].piano
@@ -3775,10 +3781,6 @@ def latenza_p90(prova: Prova) -> Optional[float]:
     return percentile([r.latenza for r in prova.esecuzione.riuscite], 90)
 
 
-def valore_punto(punto: Punto, chiave: str) -> str:
-    return valore_di(chiave, punto.prove[0].piano, punto.prove[0].configurazione)
-
-
 PERCENTILI_GRIGLIA = (50, 90)  # a sweep's table, per streamed figure, unless --percentili
 
 
@@ -3802,7 +3804,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
             throughput += f" ±{fmt(ic95(punto.cifre('throughput')), '.2f')}"
         throughput += con_tagliate(punto)
         dalla_cache = [r.token_cache for r in punto.riuscite if r.token_cache is not None]
-        celle = [valore_punto(punto, c) for c in chiavi] + [fmt(p.info.n_ctx_slot, "d")] * ("np" in chiavi)
+        celle = [punto.valore(c) for c in chiavi] + [fmt(p.info.n_ctx_slot, "d")] * ("np" in chiavi)
         celle += [throughput] + [fmt(x, ".2f s") for x in (punto.latenza, punto.latenza_p90, punto.latenza_max)]
         celle += [fmt(media(dalla_cache), ".0f")] * cache
         celle += [fmt(punto.velocita_prompt, ".1f")] * prefill
@@ -3839,7 +3841,7 @@ def serie(punti: List[Punto], chiavi: List[str],
     asse = asse or next(a for a in ASSI if a in chiavi)
     gruppi: Dict[str, List[Punto]] = {}
     for punto in punti:
-        titolo = ", ".join(f"{c}={valore_punto(punto, c)}" for c in chiavi if c != asse)
+        titolo = ", ".join(punto.nome(c) for c in chiavi if c != asse)
         gruppi.setdefault(titolo, []).append(punto)
     ordine = ((lambda q: q.prove[0].configurazione.ordine) if asse == "np"
               else (lambda q: valore_numerico(asse, q.prove[0].piano)))
@@ -3921,7 +3923,7 @@ def stessi_carichi(punti: List[Punto], asse: str) -> List[str]:
             perche = (f"con {quante(richieste, 'richiesta', 'richieste')} in tutto non ne partono più di {richieste} "
                       "insieme" if asse == "parallele" and richieste and dopo.prove[0].piano.parallele >= richieste
                       else f"il carico è cresciuto di {crescita - 1:.0%}, meno del {PASSO_MINIMO - 1:.0%}")
-            frasi.append(f"{asse}={valore_punto(dopo, asse)} porta lo stesso carico di {asse}={valore_punto(prima, asse)}"
+            frasi.append(f"{dopo.nome(asse)} porta lo stesso carico di {prima.nome(asse)}"
                          f" ({perche}): non è un passo della curva.")
     return frasi
 
@@ -3952,7 +3954,7 @@ def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]
                 dubbio = None if any(v.certo for v in visti) else visti[0].dubbio
                 poi = next((p for p in misurati[i + 1:] if any(v and v.certo for v in map(sovraccarico, p.intere))), None)
                 if dubbio is not None and poi is not None:  # said, so that no block below contradicts the doubt
-                    dubbio += f"; a {asse}={valore_punto(poi, asse)} invece il sovraccarico è accertato"
+                    dubbio += f"; a {poi.nome(asse)} invece il sovraccarico è accertato"
                 return senza_occupati(asse, Saturazione(misurati[i - 1] if i else None, punto, dubbio, True))
     if satura is None:
         return None
@@ -3960,7 +3962,7 @@ def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]
 
 
 def punti_occupati(asse: str, *punti: Optional[Punto]) -> Optional[str]:
-    nomi = [f"{asse}={valore_punto(p, asse)}" for p in punti
+    nomi = [p.nome(asse) for p in punti
             if p is not None and any(map(occupata_intorno, p.intere))]
     return ", ".join(nomi) or None
 
@@ -3981,21 +3983,21 @@ def frase_saturazione(asse: str, verdetto: Saturazione) -> str:
         return verdetto.dubbio
     if verdetto.sovraccarico:
         inviate = " e ".join(fmt(p.inviate_davvero, ".2f") for p in (prima, dopo) if p is not None)
-        fra = f"fra {asse}={valore_punto(prima, asse)} e {asse}={valore_punto(dopo, asse)}; " if prima else ""
-        frase = (f"saturazione entro {asse}={valore_punto(dopo, asse)} ({fra}inviate davvero {inviate} req/s). Lì il "
+        fra = f"fra {prima.nome(asse)} e {dopo.nome(asse)}; " if prima else ""
+        frase = (f"saturazione entro {dopo.nome(asse)} ({fra}inviate davvero {inviate} req/s). Lì il "
                  "server non tiene il ritmo degli arrivi: la coda cresce lungo la prova (sovraccarico)")
         return frase if verdetto.dubbio is None else f"forse {frase}. Non è accertato: {verdetto.dubbio}"
     crescita = dopo.carico(asse) / prima.carico(asse)
     verso = "solo" if dopo.throughput >= prima.throughput else "sceso"  # "solo" of a fall reads as a small rise
-    numeri = (f"da {asse}={valore_punto(prima, asse)} carico ×{crescita:.1f}, throughput {verso} da "
+    numeri = (f"da {prima.nome(asse)} carico ×{crescita:.1f}, throughput {verso} da "
               f"{prima.throughput:.1f} a {dopo.throughput:.1f} token/s ({dopo.throughput / prima.throughput - 1:+.1%}). "
               f"La latenza media è salita da {prima.latenza:.2f} a {dopo.latenza:.2f} s "
               f"({dopo.latenza / prima.latenza - 1:+.0%}")
     if verdetto.dubbio is None:
-        return (f"saturazione a {asse}={valore_punto(dopo, asse)}: {numeri}), oltre il rumore (Welch 95% su "
+        return (f"saturazione a {dopo.nome(asse)}: {numeri}), oltre il rumore (Welch 95% su "
                 f"{len(prima.intere)} e {len(dopo.intere)} prove)")
     consiglio = "--ripeti 3" if min(len(prima.intere), len(dopo.intere)) < 3 else "--ripeti 5, o più richieste per punto"
-    return (f"forse saturazione a {asse}={valore_punto(dopo, asse)}, non accertata: {numeri}). Ma {verdetto.dubbio}. "
+    return (f"forse saturazione a {dopo.nome(asse)}, non accertata: {numeri}). Ma {verdetto.dubbio}. "
             f"Per deciderlo: {consiglio}")
 
 
@@ -4092,11 +4094,11 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
         if len(misurati) < 2:
             continue
         base = misurati[0]
-        voci = [f"np {valore_punto(p, 'np')} / np {valore_punto(base, 'np')} ×{p.throughput / base.throughput:.2f}"
+        voci = [f"np {p.valore('np')} / np {base.valore('np')} ×{p.throughput / base.throughput:.2f}"
                 for p in misurati[1:]]
         vantaggi.append((titolo, misurati[-1].throughput / base.throughput, misurati[-1], base))
         righe.append(f"throughput{f' a {titolo}' if titolo else ''}: " + ", ".join(voci)
-                     + ("" if altre or valore_punto(base, "np") != "1" or "4" not in [valore_punto(p, "np") for p in misurati]
+                     + ("" if altre or base.valore("np") != "1" or "4" not in [p.valore("np") for p in misurati]
                         or base.prove[0].piano.max_token != Piano().max_token  # the lab's: --token 32
                         else " (nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)"))  # like for like
     if altre == ["token"] and len(vantaggi) > 1:
@@ -4127,7 +4129,7 @@ def occupata_intorno(prova: Prova) -> Optional[str]:
 
 
 def riga_occupata(punti: List[Punto], chiavi: List[str]) -> List[str]:
-    occupati = {", ".join(f"{c}={valore_punto(p, c)}" for c in chiavi): motivo for p in punti for q in p.intere
+    occupati = {", ".join(p.nome(c) for c in chiavi): motivo for p in punti for q in p.intere
                 for motivo in [occupata_intorno(q)] if motivo}
     if not occupati:
         return []
@@ -4188,7 +4190,7 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
             metti(p.throughput, p.latenza_p90, marche["p90"])
         marca = lettere[n % 26] if lettere else marche["media"]
         for p, _ in punti:
-            metti(p.throughput, p.latenza, (marche["saturazione"] if p is satura else marca) + valore_punto(p, asse))
+            metti(p.throughput, p.latenza, (marche["saturazione"] if p is satura else marca) + p.valore(asse))
     con_ttft = any(ttft is not None for _, punti, _, _ in segni for _, ttft in punti)
     sature = [(titolo, verdetto) for titolo, _, verdetto, _ in segni if verdetto is not None]
     asse_y = {0: f"{scala.y_a:5.2f} s", altezza - 1: "   0 s "}
@@ -4233,14 +4235,14 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple
         parti += [elemento("polyline", fill="none", stroke=colore, stroke_width=2, points=linea(medie)),
                   elemento("polyline", fill="none", stroke=colore, stroke_dasharray="4 3", points=linea(p90))]
         parti += [elemento("circle", cx=a, cy=b, r=3, fill="white", stroke=colore) for a, b in p90]
-        parti += [elemento("rect", titolo=f"{asse}={valore_punto(p, asse)}: primo token p50 {ttft:.3f} s",
+        parti += [elemento("rect", titolo=f"{p.nome(asse)}: primo token p50 {ttft:.3f} s",
                            x=px(p.throughput) - 3, y=py(ttft) - 3, width=6, height=6, fill=colore)
                   for p, ttft in punti if ttft is not None]  # --stream
         for (p, _), (a, b) in zip(punti, medie):
-            cifre = (f"{asse}={valore_punto(p, asse)}: {p.throughput:.1f} token/s, latenza media {p.latenza:.2f} s, "
+            cifre = (f"{p.nome(asse)}: {p.throughput:.1f} token/s, latenza media {p.latenza:.2f} s, "
                      f"p90 {fmt(p.latenza_p90, '.2f s')}, prove {len(p.intere)}")
             parti += [elemento("circle", titolo=cifre, cx=a, cy=b, r=4, fill=colore),
-                      scritta(a + (12 if p is satura else 7), b + 4, valore_punto(p, asse), fill=colore)]
+                      scritta(a + (12 if p is satura else 7), b + 4, p.valore(asse), fill=colore)]
             if p is satura:
                 parti += [elemento("circle", cx=a, cy=b, r=9, fill="none", stroke="#e63946", stroke_width=2),
                           scritta(a - 13, b + 4, "saturazione", text_anchor="end", fill="#e63946")]
@@ -4269,7 +4271,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
             durata = -(-2 * MINIMO_SOVRACCARICO // min(valore_numerico(asse, p.prove[0].piano) for p in poche))
             # one point left is enough when its queue grew: an overload is a verdict of its own
             giudicabili = len(misurati) > 1 or bool(misurati and verdetto_saturazione(misurati, asse))
-            frasi.append(f"Curva{dove}: a {asse}={', '.join(valore_punto(p, asse) for p in poche)} "
+            frasi.append(f"Curva{dove}: a {asse}={', '.join(p.valore(asse) for p in poche)} "
                          f"solo {da_a([q.esecuzione.n_richieste for p in poche for q in p.intere])} richieste a prova, troppo "
                          "poche per vedere se la coda cresce. " + ("Quei punti restano fuori dal verdetto" if giudicabili else
                                                            "Nessun verdetto sulla saturazione") + f": usa --durata {durata:g} o più.")
@@ -4290,7 +4292,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
             passati = [(x, y, c) for x, y, c in passi(misurati, asse) if c >= PASSO_MINIMO]
             piatti = [(x, y) for x, y, c in passati if y.throughput / x.throughput - 1 < 0.25 * (c - 1)]
             piatto = next(((x, y) for x, y in piatti if not risalito_dopo(misurati[misurati.index(y):], asse)), None)
-            fino = f"nessuna saturazione fino a {asse}={valore_punto(b, asse)}"
+            fino = f"nessuna saturazione fino a {b.nome(asse)}"
             if piatto is None:
                 # categorical only when each step that followed the load did so beyond its repeats' noise
                 incerti = [(x, y, m) for x, y, _ in passati if (x, y) not in piatti
@@ -4302,8 +4304,8 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
                                  "3 misura il rumore).")
                 elif incerti:
                     x, y, (d, m, q) = incerti[0]
-                    frasi.append(f"Curva{dove}: forse {fino}, non accertata. Da {asse}={valore_punto(x, asse)} "
-                                 f"a {valore_punto(y, asse)} il guadagno di throughput ({d:+.1f} ±{m:.1f} token/s "
+                    frasi.append(f"Curva{dove}: forse {fino}, non accertata. Da {x.nome(asse)} "
+                                 f"a {y.valore(asse)} il guadagno di throughput ({d:+.1f} ±{m:.1f} token/s "
                                  f"al 95%) può stare sotto un quarto del carico ({q:.1f}): --ripeti 5 lo decide.")
                 else:
                     frasi.append(f"Curva{dove}: {fino}. {salito}, {ogni}")
@@ -4313,7 +4315,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
                 misura = guadagno(asse, x, y)
                 forse = misura and misura[0] + misura[1] >= misura[2]  # the gain's interval reaches the quarter
                 frasi.append(f"Curva{dove}: {fino.replace('saturazione', 'saturazione accertata')}. Da "
-                             f"{asse}={valore_punto(x, asse)} a {valore_punto(y, asse)} il throughput "
+                             f"{x.nome(asse)} a {y.valore(asse)} il throughput "
                              f"{'forse ' * bool(forse)}non ha seguito il carico ({x.throughput:.1f} → "
                              f"{y.throughput:.1f} token/s" + (f", guadagno {misura[0]:+.1f} ±{misura[1]:.1f} al 95%"
                                                               if forse else "") + "). "
@@ -4329,7 +4331,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
     for titolo, punti in gruppi:  # open loop: a server behind the arrivals has a queue that keeps growing
         punto, visto = next(((p, v) for p in punti for v in map(sovraccarico, p.intere) if v), (None, None))
         if visto:
-            chiavi = f"{asse}={valore_punto(punto, asse)}" + (f", {titolo}" if titolo else "")
+            chiavi = punto.nome(asse) + (f", {titolo}" if titolo else "")
             frasi.append(f"A {chiavi} l'attesa in coda è cresciuta da {visto.attesa_prima:.2f} a "
                          f"{visto.attesa_dopo:.2f} s, ma la macchina era occupata: nessun verdetto sul sovraccarico."
                          if punti_occupati(asse, punto)
@@ -4340,10 +4342,10 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
 def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
     if not (a.velocita_slot and b.velocita_slot):
         senza = a if not a.velocita_slot else b
-        return (f"A {asse}={valore_punto(senza, asse)} la velocità nel proprio slot è n/d: il server non la dà per una "
+        return (f"A {senza.nome(asse)} la velocità nel proprio slot è n/d: il server non la dà per una "
                 f"risposta di un token. Il throughput è passato da {fmt(a.throughput, '.1f')} a "
                 f"{fmt(b.throughput, '.1f')} token/s.")
-    return (f"Da {asse}={valore_punto(a, asse)} a {asse}={valore_punto(b, asse)} la velocità nel proprio slot è passata "
+    return (f"Da {a.nome(asse)} a {b.nome(asse)} la velocità nel proprio slot è passata "
             f"da {a.velocita_slot:.1f} a {b.velocita_slot:.1f} t/s (da {1000 / a.velocita_slot:.1f} a "
             f"{1000 / b.velocita_slot:.1f} ms per token). Il throughput da {a.throughput:.1f} a {b.throughput:.1f} token/s.")
 
