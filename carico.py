@@ -3680,6 +3680,7 @@ class Punto:
     picco_coda = property(lambda self: max(self.cifre("picco_coda"), default=None))
     velocita_slot = property(lambda self: velocita_media_slot(self.riuscite))
     inviate_davvero = property(lambda self: media(self.valori(invii_al_secondo)))
+    misurato = property(lambda self: self.throughput is not None and self.latenza is not None)
 
     @property
     def velocita_prompt(self) -> Optional[float]:
@@ -3944,8 +3945,7 @@ def poche_per_una_coda(punto: Punto, asse: str) -> bool:
 
 def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]:
     """The one verdict lines, marks and explanation say; no later than the first overload."""
-    misurati = [p for p in punti if p.throughput is not None and p.latenza is not None
-                and not poche_per_una_coda(p, asse)]
+    misurati = [p for p in punti if p.misurato and not poche_per_una_coda(p, asse)]
     satura = saturazione(misurati, asse)
     if asse == "ritmo":
         for i, punto in enumerate(misurati):
@@ -4150,7 +4150,7 @@ def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Tuple[Optio
     and the point marked saturated (only without doubt)."""
     segni = []
     for titolo, punti in gruppi:
-        misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
+        misurati = [p for p in punti if p.misurato]
         ttft = [percentile(p.figure.get("primo token", []), 50) for p in misurati]
         verdetto = verdetto_saturazione(punti, asse)
         satura = verdetto.dopo if verdetto is not None and verdetto.dubbio is None else None
@@ -4261,8 +4261,8 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple
 def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> List[str]:
     frasi = []
     for titolo, punti in gruppi:
-        dove = f" ({titolo})" if titolo else ""
-        misurati = [p for p in punti if p.throughput is not None and p.latenza is not None]
+        capo = f"Curva ({titolo}): " if titolo else "Curva: "
+        misurati = [p for p in punti if p.misurato]
         if len(misurati) < 2:
             continue
         poche = [p for p in misurati if poche_per_una_coda(p, asse)]
@@ -4271,7 +4271,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
             durata = -(-2 * MINIMO_SOVRACCARICO // min(valore_numerico(asse, p.prove[0].piano) for p in poche))
             # one point left is enough when its queue grew: an overload is a verdict of its own
             giudicabili = len(misurati) > 1 or bool(misurati and verdetto_saturazione(misurati, asse))
-            frasi.append(f"Curva{dove}: a {asse}={', '.join(p.valore(asse) for p in poche)} "
+            frasi.append(f"{capo}a {asse}={', '.join(p.valore(asse) for p in poche)} "
                          f"solo {da_a([q.esecuzione.n_richieste for p in poche for q in p.intere])} richieste a prova, troppo "
                          "poche per vedere se la coda cresce. " + ("Quei punti restano fuori dal verdetto" if giudicabili else
                                                            "Nessun verdetto sulla saturazione") + f": usa --durata {durata:g} o più.")
@@ -4279,7 +4279,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
                 continue
         frasi += stessi_carichi(misurati, asse)
         if asse not in ASSI_DI_CARICO:
-            frasi.append(f"Curva{dove}: cambiando {asse} il carico non cresce, e non si parla di saturazione. "
+            frasi.append(f"{capo}cambiando {asse} il carico non cresce, e non si parla di saturazione. "
                          + confronto_velocita(asse, misurati[0], misurati[-1]))
             continue
         verdetto = verdetto_saturazione(misurati, asse)
@@ -4287,7 +4287,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
             a, b = misurati[0], misurati[-1]
             occupata_a = punti_occupati(asse, *misurati)
             if occupata_a:  # "fino a" rests on every point: none may be one the output discounts
-                frasi.append(f"Curva{dove}: {nessun_verdetto(occupata_a)}.")
+                frasi.append(f"{capo}{nessun_verdetto(occupata_a)}.")
                 continue
             passati = [(x, y, c) for x, y, c in passi(misurati, asse) if c >= PASSO_MINIMO]
             piatti = [(x, y) for x, y, c in passati if y.throughput / x.throughput - 1 < 0.25 * (c - 1)]
@@ -4300,21 +4300,21 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
                 salito = f"Il throughput è salito da {a.throughput:.1f} a {b.throughput:.1f} token/s"
                 ogni = "ripreso dopo ogni passo piatto." if piatti else "a ogni passo di almeno un quarto del carico."
                 if any(len(p.intere) < 2 for p in misurati):  # one run a point: the noise is not measured
-                    frasi.append(f"Curva{dove}: forse {fino}. {salito}, {ogni} Indicativo: una prova per punto (--ripeti "
+                    frasi.append(f"{capo}forse {fino}. {salito}, {ogni} Indicativo: una prova per punto (--ripeti "
                                  "3 misura il rumore).")
                 elif incerti:
                     x, y, (d, m, q) = incerti[0]
-                    frasi.append(f"Curva{dove}: forse {fino}, non accertata. Da {x.nome(asse)} "
+                    frasi.append(f"{capo}forse {fino}, non accertata. Da {x.nome(asse)} "
                                  f"a {y.valore(asse)} il guadagno di throughput ({d:+.1f} ±{m:.1f} token/s "
                                  f"al 95%) può stare sotto un quarto del carico ({q:.1f}): --ripeti 5 lo decide.")
                 else:
-                    frasi.append(f"Curva{dove}: {fino}. {salito}, {ogni}")
+                    frasi.append(f"{capo}{fino}. {salito}, {ogni}")
             else:  # the throughput stopped following the load; no rise of the latency confirmed
                 x, y = piatto
                 prove = [len(x.intere), len(y.intere)]
                 misura = guadagno(asse, x, y)
                 forse = misura and misura[0] + misura[1] >= misura[2]  # the gain's interval reaches the quarter
-                frasi.append(f"Curva{dove}: {fino.replace('saturazione', 'saturazione accertata')}. Da "
+                frasi.append(f"{capo}{fino.replace('saturazione', 'saturazione accertata')}. Da "
                              f"{x.nome(asse)} a {y.valore(asse)} il throughput "
                              f"{'forse ' * bool(forse)}non ha seguito il carico ({x.throughput:.1f} → "
                              f"{y.throughput:.1f} token/s" + (f", guadagno {misura[0]:+.1f} ±{misura[1]:.1f} al 95%"
@@ -4325,7 +4325,7 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
                                 "accertato: --ripeti 5 lo decide." if y.latenza > 1.1 * x.latenza else
                                 "non è salita oltre il rumore (Welch 95%): --ripeti 5 lo decide."))
             continue
-        frasi.append(f"Curva{dove}: " + frase_saturazione(asse, verdetto) + "."
+        frasi.append(capo + frase_saturazione(asse, verdetto) + "."
                      + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
                         and not verdetto.occupata else ""))
     for titolo, punti in gruppi:  # open loop: a server behind the arrivals has a queue that keeps growing
