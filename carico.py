@@ -3657,7 +3657,7 @@ class Punto:
 
     @property
     def intere(self) -> List[Prova]:
-        """Its runs not cut short nor `anomale`. Cached: a run's summary is computed anew."""
+        """Cached: a run's summary is computed anew."""
         if self._intere is None:
             escluse = [id(p) for p, _ in anomale(self.prove)] if len(self.prove) > 1 else []
             self._intere = [p for p in self.prove if not p.esecuzione.interruzione and id(p) not in escluse] or self.prove
@@ -3695,9 +3695,7 @@ class Punto:
                 insieme.setdefault(nome, []).extend(valori)
         return insieme
 
-    @property
-    def attesa_media(self) -> Optional[float]:
-        return media([a for p in self.intere for a in attese_a_slot_pieni(p.esecuzione.riuscite, p.info.n_slot).values()])
+    attesa_media = property(lambda self: media(self.figure["attesa in coda"]))
 
     def valore(self, chiave: str) -> str:
         return valore_di(chiave, self.prove[0].piano, self.prove[0].configurazione)
@@ -3716,8 +3714,7 @@ class Punto:
 
 
 def anomale(prove: List[Prova]) -> List[Tuple[Prova, float]]:
-    """Each whole run under half the others' median throughput, with that median. Only with two
-    others: of two runs apart, either may be odd."""
+    """Only with two others: of two runs apart, either may be odd."""
     import statistics
 
     valori = [(p, p.riepilogo.throughput) for p in prove if not p.esecuzione.interruzione]
@@ -3837,8 +3834,10 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     return righe
 
 
-def serie(punti: List[Punto], chiavi: List[str],
-          asse: Optional[str] = None) -> Tuple[str, List[Tuple[str, List[Punto]]]]:
+Curve = List[Tuple[str, List[Punto]]]  # (title, points) for each curve
+
+
+def serie(punti: List[Punto], chiavi: List[str], asse: Optional[str] = None) -> Tuple[str, Curve]:
     asse = asse or next(a for a in ASSI if a in chiavi)
     gruppi: Dict[str, List[Punto]] = {}
     for punto in punti:
@@ -4145,7 +4144,7 @@ class Scala(NamedTuple):
     y_a: float  # latency at the top; the bottom is 0
 
 
-def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Tuple[Optional[Scala], List[tuple]]:
+def segni_curva(asse: str, gruppi: Curve) -> Tuple[Optional[Scala], List[tuple]]:
     """The axes (None: no point measured) and per curve its title, points with their TTFT p50, verdict,
     and the point marked saturated (only without doubt)."""
     segni = []
@@ -4167,7 +4166,7 @@ def segni_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Tuple[Optio
     return Scala(0.0, max(x) * 1.15 or 1.0, y * 1.1 or 1.0), segni
 
 
-def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, str], frasi: bool = True) -> List[str]:
+def curva(asse: str, gruppi: Curve, marche: Dict[str, str], frasi: bool = True) -> List[str]:
     scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return ["curva di capacità: nessun punto misurato"]
@@ -4208,7 +4207,7 @@ def curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], marche: Dict[str, st
     return righe
 
 
-def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple[List[str], int]:
+def svg_curva(asse: str, gruppi: Curve, y: int) -> Tuple[List[str], int]:
     scala, segni = segni_curva(asse, gruppi)
     if scala is None:
         return [], y
@@ -4258,7 +4257,7 @@ def svg_curva(asse: str, gruppi: List[Tuple[str, List[Punto]]], y: int) -> Tuple
     return parti, y + 20
 
 
-def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> List[str]:
+def spiegazione_griglia(asse: str, gruppi: Curve) -> List[str]:
     frasi = []
     for titolo, punti in gruppi:
         capo = f"Curva ({titolo}): " if titolo else "Curva: "
@@ -4340,14 +4339,14 @@ def spiegazione_griglia(asse: str, gruppi: List[Tuple[str, List[Punto]]]) -> Lis
 
 
 def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
+    throughput = f"Il throughput è passato da {a.throughput:.1f} a {b.throughput:.1f} token/s."
     if not (a.velocita_slot and b.velocita_slot):
         senza = a if not a.velocita_slot else b
         return (f"A {senza.nome(asse)} la velocità nel proprio slot è n/d: il server non la dà per una "
-                f"risposta di un token. Il throughput è passato da {fmt(a.throughput, '.1f')} a "
-                f"{fmt(b.throughput, '.1f')} token/s.")
+                f"risposta di un token. {throughput}")
     return (f"Da {a.nome(asse)} a {b.nome(asse)} la velocità nel proprio slot è passata "
             f"da {a.velocita_slot:.1f} a {b.velocita_slot:.1f} t/s (da {1000 / a.velocita_slot:.1f} a "
-            f"{1000 / b.velocita_slot:.1f} ms per token). Il throughput da {a.throughput:.1f} a {b.throughput:.1f} token/s.")
+            f"{1000 / b.velocita_slot:.1f} ms per token). {throughput}")
 
 
 def riga_little(prova: Prova) -> Optional[str]:
