@@ -4258,75 +4258,7 @@ def svg_curva(asse: str, gruppi: Curve, y: int) -> Tuple[List[str], int]:
 
 
 def spiegazione_griglia(asse: str, gruppi: Curve) -> List[str]:
-    frasi = []
-    for titolo, punti in gruppi:
-        capo = f"Curva ({titolo}): " if titolo else "Curva: "
-        misurati = [p for p in punti if p.misurato]
-        if len(misurati) < 2:
-            continue
-        poche = [p for p in misurati if poche_per_una_coda(p, asse)]
-        if poche:  # the real reason, not noise: say it, and judge only on the points that could show a queue
-            misurati = [p for p in misurati if not poche_per_una_coda(p, asse)]
-            durata = -(-2 * MINIMO_SOVRACCARICO // min(valore_numerico(asse, p.prove[0].piano) for p in poche))
-            # one point left is enough when its queue grew: an overload is a verdict of its own
-            giudicabili = len(misurati) > 1 or bool(misurati and verdetto_saturazione(misurati, asse))
-            frasi.append(f"{capo}a {asse}={', '.join(p.valore(asse) for p in poche)} "
-                         f"solo {da_a([q.esecuzione.n_richieste for p in poche for q in p.intere])} richieste a prova, troppo "
-                         "poche per vedere se la coda cresce. " + ("Quei punti restano fuori dal verdetto" if giudicabili else
-                                                           "Nessun verdetto sulla saturazione") + f": usa --durata {durata:g} o più.")
-            if not giudicabili:
-                continue
-        frasi += stessi_carichi(misurati, asse)
-        if asse not in ASSI_DI_CARICO:
-            frasi.append(f"{capo}cambiando {asse} il carico non cresce, e non si parla di saturazione. "
-                         + confronto_velocita(asse, misurati[0], misurati[-1]))
-            continue
-        verdetto = verdetto_saturazione(misurati, asse)
-        if verdetto is None:
-            a, b = misurati[0], misurati[-1]
-            occupata_a = punti_occupati(asse, *misurati)
-            if occupata_a:  # "fino a" rests on every point: none may be one the output discounts
-                frasi.append(f"{capo}{nessun_verdetto(occupata_a)}.")
-                continue
-            passati = [(x, y, c) for x, y, c in passi(misurati, asse) if c >= PASSO_MINIMO]
-            piatti = [(x, y) for x, y, c in passati if y.throughput / x.throughput - 1 < 0.25 * (c - 1)]
-            piatto = next(((x, y) for x, y in piatti if not risalito_dopo(misurati[misurati.index(y):], asse)), None)
-            fino = f"nessuna saturazione fino a {b.nome(asse)}"
-            if piatto is None:
-                # categorical only when each step that followed the load did so beyond its repeats' noise
-                incerti = [(x, y, m) for x, y, _ in passati if (x, y) not in piatti
-                           for m in [guadagno(asse, x, y)] if m and m[0] - m[1] < m[2]]
-                salito = f"Il throughput è salito da {a.throughput:.1f} a {b.throughput:.1f} token/s"
-                ogni = "ripreso dopo ogni passo piatto." if piatti else "a ogni passo di almeno un quarto del carico."
-                if any(len(p.intere) < 2 for p in misurati):  # one run a point: the noise is not measured
-                    frasi.append(f"{capo}forse {fino}. {salito}, {ogni} Indicativo: una prova per punto (--ripeti "
-                                 "3 misura il rumore).")
-                elif incerti:
-                    x, y, (d, m, q) = incerti[0]
-                    frasi.append(f"{capo}forse {fino}, non accertata. Da {x.nome(asse)} "
-                                 f"a {y.valore(asse)} il guadagno di throughput ({d:+.1f} ±{m:.1f} token/s "
-                                 f"al 95%) può stare sotto un quarto del carico ({q:.1f}): --ripeti 5 lo decide.")
-                else:
-                    frasi.append(f"{capo}{fino}. {salito}, {ogni}")
-            else:  # the throughput stopped following the load; no rise of the latency confirmed
-                x, y = piatto
-                prove = [len(x.intere), len(y.intere)]
-                misura = guadagno(asse, x, y)
-                forse = misura and misura[0] + misura[1] >= misura[2]  # the gain's interval reaches the quarter
-                frasi.append(f"{capo}{fino.replace('saturazione', 'saturazione accertata')}. Da "
-                             f"{x.nome(asse)} a {y.valore(asse)} il throughput "
-                             f"{'forse ' * bool(forse)}non ha seguito il carico ({x.throughput:.1f} → "
-                             f"{y.throughput:.1f} token/s" + (f", guadagno {misura[0]:+.1f} ±{misura[1]:.1f} al 95%"
-                                                              if forse else "") + "). "
-                             f"La latenza media ({x.latenza:.2f} → {y.latenza:.2f} s) "
-                             + ("è salita meno del 10%, su una prova per punto: --ripeti 3 lo decide." if min(prove) < 2
-                                else f"sale del {y.latenza / x.latenza - 1:.0%} ma con {da_a(prove)} prove a punto non è "
-                                "accertato: --ripeti 5 lo decide." if y.latenza > 1.1 * x.latenza else
-                                "non è salita oltre il rumore (Welch 95%): --ripeti 5 lo decide."))
-            continue
-        frasi.append(capo + frase_saturazione(asse, verdetto) + "."
-                     + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
-                        and not verdetto.occupata else ""))
+    frasi = [frase for titolo, punti in gruppi for frase in spiegazione_curva(asse, titolo, punti)]
     for titolo, punti in gruppi:  # open loop: a server behind the arrivals has a queue that keeps growing
         punto, visto = next(((p, v) for p in punti for v in map(sovraccarico, p.intere) if v), (None, None))
         if visto:
@@ -4336,6 +4268,74 @@ def spiegazione_griglia(asse: str, gruppi: Curve) -> List[str]:
                          if punti_occupati(asse, punto)
                          else f"A {chiavi}, " + frase_sovraccarico(visto))
     return frasi
+
+
+def spiegazione_curva(asse: str, titolo: str, punti: List[Punto]) -> List[str]:
+    capo = f"Curva ({titolo}): " if titolo else "Curva: "
+    misurati = [p for p in punti if p.misurato]
+    if len(misurati) < 2:
+        return []
+    frasi = []
+    poche = [p for p in misurati if poche_per_una_coda(p, asse)]
+    if poche:  # the real reason, not noise: say it, and judge only on the points that could show a queue
+        misurati = [p for p in misurati if not poche_per_una_coda(p, asse)]
+        durata = -(-2 * MINIMO_SOVRACCARICO // min(valore_numerico(asse, p.prove[0].piano) for p in poche))
+        # one point left is enough when its queue grew: an overload is a verdict of its own
+        giudicabili = len(misurati) > 1 or bool(misurati and verdetto_saturazione(misurati, asse))
+        frasi.append(f"{capo}a {asse}={', '.join(p.valore(asse) for p in poche)} "
+                     f"solo {da_a([q.esecuzione.n_richieste for p in poche for q in p.intere])} richieste a prova, troppo "
+                     "poche per vedere se la coda cresce. " + ("Quei punti restano fuori dal verdetto" if giudicabili
+                                                               else "Nessun verdetto sulla saturazione")
+                     + f": usa --durata {durata:g} o più.")
+        if not giudicabili:
+            return frasi
+    frasi += stessi_carichi(misurati, asse)
+    if asse not in ASSI_DI_CARICO:
+        return frasi + [f"{capo}cambiando {asse} il carico non cresce, e non si parla di saturazione. "
+                        + confronto_velocita(asse, misurati[0], misurati[-1])]
+    verdetto = verdetto_saturazione(misurati, asse)
+    if verdetto is None:
+        return frasi + [capo + senza_saturazione(asse, misurati)]
+    return frasi + [capo + frase_saturazione(asse, verdetto) + "."
+                    + (" " + perche_satura(verdetto.prima, verdetto.dopo) if verdetto.prima and not verdetto.sovraccarico
+                       and not verdetto.occupata else "")]
+
+
+def senza_saturazione(asse: str, misurati: List[Punto]) -> str:
+    a, b = misurati[0], misurati[-1]
+    occupata_a = punti_occupati(asse, *misurati)
+    if occupata_a:  # "fino a" rests on every point: none may be one the output discounts
+        return f"{nessun_verdetto(occupata_a)}."
+    passati = [(x, y, c) for x, y, c in passi(misurati, asse) if c >= PASSO_MINIMO]
+    piatti = [(x, y) for x, y, c in passati if y.throughput / x.throughput - 1 < 0.25 * (c - 1)]
+    piatto = next(((x, y) for x, y in piatti if not risalito_dopo(misurati[misurati.index(y):], asse)), None)
+    fino = f"nessuna saturazione fino a {b.nome(asse)}"
+    if piatto is not None:  # the throughput stopped following the load; no rise of the latency confirmed
+        x, y = piatto
+        prove = [len(x.intere), len(y.intere)]
+        misura = guadagno(asse, x, y)
+        forse = misura and misura[0] + misura[1] >= misura[2]  # the gain's interval reaches the quarter
+        return (f"{fino.replace('saturazione', 'saturazione accertata')}. Da {x.nome(asse)} a {y.valore(asse)} il "
+                f"throughput {'forse ' * bool(forse)}non ha seguito il carico ({x.throughput:.1f} → "
+                f"{y.throughput:.1f} token/s" + (f", guadagno {misura[0]:+.1f} ±{misura[1]:.1f} al 95%" if forse else "")
+                + f"). La latenza media ({x.latenza:.2f} → {y.latenza:.2f} s) "
+                + ("è salita meno del 10%, su una prova per punto: --ripeti 3 lo decide." if min(prove) < 2
+                   else f"sale del {y.latenza / x.latenza - 1:.0%} ma con {da_a(prove)} prove a punto non è "
+                   "accertato: --ripeti 5 lo decide." if y.latenza > 1.1 * x.latenza else
+                   "non è salita oltre il rumore (Welch 95%): --ripeti 5 lo decide."))
+    # categorical only when each step that followed the load did so beyond its repeats' noise
+    incerti = [(x, y, m) for x, y, _ in passati if (x, y) not in piatti
+               for m in [guadagno(asse, x, y)] if m and m[0] - m[1] < m[2]]
+    salito = f"Il throughput è salito da {a.throughput:.1f} a {b.throughput:.1f} token/s"
+    ogni = "ripreso dopo ogni passo piatto." if piatti else "a ogni passo di almeno un quarto del carico."
+    if any(len(p.intere) < 2 for p in misurati):
+        return f"forse {fino}. {salito}, {ogni} Indicativo: una prova per punto (--ripeti 3 misura il rumore)."
+    if incerti:
+        x, y, (d, m, q) = incerti[0]
+        return (f"forse {fino}, non accertata. Da {x.nome(asse)} a {y.valore(asse)} il guadagno di throughput "
+                f"({d:+.1f} ±{m:.1f} token/s al 95%) può stare sotto un quarto del carico ({q:.1f}): --ripeti 5 lo "
+                "decide.")
+    return f"{fino}. {salito}, {ogni}"
 
 
 def confronto_velocita(asse: str, a: Punto, b: Punto) -> str:
