@@ -3624,8 +3624,8 @@ def griglia(base: Piano, parallele: Optional[List[int]], token: List[int], ritmo
         seme = random.SystemRandom().randrange(10 ** 6)
     if parallele is None:
         parallele = [4] if ritmo is None else [min(TETTO_RITMO, base.richieste or TETTO_RITMO)]
-    return [base._replace(parallele=p, max_token=t, oltre=base.oltre._replace(ritmo=r, seme=seme, prompt_token=n,
-                                                                              prefisso=c))
+    return [base._replace(parallele=p, max_token=t,
+                          oltre=base.oltre._replace(ritmo=r, seme=seme, prompt_token=n, prefisso=c))
             for p, t, r, n, c in itertools.product(parallele, token, ritmo or [None], prompt or [None], prefisso or [None])]
 
 
@@ -3652,16 +3652,10 @@ class Punto:
 
     def __init__(self, prove: List[Prova]):
         self.prove = prove
-        self._intere: Optional[List[Prova]] = None
-        self._riepiloghi: Dict[int, Riepilogo] = {}  # id(run) -> its summary
-
-    @property
-    def intere(self) -> List[Prova]:
-        """Cached: a run's summary is computed anew."""
-        if self._intere is None:
-            escluse = [id(p) for p, _ in anomale(self.prove)] if len(self.prove) > 1 else []
-            self._intere = [p for p in self.prove if not p.esecuzione.interruzione and id(p) not in escluse] or self.prove
-        return self._intere
+        escluse = [id(p) for p, _ in anomale(prove)] if len(prove) > 1 else []
+        self.intere = [p for p in prove
+                       if not (p.esecuzione.interruzione or id(p) in escluse)] or prove
+        self._riepiloghi: Dict[int, Riepilogo] = {}  # by id(run): Prova.riepilogo computes anew
 
     riuscite = property(lambda self: [r for p in self.intere for r in p.esecuzione.riuscite])
 

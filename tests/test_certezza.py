@@ -104,8 +104,8 @@ def test_ripetute_con_una_prova_tutta_fallita_non_fanno_un_verdetto_certo():
     point one throughput; the noise is not measured (this raised StatisticsError in the 95% interval)."""
     curva = punti("parallele", (1, [(10, 1.0), (10.2, 1.0)]), (2, [(19, 1.0), (19.2, 1.0)]), (4, [(19.5, 2.0), (19.4, 2.0)]))
     fallita = curva[2].prove[1]
-    curva[2].prove[1] = fallita._replace(esecuzione=fallita.esecuzione._replace(
-        risultati=[r._replace(errore="HTTP 500", token=None) for r in fallita.esecuzione.risultati]))
+    curva[2] = carico.Punto([curva[2].prove[0], fallita._replace(esecuzione=fallita.esecuzione._replace(
+        risultati=[r._replace(errore="HTTP 500", token=None) for r in fallita.esecuzione.risultati]))])
     verdetto = carico.verdetto_saturazione(curva, "parallele")
     assert verdetto is not None and verdetto.dopo is curva[2]
     assert verdetto.dubbio == "una sola prova con un throughput in un punto (le altre sono fallite): il rumore non è misurato"
