@@ -4009,9 +4009,9 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
             ": una richiesta in più non trova uno slot libero e aspetta" if cresciuta else ", poco"))
     if None not in velocita and velocita[1] < 0.9 * velocita[0]:
         scesa = f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s"
-        occupata = [motivo for p in prima.intere + dopo.intere for motivo in [occupata_intorno(p)] if motivo]
+        occupata = next(filter(None, map(occupata_intorno, prima.intere + dopo.intere)), None)
         if occupata:  # the machine's own work may have slowed the slots: not said to be the slots'
-            frasi.append(f"{scesa}, ma la macchina era già occupata in una delle due prove ({occupata[0]}). La discesa "
+            frasi.append(f"{scesa}, ma la macchina era già occupata in una delle due prove ({occupata}). La discesa "
                          "può venire da lì")
         elif None in (prima.picco, dopo.picco):  # how many slots were at work together is not known
             frasi.append(scesa)
@@ -4152,12 +4152,12 @@ def segni_curva(asse: str, gruppi: Curve) -> Tuple[Optional[Scala], List[tuple]]
     if not misurati:
         return None, segni
     x = [p.throughput for p in misurati]
-    y = max(max(p.latenza, p.latenza_p90 or 0) for p in misurati)
+    y_a = max(max(p.latenza, p.latenza_p90 or 0) for p in misurati) * 1.1 or 1.0
     if min(x) > 0.5 * max(x):  # from 0, every point would sit in the right half: show a window around them,
         # never narrower than a third of the largest value, so that a difference of noise stays small
         margine = max(0.1 * (max(x) - min(x)), (max(x) / 3 - (max(x) - min(x))) / 2)
-        return Scala(max(0.0, min(x) - margine), max(x) + margine, y * 1.1 or 1.0), segni
-    return Scala(0.0, max(x) * 1.15 or 1.0, y * 1.1 or 1.0), segni
+        return Scala(max(0.0, min(x) - margine), max(x) + margine, y_a), segni
+    return Scala(0.0, max(x) * 1.15 or 1.0, y_a), segni
 
 
 def curva(asse: str, gruppi: Curve, marche: Dict[str, str], frasi: bool = True) -> List[str]:
@@ -4386,15 +4386,14 @@ def letture_in_fase(prova: Prova, tempi: List[float], inizi: List[float]) -> Opt
     """Phase-locked to --arrivi costanti: their phases' mean resultant length (1 alike, ~1/√n
     spread) over 0.8. (Their mean delay after the last send, the period), or None."""
     import bisect
-    import math
+    import cmath
 
     piano_oltre = oltre(prova.piano)
-    tempi = [t for t in tempi if inizi and inizi[0] <= t <= inizi[-1]]  # while sending: after, nothing to lock to
+    tempi = [t for t in tempi if inizi[0] <= t <= inizi[-1]]  # while sending: after, nothing to lock to
     if not piano_oltre.ritmo or piano_oltre.arrivi != "costanti" or len(tempi) < 3:
         return None
     periodo = 1 / piano_oltre.ritmo
-    angoli = [2 * math.pi * ((t - inizi[0]) % periodo) / periodo for t in tempi]
-    if math.hypot(media([math.cos(x) for x in angoli]), media([math.sin(x) for x in angoli])) < 0.8:
+    if abs(media([cmath.exp(2j * cmath.pi * (t - inizi[0]) / periodo) for t in tempi])) < 0.8:
         return None
     return media([t - inizi[bisect.bisect_right(inizi, t) - 1] for t in tempi]), periodo
 
@@ -4472,12 +4471,11 @@ class Capacita:
         righe = [f"capacità{server} sotto lo SLO ({scritti_slo(o.slo)}, per il {o.capacita:g}% delle richieste): {risposta}. "
                  f"Provati {quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s, da {min(ritmi):.3g} a "
                  f"{max(ritmi):.3g} req/s"]
-        corpo, in_ordine = [], sorted(self.punti, key=lambda x: x[0])
-        for ritmo, prove, regge in in_ordine:
-            punto = Punto(prove)
-            corpo.append([f"{ritmo:.3g}", fmt(punto.inviate_davvero, ".2f req/s"), str(richieste_di(prove)),
-                          f"{quota_slo(prove, o.slo):.0%}", fmt(punto.throughput, ".1f token/s"),
-                          fmt(punto.latenza_p90, ".2f s"), segno_sovraccarico(prove), "regge" if regge else "no"])
+        in_ordine = sorted(self.punti, key=lambda x: x[0])
+        corpo = [[f"{ritmo:.3g}", fmt(punto.inviate_davvero, ".2f req/s"), str(richieste_di(prove)),
+                  f"{quota_slo(prove, o.slo):.0%}", fmt(punto.throughput, ".1f token/s"),
+                  fmt(punto.latenza_p90, ".2f s"), segno_sovraccarico(prove), "regge" if regge else "no"]
+                 for ritmo, prove, regge in in_ordine for punto in [Punto(prove)]]
         righe += tabella_md(["ritmo", "inviate davvero", "richieste", "entro lo SLO", "throughput", "latenza p90",
                              "sovraccarico", "esito"], corpo)
         righe += self.incertezza(tiene)
