@@ -3651,7 +3651,7 @@ class Punto:
     """The runs (--ripeti) of one load on one server, combined."""
 
     def __init__(self, prove: List[Prova]):
-        self.prove = prove
+        self.prove, self.piano = prove, prove[0].piano  # one load: every run's
         escluse = [id(p) for p, _ in anomale(prove)] if len(prove) > 1 else []
         self.intere = [p for p in prove
                        if not (p.esecuzione.interruzione or id(p) in escluse)] or prove
@@ -3692,18 +3692,17 @@ class Punto:
     attesa_media = property(lambda self: media(self.figure["attesa in coda"]))
 
     def valore(self, chiave: str) -> str:
-        return valore_di(chiave, self.prove[0].piano, self.prove[0].configurazione)
+        return valore_di(chiave, self.piano, self.prove[0].configurazione)
 
     def nome(self, asse: str) -> str:  # "parallele=4"
         return f"{asse}={self.valore(asse)}"
 
     def carico(self, asse: str) -> Optional[float]:
         """Requests really in flight together, or really sent a second."""
-        piano = self.prove[0].piano
         if asse == "parallele":
-            return min(piano.parallele, piano.richieste) if piano.richieste else piano.parallele
+            return min(self.piano.parallele, self.piano.richieste or self.piano.parallele)
         if asse == "ritmo":
-            return self.inviate_davvero or oltre(piano).ritmo
+            return self.inviate_davvero or oltre(self.piano).ritmo
         return None
 
 
@@ -3785,7 +3784,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     flussi = [(f, p) for f in ("primo token", "TPOT", "ITL") for p in percentili or PERCENTILI_GRIGLIA] if any(
         oltre(r).chunk_s is not None for punto in punti for r in punto.riuscite) else []
     testa += [f"{'TTFT' if f == 'primo token' else f} p{p}" for f, p in flussi]
-    con_ritmo = any(oltre(p.prove[0].piano).ritmo for p in punti)
+    con_ritmo = any(oltre(p.piano).ritmo for p in punti)
     testa += ["inviate davvero"] * con_ritmo
     corpo = []
     for punto in punti:
@@ -3838,7 +3837,7 @@ def serie(punti: List[Punto], chiavi: List[str], asse: Optional[str] = None) -> 
         titolo = ", ".join(punto.nome(c) for c in chiavi if c != asse)
         gruppi.setdefault(titolo, []).append(punto)
     ordine = ((lambda q: q.prove[0].configurazione.ordine) if asse == "np"
-              else (lambda q: valore_numerico(asse, q.prove[0].piano)))
+              else (lambda q: valore_numerico(asse, q.piano)))
     return asse, [(titolo, sorted(g, key=ordine)) for titolo, g in gruppi.items()]
 
 
@@ -3913,9 +3912,9 @@ def stessi_carichi(punti: List[Punto], asse: str) -> List[str]:
     frasi = []
     for prima, dopo, crescita in passi(punti, asse):
         if crescita < PASSO_MINIMO:
-            richieste = dopo.prove[0].piano.richieste
+            richieste = dopo.piano.richieste
             perche = (f"con {quante(richieste, 'richiesta', 'richieste')} in tutto non ne partono più di {richieste} "
-                      "insieme" if asse == "parallele" and richieste and dopo.prove[0].piano.parallele >= richieste
+                      "insieme" if asse == "parallele" and richieste and dopo.piano.parallele >= richieste
                       else f"il carico è cresciuto di {crescita - 1:.0%}, meno del {PASSO_MINIMO - 1:.0%}")
             frasi.append(f"{dopo.nome(asse)} porta lo stesso carico di {prima.nome(asse)}"
                          f" ({perche}): non è un passo della curva.")
@@ -3961,7 +3960,6 @@ def punti_occupati(asse: str, *punti: Optional[Punto]) -> Optional[str]:
 
 
 def senza_occupati(asse: str, verdetto: Saturazione) -> Saturazione:
-    """A busy end of the step leaves the verdict a doubt."""
     dove = punti_occupati(asse, verdetto.prima, verdetto.dopo)
     return verdetto._replace(dubbio=nessun_verdetto(dove), occupata=dove) if dove else verdetto
 
@@ -4092,7 +4090,7 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
         vantaggi.append((titolo, misurati[-1].throughput / base.throughput, misurati[-1], base))
         righe.append(f"throughput{f' a {titolo}' if titolo else ''}: " + ", ".join(voci)
                      + ("" if altre or base.valore("np") != "1" or "4" not in [p.valore("np") for p in misurati]
-                        or base.prove[0].piano.max_token != Piano().max_token  # the lab's: --token 32
+                        or base.piano.max_token != Piano().max_token  # the lab's: --token 32
                         else " (nel lab, su 6 vCPU senza GPU: np 4 / np 1 ×2)"))  # like for like
     if altre == ["token"] and len(vantaggi) > 1:
         (da, r_da, *pd), (a, r_a, *pa) = vantaggi[0], vantaggi[-1]
@@ -4101,7 +4099,7 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
         rumore = (None if None in relativi else
                   sum((h / p.throughput) ** 2 for h, p in zip(relativi, pd + pa)) ** 0.5)
         soglia = max(0.1, rumore or 0.0)
-        entro = "entro il 10%" if rumore is None or rumore <= 0.1 else f"entro il rumore (±{rumore:.0%} al 95%)"
+        entro = "entro il 10%" if soglia == 0.1 else f"entro il rumore (±{rumore:.0%} al 95%)"
         oltre_soglia = not r_da / (1 + soglia) <= r_a <= (1 + soglia) * r_da
         verso = (f"è rimasto lo stesso, {entro}" if max(r_a / r_da, r_da / r_a) <= 1.1 else  # over 10%: not "same"
                  ("è cresciuto" if r_a > r_da else "è calato")
@@ -4273,7 +4271,7 @@ def spiegazione_curva(asse: str, titolo: str, punti: List[Punto]) -> List[str]:
     poche = [p for p in misurati if poche_per_una_coda(p, asse)]
     if poche:  # the real reason, not noise: say it, and judge only on the points that could show a queue
         misurati = [p for p in misurati if not poche_per_una_coda(p, asse)]
-        durata = -(-2 * MINIMO_SOVRACCARICO // min(valore_numerico(asse, p.prove[0].piano) for p in poche))
+        durata = -(-2 * MINIMO_SOVRACCARICO // min(valore_numerico(asse, p.piano) for p in poche))
         # one point left is enough when its queue grew: an overload is a verdict of its own
         giudicabili = len(misurati) > 1 or bool(misurati and verdetto_saturazione(misurati, asse))
         frasi.append(f"{capo}a {asse}={', '.join(p.valore(asse) for p in poche)} "
