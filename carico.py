@@ -3786,8 +3786,8 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     testa += [f"{'TTFT' if f == 'primo token' else f} p{p}" for f, p in flussi]
     con_ritmo = any(oltre(p.piano).ritmo for p in punti)
     testa += ["inviate davvero"] * con_ritmo
-    corpo = []
-    for punto in punti:
+    corpo, escluse_di = [], [anomale(punto.prove) for punto in punti]
+    for punto, escluse in zip(punti, escluse_di):
         p = punto.prove[0]
         ripetute = len(punto.intere) > 1
         throughput = fmt(punto.throughput, ".2f token/s")
@@ -3797,8 +3797,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
         dalla_cache = [r.token_cache for r in punto.riuscite if r.token_cache is not None]
         celle = [punto.valore(c) for c in chiavi] + [fmt(p.info.n_ctx_slot, "d")] * ("np" in chiavi)
         celle += [throughput] + [fmt(x, ".2f s") for x in (punto.latenza, punto.latenza_p90, punto.latenza_max)]
-        celle += [fmt(media(dalla_cache), ".0f")] * cache
-        celle += [fmt(punto.velocita_prompt, ".1f")] * prefill
+        celle += [fmt(media(dalla_cache), ".0f")] * cache + [fmt(punto.velocita_prompt, ".1f")] * prefill
         picco = f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}"
         celle += [fmt(punto.velocita_slot, ".1f"), picco, fmt(punto.picco_coda, "d")]
         figure = punto.figure if flussi else {}  # pooled once for all the point's percentiles
@@ -3809,7 +3808,6 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
             celle.append(inviate if all(ritmo_tenuto(q) for q in punto.intere) else f"{inviate} (non tenuto)")
         if any(q.esecuzione.interruzione for q in punto.prove):
             celle[0] += INTERROTTA
-        escluse = anomale(punto.prove)
         if ripetute or escluse:
             celle[0] += f" (media di {len(punto.intere)}" + (f", {len(escluse)} esclusa" if escluse else "") + ")"
         corpo.append(celle)
@@ -3821,7 +3819,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
                      "max: la media dei massimi). Le altre cifre vengono dalle richieste delle N prove insieme "
                      "(t/s nel proprio slot: token generati sul tempo nello slot), i picchi sono il più alto. ±: "
                      "l'intervallo di confidenza al 95% del throughput (t di Student)")
-    if any(anomale(punto.prove) for punto in punti):
+    if any(escluse_di):
         righe.append("esclusa: una prova sotto metà del throughput mediano delle altre dello stesso punto, fuori dalle "
                      "medie (detta dopo le sue prove)")
     return righe
@@ -4115,8 +4113,8 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
 
 
 def occupata_intorno(prova: Prova) -> Optional[str]:
-    return next((motivo for m in (prova.macchina, prova.macchina_dopo) if m for motivo in [macchina_occupata(m)]
-                 if motivo), None)
+    sguardi = (prova.macchina, prova.macchina_dopo)
+    return next(filter(None, (macchina_occupata(m) for m in sguardi if m)), None)
 
 
 def riga_occupata(punti: List[Punto], chiavi: List[str]) -> List[str]:
@@ -4470,15 +4468,15 @@ class Capacita:
                  f"Provati {quante(len(self.punti), 'punto', 'punti')} in {durata:.0f} s, da {min(ritmi):.3g} a "
                  f"{max(ritmi):.3g} req/s"]
         in_ordine = sorted(self.punti, key=lambda x: x[0])
+        punti = [Punto(prove) for _, prove, _ in in_ordine]  # one a rate: each rate has its plan
         corpo = [[f"{ritmo:.3g}", fmt(punto.inviate_davvero, ".2f req/s"), str(richieste_di(prove)),
                   f"{quota_slo(prove, o.slo):.0%}", fmt(punto.throughput, ".1f token/s"),
                   fmt(punto.latenza_p90, ".2f s"), segno_sovraccarico(prove), "regge" if regge else "no"]
-                 for ritmo, prove, regge in in_ordine for punto in [Punto(prove)]]
+                 for (ritmo, prove, regge), punto in zip(in_ordine, punti)]
         righe += tabella_md(["ritmo", "inviate davvero", "richieste", "entro lo SLO", "throughput", "latenza p90",
                              "sovraccarico", "esito"], corpo)
         righe += self.incertezza(tiene)
-        if o.grafico and len(self.punti) > 1:
-            punti = punti_di([p for _, prove, _ in in_ordine for p in prove])
+        if o.grafico and len(punti) > 1:
             righe += [""] + curva(*serie(punti, ["ritmo"]), marche_per(sys.stdout), frasi=False)
         return righe
 
