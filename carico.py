@@ -3952,8 +3952,7 @@ def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]
 
 
 def punti_occupati(asse: str, *punti: Optional[Punto]) -> Optional[str]:
-    nomi = [p.nome(asse) for p in punti
-            if p is not None and any(map(occupata_intorno, p.intere))]
+    nomi = [p.nome(asse) for p in punti if p and any(map(occupata_intorno, p.intere))]
     return ", ".join(nomi) or None
 
 
