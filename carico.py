@@ -4138,11 +4138,10 @@ def segni_curva(asse: str, gruppi: Curve) -> Tuple[Optional[Scala], List[tuple]]
     and the point marked saturated (only without doubt)."""
     segni = []
     for titolo, punti in gruppi:
-        misurati = [p for p in punti if p.misurato]
-        ttft = [percentile(p.figure.get("primo token", []), 50) for p in misurati]
+        coppie = [(p, percentile(p.figure.get("primo token", []), 50)) for p in punti if p.misurato]
         verdetto = verdetto_saturazione(punti, asse)
         satura = verdetto.dopo if verdetto is not None and verdetto.dubbio is None else None
-        segni.append((titolo, list(zip(misurati, ttft)), verdetto, satura))
+        segni.append((titolo, coppie, verdetto, satura))
     misurati = [p for _, punti, _, _ in segni for p, _ in punti]
     if not misurati:
         return None, segni
@@ -4268,7 +4267,7 @@ def spiegazione_curva(asse: str, titolo: str, punti: List[Punto]) -> List[str]:
     poche = [p for p in misurati if poche_per_una_coda(p, asse)]
     if poche:  # the real reason, not noise: say it, and judge only on the points that could show a queue
         misurati = [p for p in misurati if not poche_per_una_coda(p, asse)]
-        durata = -(-2 * MINIMO_SOVRACCARICO // min(valore_numerico(asse, p.piano) for p in poche))
+        durata = -(-2 * MINIMO_SOVRACCARICO // min(oltre(p.piano).ritmo for p in poche))
         # one point left is enough when its queue grew: an overload is a verdict of its own
         giudicabili = len(misurati) > 1 or bool(misurati and verdetto_saturazione(misurati, asse))
         frasi.append(f"{capo}a {asse}={', '.join(p.valore(asse) for p in poche)} "
