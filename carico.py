@@ -3712,9 +3712,9 @@ def anomale(prove: List[Prova]) -> List[Tuple[Prova, float]]:
 
     valori = [(p, p.riepilogo.throughput) for p in prove if not p.esecuzione.interruzione]
     valori = [(p, v) for p, v in valori if v is not None]
-    mediane = [(p, v, statistics.median(w for j, (_, w) in enumerate(valori) if j != i))
-               for i, (p, v) in enumerate(valori) if len(valori) > 2]
-    return [(p, mediana) for p, v, mediana in mediane if v < 0.5 * mediana]
+    return [(p, mediana) for i, (p, v) in enumerate(valori) if len(valori) > 2
+            for mediana in [statistics.median(w for j, (_, w) in enumerate(valori) if j != i)]
+            if v < 0.5 * mediana]
 
 
 def frase_esclusa(prove: List[Prova], prova: Prova, mediana: float) -> str:
@@ -4270,11 +4270,10 @@ def spiegazione_curva(asse: str, titolo: str, punti: List[Punto]) -> List[str]:
         durata = -(-2 * MINIMO_SOVRACCARICO // min(oltre(p.piano).ritmo for p in poche))
         # one point left is enough when its queue grew: an overload is a verdict of its own
         giudicabili = len(misurati) > 1 or bool(misurati and verdetto_saturazione(misurati, asse))
+        esito = "Quei punti restano fuori dal verdetto" if giudicabili else "Nessun verdetto sulla saturazione"
         frasi.append(f"{capo}a {asse}={', '.join(p.valore(asse) for p in poche)} "
                      f"solo {da_a([q.esecuzione.n_richieste for p in poche for q in p.intere])} richieste a prova, troppo "
-                     "poche per vedere se la coda cresce. " + ("Quei punti restano fuori dal verdetto" if giudicabili
-                                                               else "Nessun verdetto sulla saturazione")
-                     + f": usa --durata {durata:g} o più.")
+                     f"poche per vedere se la coda cresce. {esito}: usa --durata {durata:g} o più.")
         if not giudicabili:
             return frasi
     frasi += stessi_carichi(misurati, asse)
@@ -4425,14 +4424,14 @@ class Capacita:
                 tiene = ritmo
             else:
                 cade = ritmo
-            if tiene is not None and cade is not None and cade / tiene <= PASSO_CAPACITA:
-                break
             if cade is None:
                 ritmo *= 2
             elif tiene is None:
                 if ritmo / 2 * base.oltre.durata < 2:  # under two requests a point
                     break
                 ritmo /= 2
+            elif cade / tiene <= PASSO_CAPACITA:
+                break
             else:
                 ritmo = float(f"{(tiene * cade) ** 0.5:.3g}")  # the middle, on the scale the rates grow on
         righe = self.righe(tiene, cade)
@@ -4458,8 +4457,9 @@ class Capacita:
         else:
             inviate = Punto(self.prove(tiene)).inviate_davvero
             risposta = (f"{tiene:.3g} req/s (inviate davvero {fmt(inviate, '.2f')}). Fra {tiene:.3g}, che lo rispetta, "
-                        f"e {cade:.3g}, che no" + ("" if cade / tiene <= PASSO_CAPACITA else
-                                                   f": la precisione del 20% non è raggiunta in {MAX_PUNTI_CAPACITA} punti"))
+                        f"e {cade:.3g}, che no")
+            if cade / tiene > PASSO_CAPACITA:
+                risposta += f": la precisione del 20% non è raggiunta in {MAX_PUNTI_CAPACITA} punti"
         server = f" (-np {self.etichetta})" if self.etichetta else ""
         ritmi = [r for r, _, _ in self.punti]
         righe = [f"capacità{server} sotto lo SLO ({scritti_slo(o.slo)}, per il {o.capacita:g}% delle richieste): {risposta}. "
