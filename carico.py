@@ -3675,11 +3675,9 @@ class Punto:
     velocita_slot = property(lambda self: velocita_media_slot(self.riuscite))
     inviate_davvero = property(lambda self: media(self.valori(invii_al_secondo)))
     misurato = property(lambda self: self.throughput is not None and self.latenza is not None)
-
-    @property
-    def velocita_prompt(self) -> Optional[float]:
-        return media([(r.token_prompt - (r.token_cache or 0)) / (r.prompt_ms / 1000) for r in self.riuscite
-                      if r.token_prompt is not None and r.prompt_ms])
+    velocita_prompt = property(lambda self: media([
+        (r.token_prompt - (r.token_cache or 0)) / (r.prompt_ms / 1000) for r in self.riuscite
+        if r.token_prompt is not None and r.prompt_ms]))
 
     @property
     def figure(self) -> Dict[str, List[float]]:
