@@ -286,8 +286,7 @@ class Sessione:
         self.arresto: Optional[int] = None  # stopped early: 130 (Ctrl+C), 143 (SIGTERM), 141 (stdout closed)
 
     def prova(self, client: Client, info: InfoServer, piano: Piano, configurazione: object = None) -> Prova:
-        """One run, in the order it prints: the `server:` line (stdout), the load (on a terminal, the live line
-        on stderr), the report (stdout: a line per request, a blank line, the summary), its notes (stderr)."""
+        """One run, in the order it prints: the `server:` line, the load (the live line), the report, its notes."""
         occupati_prima = guarda_il_server(client, info)  # the lab asks for a quiet machine: is it?
         macchina = guarda_la_macchina(bool(occupati_prima))
         self.stampa_server(info)  # stdout: riga_server, at once
@@ -1008,8 +1007,8 @@ def segnali(gestore=None):
 
 
 class Chiusura:
-    """esegui_carico's guard. Ctrl+C, SIGTERM: those in flight closed at once, the rest not sent. Whatever ends
-    the run, all it started stops with the signals held: the report is never lost."""
+    """esegui_carico's guard: on Ctrl+C or SIGTERM those in flight are closed, the rest not sent; all it started
+    stops with the signals held, so the report is never lost."""
 
     def __init__(self, client: Client, lancio: Lancio, esecutore, campionatore: Campionatore, osservatore=None):
         self.client, self.da_fermare, self.osservatore = client, (lancio, esecutore, campionatore), osservatore
@@ -1109,8 +1108,8 @@ def osserva_macchina(sguardo: Optional[float] = None) -> Macchina:
 
 
 def guarda_dopo(prova: Prova) -> Prova:
-    """The look before cannot see what started after it. Not after a failed request: the server may work a few
-    seconds on one the client gave up on (--timeout), and the look would blame another load."""
+    """The look before cannot see what started after. Not after a failure: the server may still work on a request
+    the client gave up on (--timeout)."""
     e = prova.esecuzione
     if e.interruzione or e.server_andato or prova.riepilogo.n_fallite:
         return prova
@@ -3813,8 +3812,8 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     righe.append("picco coda: richieste in attesa di uno slot, dai tempi del server (e da requests_deferred con "
                  "--metrics, il maggiore dei due)")
     if any(len(punto.intere) > 1 for punto in punti):
-        righe.append("(media di N): throughput, latenze e inviate davvero sono le medie delle N prove (latenza "
-                     "max: la media dei massimi). Le altre cifre vengono dalle richieste delle N prove insieme "
+        righe.append("(media di N): throughput, latenze e inviate davvero sono medie delle N prove (latenza max: "
+                     "dei massimi). Le altre cifre vengono dalle richieste delle N prove insieme "
                      "(t/s nel proprio slot: token generati sul tempo nello slot), i picchi sono il più alto. ±: "
                      "l'intervallo di confidenza al 95% del throughput (t di Student)")
     if any(escluse_di):
@@ -3950,7 +3949,7 @@ def verdetto_saturazione(punti: List[Punto], asse: str) -> Optional[Saturazione]
 
 
 def punti_occupati(asse: str, *punti: Optional[Punto]) -> Optional[str]:
-    nomi = [p.nome(asse) for p in punti if p and any(map(occupata_intorno, p.intere))]
+    nomi = [p.nome(asse) for p in punti if p and any(map(occupata_intorno, p.prove))]  # a run left out too
     return ", ".join(nomi) or None
 
 
@@ -4115,12 +4114,13 @@ def occupata_intorno(prova: Prova) -> Optional[str]:
 
 
 def riga_occupata(punti: List[Punto], chiavi: List[str]) -> List[str]:
-    occupati = {", ".join(p.nome(c) for c in chiavi): motivo for p in punti for q in p.intere
+    occupati = {", ".join(p.nome(c) for c in chiavi): motivo for p in punti for q in p.prove
                 for motivo in [occupata_intorno(q)] if motivo}
     if not occupati:
         return []
-    return [f"la macchina era occupata a {'; '.join(occupati)} ({next(iter(occupati.values()))}): quelle cifre e i "
-            "rapporti non valgono, ripeti a macchina tranquilla"]
+    dove = f" a {('; ' if len(chiavi) > 1 else ', ').join(occupati)}" if chiavi else ""  # --ripeti alone: its runs
+    return [f"la macchina era occupata{dove} ({next(iter(occupati.values()))}): quelle cifre e i rapporti non valgono, "
+            "ripeti a macchina tranquilla"]
 
 TITOLO_CURVA = "curva di capacità: throughput aggregato e latenza, un punto per valore di "
 
@@ -4231,6 +4231,8 @@ def svg_curva(asse: str, gruppi: Curve, y: int) -> Tuple[List[str], int]:
             if p is satura:
                 parti += [elemento("circle", cx=a, cy=b, r=9, fill="none", stroke="#e63946", stroke_width=2),
                           scritta(a - 13, b + 4, "saturazione", text_anchor="end", fill="#e63946")]
+            elif any(map(occupata_intorno, p.prove)):  # as the table's line says
+                parti.append(scritta(a - 8, b + 4, "macchina occupata", text_anchor="end", fill="#888"))
             elif verdetto is not None and p is verdetto.dopo and not verdetto.occupata:
                 # not certain: said as such, not ringed; busy: no verdict, none drawn
                 parti.append(scritta(a - 8, b + 4, "forse saturazione", titolo=verdetto.dubbio, text_anchor="end",
@@ -4450,7 +4452,7 @@ class Capacita:
         elif tiene is None:
             risposta = "nessun ritmo provato lo rispetta" + self.neanche_da_sola()
         elif cade is None:
-            risposta = (f"almeno {tiene:.3g} req/s: nessun punto provato è caduto prima del limite di "
+            risposta = (f"almeno {tiene:.3g} req/s: nessun punto è caduto entro il limite di "
                         f"{MAX_PUNTI_CAPACITA} punti")
         else:
             inviate = Punto(self.prove(tiene)).inviate_davvero

@@ -70,12 +70,13 @@ def test_il_disegno_non_dice_il_verdetto_che_il_testo_tace():
     passi = ((1, [(10, 1.0)]), (2, [(19, 1.0)]), (4, [(19.5, 2.0)]))
     quieta = curva("parallele", *passi)
     disegno = "".join(carico.svg_curva("parallele", [("", quieta)], 0)[0])
-    assert ">forse saturazione<" in disegno and "una prova per punto" in disegno
+    assert ">forse saturazione<" in disegno and "una prova per punto" in disegno and "occupata<" not in disegno
     occupata = list(quieta)
     occupata[2] = occupato(occupata[2])
     assert spiega(occupata) == ["Curva: nessun verdetto sulla saturazione, la macchina era occupata a parallele=4."]
     disegno = "".join(carico.svg_curva("parallele", [("", occupata)], 0)[0])
     assert "saturazione<" not in disegno and 'r="9"' not in disegno, disegno
+    assert disegno.count(">macchina occupata<") == 1  # the point the table's line names, and only it
 
 
 def a_ritmo(ritmo, macchina=None):
@@ -135,3 +136,16 @@ def test_la_nota_delle_medie_dice_cos_e_la_velocita_nello_slot():
     (nota,) = [r for r in righe if r.startswith("(media di N)")]
     assert "t/s nel proprio slot: token generati sul tempo nello slot" in nota and "richieste delle N prove insieme" in nota
     assert brevi([nota]), nota
+
+
+def test_una_prova_esclusa_e_occupata_rende_occupato_il_punto():
+    """The tour: the busy run was the one left out of the mean (under half its siblings' median), and the table's
+    busy line and the verdict forgot the machine. FIRE: the point is busy, no verdict; SILENT: the same exclusion
+    on a quiet machine keeps the point out of the busy line."""
+    passi = ((1, [(30.0, 0.5), (31.0, 0.5), (6.0, 2.5)]), (2, [(60.0, 0.5), (61.0, 0.5), (62.0, 0.5)]),
+             (4, [(120.0, 0.5), (121.0, 0.5), (119.0, 0.5)]))
+    quieta = curva("parallele", *passi)
+    assert len(quieta[0].intere) == 2 and carico.riga_occupata(quieta, ["parallele"]) == []
+    punti = [occupato(quieta[0], 2)] + quieta[1:]
+    assert carico.riga_occupata(punti, ["parallele"])[0].startswith("la macchina era occupata a parallele=1 (")
+    assert spiega(punti) == ["Curva: nessun verdetto sulla saturazione, la macchina era occupata a parallele=1."]
