@@ -103,7 +103,7 @@ def test_una_griglia_a_ritmo_in_breve_dice_il_programma(fake, carica):
     server = fake(n_slot=2, s_per_token=0.001)
     rc, out, err = carica(server.url, "--ritmo", "4,8", "--durata", "1", "--token", "4", *VELOCE)
     assert rc == 0, err
-    una = [r for r in out.splitlines() if re.match(r"\d+ richieste in ", r)]
+    una = [r for r in out.splitlines() if re.match(r"\d+ richiest[ae] in ", r)]
     assert len(una) == 2 and all(re.search(r"; nel programma \d+\.\d\d req/s, inviate davvero \d+\.\d\d$", r)
                                  and len(r) <= 160 for r in una), out
     rc, out, err = carica(server.url, "--richieste", "4", "--parallele", "1,2", "--token", "4", *VELOCE)
