@@ -1141,8 +1141,7 @@ def macchina_occupata(m: Macchina) -> Optional[str]:
 
 
 # What the run's figures mean: notes on stderr after every run ##################################
-# What changes what the lab's figures mean, and its lines cannot show: a peak nobody could see, requests that
-# stopped before --token, prompt tokens taken from a cache, a buffer full, requests the server goes on with.
+# What changes the meaning of the lab's figures, that its lines cannot show.
 
 def quante(n: int, una: str, molte: str) -> str:
     """A count with its word in the right number: quante(1, "richiesta", "richieste") is '1 richiesta'."""
@@ -1194,8 +1193,7 @@ def note(prova: Prova, esatti: bool = False, cache_voluta: bool = False, convers
                      "prima di ripeterla")
     testi.append(None if conversazioni else frase_kv_piena(prova))  # step 5's cost: a shared buffer, full
     if e.lasciate and lasciate_generano:  # not a stream, nor a server --avvia stops
-        # Measured (b11434, -np 1): a request closed is cancelled a second later (its HTTP thread's poll, which other
-        # requests' results postpone: server_response::recv_with_timeout), its slot busy 3-6 s more; a stream, at once.
+        # Measured (b11434, -np 1): a closed request is cancelled 0.4-2 s later (its HTTP thread's poll); a stream, at once.
         lasciate = quante(e.lasciate, "richiesta lasciata", "richieste lasciate")
         testi.append(f"senza --stream il server può continuare a generare {lasciate} in volo (una per slot alla volta, "
                      "finché non le cancella). Aspetta qualche secondo prima di ripetere, o la prossima prova ne sarà falsata")
@@ -1828,7 +1826,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         rifiuta("--seme vale per gli arrivi di Poisson: con --arrivi costanti gli orari sono fissi")
     if a.prefisso and a.prompt_token and max(a.prefisso) >= min(m for m, _ in a.prompt_token):
         rifiuta(f"--prefisso {max(a.prefisso)} non lascia posto al testo di ogni richiesta in --prompt-token "
-               f"{min(m for m, _ in a.prompt_token)}")
+               f"{min(m for m, _ in a.prompt_token)}: serve un --prefisso più corto")
     if a.intervallo < 0.05:
         rifiuta(f"opzione --intervallo: almeno 0.05 s, non {a.intervallo:g}: leggere /slots più spesso toglierebbe "
                "tempo al server che si vuole misurare")
@@ -1941,7 +1939,9 @@ class SessioneOltre(Sessione):
                     self.intestazione(piano, configurazione)
                     prove = self.ripetute(client, info, piano, decisa)
                     if o.ripeti > 1:
-                        print("\n".join(righe_ripetute(prove) + [""]), flush=True)
+                        sola = len(self.piani) == 1 and not o.tabella  # else the table says it
+                        print("\n".join(righe_ripetute(prove) + riga_occupata([Punto(prove)], []) * sola + [""]),
+                              flush=True)
         if o.spiega and (prima := da_confrontare(self.prove)) is not None:  # --spiega with --avvia
             print("\n".join(righe_ram(prima, *misura_ram(self.opzioni, prima)) + [""]), flush=True)
 
@@ -3048,7 +3048,7 @@ def dati_lettore(prova: Prova, percentili: Sequence[Union[int, float]] = ()) -> 
 def frase_lettore(d: dict) -> str:
     ritardo = "n/d (il kernel non dà l'arrivo)" if d["ritardo_lettore_p99_ms"] is None else "p50 {:.1f}, p99 " \
         "{:.1f}, max {:.1f} ms".format(*(d[f"ritardo_lettore_{k}_ms"] for k in ("p50", "p99", "max")))
-    return f"letture dopo i loro ultimi byte {ritardo}, {d['chunk_letti_insieme']} chunk letti insieme a uno prima"
+    return f"{d['chunk_letti_insieme']} chunk letti insieme a uno prima, letture dopo i loro ultimi byte {ritardo}"
 
 
 def spostate(d: dict) -> str:
@@ -4119,8 +4119,8 @@ def riga_occupata(punti: List[Punto], chiavi: List[str]) -> List[str]:
     if not occupati:
         return []
     dove = f" a {('; ' if len(chiavi) > 1 else ', ').join(occupati)}" if chiavi else ""  # --ripeti alone: its runs
-    return [f"la macchina era occupata{dove} ({next(iter(occupati.values()))}): quelle cifre e i rapporti non valgono, "
-            "ripeti a macchina tranquilla"]
+    return [f"la macchina era occupata{dove} ({next(iter(occupati.values()))}): quelle cifre"
+            f"{' e i rapporti' if chiavi else ''} non valgono, ripeti a macchina tranquilla"]
 
 TITOLO_CURVA = "curva di capacità: throughput aggregato e latenza, un punto per valore di "
 

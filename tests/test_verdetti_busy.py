@@ -149,3 +149,12 @@ def test_una_prova_esclusa_e_occupata_rende_occupato_il_punto():
     punti = [occupato(quieta[0], 2)] + quieta[1:]
     assert carico.riga_occupata(punti, ["parallele"])[0].startswith("la macchina era occupata a parallele=1 (")
     assert spiega(punti) == ["Curva: nessun verdetto sulla saturazione, la macchina era occupata a parallele=1."]
+
+
+def test_ripeti_da_solo_dice_la_macchina_occupata():
+    """The re-tour: `--ripeti 3` alone (no --tabella) averaged a slowed run beside a busy machine and said it only
+    on stderr. FIRE: the line after the repeats' summary, without the sweep's ratios; SILENT: quiet repeats."""
+    quieta = curva("parallele", (1, [(30.0, 0.5), (31.0, 0.5), (29.0, 0.5)]))[0]
+    assert carico.riga_occupata([quieta], []) == []
+    assert carico.riga_occupata([occupato(quieta, 2)], []) == [
+        "la macchina era occupata (CPU occupata al 87%): quelle cifre non valgono, ripeti a macchina tranquilla"]
