@@ -5289,7 +5289,8 @@ def oltre_il_rumore(a: List[float], b: List[float]) -> str:
         return "indicativa: meno di due prove con questa cifra in un file (con --ripeti 3 si misura il rumore)"
     t, gl = welch(a, b)  # gl may be inf: printed as such
     return (("oltre il rumore" if abs(t) > t_critico(gl) else f"non accertata, con {len(a)} e {len(b)} prove"
-             if abs(media(b) - media(a)) > 0.1 * abs(media(a)) else "entro il rumore")  # over 10%: not "no change"
+             if abs(media(b) - media(a)) > 0.1 * abs(media(a)) + 1e-9 else "entro il rumore")  # over 10% (not the
+            # float sum's last bit: 3.12's sum() compensates), not "no change"
             + f" (Welch 95%: t {t:.2f}, gl {gl:.2f}, soglia {t_critico(gl):.2f})")
 
 
