@@ -323,8 +323,8 @@ class Sessione:
     def corri(self) -> None:
         self.prova(*self.collega(), self.piani[0])
 
-    def collega(self) -> Tuple[Client, InfoServer]:
-        client = Client(self.opzioni.url, self.opzioni.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
+    def collega(self, url: Optional[str] = None) -> Tuple[Client, InfoServer]:
+        client = Client(url or self.opzioni.url, self.opzioni.api_key, min(TIMEOUT_INFO, self.piani[0].timeout))
         info = interroga_server(client, self.opzioni.attesa_pronto, sys.stderr, self.con_props)
         for avviso in info.avvisi:
             nota(avviso)
@@ -619,8 +619,8 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
                             usage="%(prog)s [--url URL] [--richieste N] [--parallele N] [--token N] [altre opzioni]")
     parser.nomi, gruppo = [], parser.add_argument_group("il lab")
     for nome, parametri in [
-        ("--url", dict(type=url_server, default="http://127.0.0.1:8080",
-                       help="radice del server llama.cpp (default: %(default)s)")),
+        ("--url", dict(type=lista_di(url_server, "ogni server una volta"), action="extend", metavar="URL",
+                       help=f"radice del server llama.cpp (default: {Opzioni().url})")),
         ("--richieste", dict(type=positivo(int, "un numero intero", 100000, " (le richieste sono preparate tutte "
                                            "in memoria prima della prova)"), metavar="N",
                              help="quante richieste inviare in tutto (default: 4)")),
@@ -634,7 +634,8 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
     a = parser.parse_args(argv)
     chiave = chiave_dall_ambiente(parser)  # the LLAMA_API_KEY variable
     piano = Piano(a.richieste or 4, (a.parallele or [4])[0], a.token[0])
-    opzioni, date = Opzioni(a.url, a.api_key or chiave, a.attesa), a.parallele  # (a trace's cap is set below)
+    # One --url: the lab's server; a list (or --url again): several, the extras' (seam: SessioneOltre below)
+    opzioni, date = Opzioni((a.url or [Opzioni().url])[0], a.api_key or chiave, a.attesa), a.parallele
     piani, opzioni = SessioneOltre.dalle_opzioni(parser, a, piano, opzioni) or ([piano], opzioni)  # seam: the extras'
     oltre_le_richieste = [p for p in piani if date and p.richieste and p.parallele > p.richieste]
     if oltre_le_richieste:  # nobody waits in the client, and at most that many reach the server together
@@ -1154,7 +1155,7 @@ def da_a(valori: List[int]) -> str:
 
 
 def note(prova: Prova, esatti: bool = False, cache_voluta: bool = False, conversazioni: bool = False,
-         lasciate_generano: bool = True) -> List[str]:  # (what the extras asked: SessioneOltre.note)
+         lasciate_generano: bool = True, n_slot: Optional[int] = None) -> List[str]:  # (the extras': SessioneOltre.note)
     e, s = prova.esecuzione, prova.riepilogo
     testi = []
     if prova.occupati_prima:
@@ -1162,7 +1163,8 @@ def note(prova: Prova, esatti: bool = False, cache_voluta: bool = False, convers
                      "della prova. I tempi del server (slot occupati insieme, coda, attesa in coda) contano solo le "
                      "richieste di questa prova, /slots e /metrics anche le altre. L'attesa vera di ogni richiesta è "
                      "la sua attesa dello slot (attesa_slot_s in --csv e --json)")
-    n_slot, in_volo = prova.info.n_slot, min(prova.piano.parallele, e.n_richieste)
+    # n_slot: the fewest slots the requests in flight could meet (several servers: the smallest's)
+    n_slot, in_volo = n_slot or prova.info.n_slot, min(prova.piano.parallele, e.n_richieste)
     if n_slot and not prova.occupati_prima and (s.coda_letta or 0) > max(in_volo - n_slot, 0):
         testi.append(f"requests_deferred ha visto {s.coda_letta} richieste in coda, questa prova al più "
                      f"{max(in_volo - n_slot, 0)}: le altre erano di un altro client, e le cifre ne sono falsate")
@@ -1364,15 +1366,14 @@ def chiave_dall_ambiente(parser: argparse.ArgumentParser) -> Optional[str]:
         parser.error(f"LLAMA_API_KEY: {exc}")
 
 
-def lista_di(converti):
+def lista_di(converti, perche: str = "ogni valore è un punto della griglia. Per ripetere una prova usa --ripeti"):
     """An argparse type: one value, or a comma-separated list of distinct values (a sweep)."""
     def controlla(testo: str) -> list:
         valori = [converti(voce.strip()) for voce in testo.split(",")]
         doppio = next((v for v in valori if valori.count(v) > 1), None)
         if doppio is not None:
             raise argparse.ArgumentTypeError(f"il valore {format(doppio, 'g') if isinstance(doppio, float) else doppio} "
-                                             f"è ripetuto nella lista '{testo}': ogni valore è un punto della "
-                                             "griglia. Per ripetere una prova usa --ripeti")
+                                             f"è ripetuto nella lista '{testo}': {perche}")
         return valori
     return controlla
 
@@ -1530,6 +1531,8 @@ OPZIONI_OLTRE = (
                               help="ogni quanto leggere /slots, almeno 0.05 (%(default)g)")),
         ("--attesa", dict(type=secondi_positivi, default=ATTESA_PRONTO, metavar="S",
                           help="quanto aspettare un server che carica (%(default)g)")),
+        ("--smista", dict(choices=("turno", "liberi"), default="turno", help="con più --url: a turno (%(default)s) o al server con "
+                          "più slot liberi")),
     ]),
     ("ripetere e confrontare", None, [
         ("--ripeti", dict(type=intero_positivo, default=1, metavar="K", help="K prove: media e dispersione")),
@@ -1636,6 +1639,7 @@ class RisultatoOltre(NamedTuple):
     conversazione: Optional[int] = None  # --turni: whose conversation (0 to parallele - 1)
     turno: Optional[int] = None  # --turni: which of its turns (from 1)
     token_stimati: bool = False  # --stream without usage: `token` is the count of chunks with text
+    server: Optional[int] = None  # several --url: which one answered it (from 0, in --url's order)
     ritardi: Tuple[float, ...] = ()  # --stream: each stamped read's lateness (s)
     incerti: Tuple[Tuple[int, float], ...] = ()  # (index, error bound) of each chunk read with a later one
 
@@ -1649,6 +1653,7 @@ class EsecuzioneOltre(NamedTuple):
     ultimo_invio: Optional[float] = None  # --durata: when the last request left
     non_inviate: int = 0  # --ritmo with --durata: planned, the cap kept them from leaving in time
     in_ritardo: int = 0  # likewise, those carico was too late for: it woke past --durata (busy)
+    server: tuple = ()  # several --url: each one's DelServer
 
 
 class OpzioniOltre(NamedTuple):
@@ -1670,6 +1675,8 @@ class OpzioniOltre(NamedTuple):
     confronta: Optional[tuple] = None  # ((name, its runs as --json saved them), the same for B)
     percentili: Optional[List[Union[int, float]]] = None
     capacita: Optional[float] = None  # the share of requests (%) that must meet --slo
+    server: Optional[List[str]] = None  # several --url: each server's root
+    smista: str = "turno"  # which server each request goes to: a key of SMISTA
 
 
 VUOTI = {Piano: PianoOltre(), Risultato: RisultatoOltre(), Esecuzione: EsecuzioneOltre(), Opzioni: OpzioniOltre()}
@@ -1711,6 +1718,8 @@ def cifre_oltre(dati, chunk_s: Optional[List[float]] = None, **lettore) -> dict:
 
 
 def invia_oltre(client: Client, indice: int, domanda: dict, timeout: float, t0: float) -> Risultato:
+    if isinstance(client, Gruppo):
+        return client.invia(indice, domanda, timeout, t0)
     if not domanda.get("stream"):
         return invia(client, indice, domanda, timeout, t0, cifre_oltre)
     inizio = time.perf_counter() - t0
@@ -1728,15 +1737,19 @@ class LancioOltre(Lancio):
         self.lanciatore = lanciatore(piano, primo_prompt) if domande is None and oltre(piano).da_lanciare else None
         self.domande = [] if self.lanciatore else domande if domande is not None else [
             domanda_oltre(prompt_oltre(primo_prompt + i, piano), piano) for i in range(piano.richieste or 0)]
-        self.partenza = Partenza(client) if oltre(piano).stream and self.domande else None
+        self.partenza = Partenza(client) if oltre(piano).stream and self.domande and isinstance(client, Client) else None
+        self.t0 = None
 
     def prepara(self, esecutore, futuri: list) -> None:
+        if isinstance(self.client, Gruppo):
+            self.client.nuova_prova()
         if self.domande:
             pronti = avvia_i_lavoratori(esecutore, min(self.piano.parallele, len(self.domande)))
             if self.partenza:
                 self.partenza.prepara(esecutore, self.domande, pronti, self.piano.timeout, futuri)
 
     def lancia(self, futuri: list, esecutore, t0: float) -> None:
+        self.t0 = t0
         if self.partenza:
             self.partenza.parti(t0)
         if self.lanciatore:
@@ -1748,6 +1761,8 @@ class LancioOltre(Lancio):
         """After the run, or stopped before the clock; safe twice."""
         if self.partenza:
             self.partenza.ferma()
+        if isinstance(self.client, Gruppo) and self.t0 is not None:
+            self.oltre = (self.oltre or EsecuzioneOltre())._replace(server=self.client.della_prova(self.t0))
 
 
 def campi_oltre(piano_oltre: PianoOltre) -> dict:
@@ -1770,7 +1785,7 @@ def opzioni_date(parser: argparse.ArgumentParser, a: argparse.Namespace) -> set:
 
 def oltre_il_lab(parser: argparse.ArgumentParser, a: argparse.Namespace) -> bool:
     """More than the lab's one run: a flag beyond its four, or a list of values."""
-    liste = len(a.parallele or []) > 1 or len(a.token) > 1 or not isinstance(a.token[0], int)
+    liste = len(a.parallele or []) > 1 or len(a.token) > 1 or not isinstance(a.token[0], int) or len(a.url or []) > 1
     return liste or bool(opzioni_date(parser, a) - {"--url", "--richieste", "--parallele", "--token"})
 
 
@@ -1798,8 +1813,12 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         minimo, a.token = a.token[0][0], [a.token[0][1]]
     if a.np is not None and a.avvia is None:
         rifiuta("--np va usato insieme a --avvia; senza, -np va nel comando del server (llama serve ... -np 4)")
-    if a.avvia is not None and a.url.startswith("https://"):
+    if a.avvia is not None and any(u.startswith("https://") for u in a.url or []):
         rifiuta("--avvia avvia llama serve in http semplice: usa --url http://...")
+    if a.avvia is not None and len(a.url or []) > 1:
+        rifiuta("--avvia avvia un server solo: per più copie usa --repliche (porte libere scelte da carico.py)")
+    if len(a.url or []) > 1 and a.turni is not None:
+        rifiuta("--turni tiene ogni conversazione su un server solo: usa un --url")
     if a.capacita is not None:
         if not a.slo or a.durata is None:
             rifiuta("--capacita cerca il ritmo più alto entro un obiettivo: servono --slo (per esempio latenza=5) e "
@@ -1876,6 +1895,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
     if a.percentili is not None and not (a.dettagli or a.json or griglia_con_flussi):
         rifiuta("--percentili da solo non cambia nulla: aggiungi --dettagli. Sceglie i percentili di --dettagli, del "
                "file di --json e della tabella di una griglia con --stream")
+    a.server = a.url if len(a.url or []) > 1 else None
     opzioni_oltre = OpzioniOltre(**{campo: getattr(a, campo.replace("file_", "")) for campo in OpzioniOltre._fields})
     return piani, opzioni._replace(oltre=opzioni_oltre)
 
@@ -1914,6 +1934,7 @@ class SessioneOltre(Sessione):
         self.avviato: Optional[ServerAvviato] = None  # --avvia
         self.log_da = 0  # where the run begins in its log
         self.inviate = 0  # sent to this server: its next run's first prompt
+        self.gruppo: Optional[Gruppo] = None  # several --url
 
     def corri(self) -> None:
         o = self.oltre
@@ -2001,21 +2022,26 @@ class SessioneOltre(Sessione):
         return self.avviato.testo_log(self.log_da)
 
     def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
-        client, info = super().collega()
+        coppie = [super(SessioneOltre, self).collega(url) for url in self.oltre.server or [self.opzioni.url]]
+        client, info = coppie[0]
+        if len(coppie) > 1:  # several servers: one client of the run
+            client = self.gruppo = Gruppo([c for c, _ in coppie], [i for _, i in coppie], self.oltre.smista)
+            info = info_del_gruppo(client.info)
         c = configurazione  # a shared context: asked (4kv) or in the server's log
         kv = None if c is None else c.kv_unificata or c.deciso.kv_unificata
         return client, info._replace(kv_unificata=kv)
 
     def osservatore(self, client: Client, info: InfoServer) -> Osservatore:
-        return Osservatore(None if self.oltre.silenzioso else super().osservatore(client, info))
+        return Osservatore(None if self.oltre.silenzioso else super().osservatore(client, info), self.gruppo)
 
     def lancio(self, client: Client, piano: Piano) -> LancioOltre:
         return LancioOltre(client, piano, self.inviate)
 
     def stampa_server(self, info: InfoServer) -> None:
         if not (self.in_breve and self.prove and self.prove[-1].info is info):
-            kv = f"\n  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"
-            print(riga_server(info) + (kv if info.kv_unificata else ""), flush=True)
+            kv = [f"  (--kv-unified: {info.n_ctx_slot} token di contesto condivisi fra i {info.n_slot} slot)"]
+            print("\n".join([riga_server(info)] + kv * bool(info.kv_unificata) + (
+                righe_del_gruppo(self.gruppo) if self.gruppo else [])), flush=True)
 
     def rapporto(self, prova: Prova) -> List[str]:
         e = prova.esecuzione
@@ -2023,12 +2049,14 @@ class SessioneOltre(Sessione):
             return [riga_breve(prova, sum(p.piano is prova.piano and p.info is prova.info for p in self.prove),
                                self.oltre.ripeti)]
         tetto = " (tetto predefinito)" if oltre(prova.piano).tetto_predefinito else ""
-        return rapporto(prova, riga_oltre, riepilogo_oltre(prova), f"{prova.piano.parallele}{tetto}")
+        return rapporto(prova, riga_oltre, riepilogo_oltre(prova), f"{prova.piano.parallele}{tetto}") + righe_per_server(
+            prova)
 
     def note(self, prova: Prova) -> List[str]:
         piano_oltre, stimate = oltre(prova.piano), [r for r in prova.esecuzione.riuscite if oltre(r).token_stimati]
         return note(prova, piano_oltre.esatti, piano_oltre.turni is not None or piano_oltre.prefisso is not None,
-                    bool(piano_oltre.turni), not piano_oltre.stream and prova.configurazione is None) + ([
+                    bool(piano_oltre.turni), not piano_oltre.stream and prova.configurazione is None,
+                    self.gruppo and min(i.n_slot or 0 for i in self.gruppo.info)) + ([
             f"il server non ha detto nel flusso quanti token ha generato (né usage né timings) per "
             f"{quante(len(stimate), 'richiesta', 'richieste')}. I loro token (segnati ~) sono una stima: uno per "
             "chunk con testo, ma un chunk può portarne più d'uno"] if stimate else []) + nota_lettore(
@@ -2040,6 +2068,7 @@ class SessioneOltre(Sessione):
 
     def dopo_la_prova(self, prova: Prova) -> None:
         o, piano_oltre = self.oltre, oltre(prova.piano)
+        andati = [d for d in oltre(prova.esecuzione).server if d.andato]
         righe = (righe_ritmo(prova) if piano_oltre.al_tempo else []) + righe_prompt_esatti(prova, self.log_della_prova())
         if piano_oltre.turni:
             righe += [""] + righe_conversazioni(prova)
@@ -2060,6 +2089,9 @@ class SessioneOltre(Sessione):
         letti = any(c.occupati is not None for c in prova.esecuzione.campioni)
         if (o.dettagli or o.grafico or o.file_svg or piano_oltre.turni) and letti and not letture_contesto(prova):
             nota("/slots non dice quanti token tiene ogni slot (n_prompt_tokens): il contesto per slot è n/d")
+        if andati and not prova.esecuzione.server_andato:  # the others went on: exit 1 all the same
+            raise ServerAndato(f"{', '.join(d.base for d in andati)}: smesso di rispondere durante la prova, le "
+                               "richieste dopo sono andate agli altri server. Controlla che cosa l'ha fermato e ripeti")
 
     def alla_fine(self) -> None:
         """Even after an error or a stop, whole (Ctrl+C waits)."""
@@ -4786,7 +4818,7 @@ def tabella_e_file(sessione: Sessione) -> None:
 CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_prompt", "token_cache", "token",
              "latenza_s", "attesa_slot_s", "attesa_in_coda_s", "prompt_ms", "predicted_ms", "t_s_nel_slot",
              "primo_token_s", "tpot_s", "finish_reason", "errore", "inizio_s", "previsto_s", "ritardo_invio_s", "conversazione", "turno",
-             "prompt_esatto", "interrotta", "interrotta_a_s", "tagliata_dal_contesto")
+             "prompt_esatto", "interrotta", "interrotta_a_s", "tagliata_dal_contesto", "server")
 
 
 def righe_dati(prova: Prova) -> List[dict]:
@@ -4805,7 +4837,7 @@ def riga_dati(r: Risultato, in_coda: Dict[int, float], tagliata: bool = False) -
             "ritardo_invio_s": None if letto.previsto is None else r.inizio - letto.previsto,
             "token_cache": r.token_cache, "tpot_s": tpot(r), "chunk_s": letto.chunk_s,
             "conversazione": letto.conversazione, "turno": letto.turno, "prompt_esatto": letto.prompt_esatto,
-            "token_stimati": letto.token_stimati}
+            "token_stimati": letto.token_stimati, "server": letto.server}
 
 
 def dati_piano(piano: Piano) -> dict:
@@ -4867,6 +4899,9 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "interrotta": p.esecuzione.interruzione is not None,
             "server_andato": dict(zip(("t_s", "perche"), p.esecuzione.server_andato)) if p.esecuzione.server_andato
             else None,
+            "per_server": [{"url": d.base, "n_slot": d.info.n_slot, "n_ctx_slot": d.info.n_ctx_slot, "richieste": n,
+                            "throughput": throughput, "andato_s": d.andato and d.andato[0], **s._asdict(),
+                            "picco": s.picco, "picco_coda": s.picco_coda} for d, n, s, throughput in per_server(p)],
         } for p in prove],
     }
     if capacita:
@@ -5088,6 +5123,159 @@ def volte(rapporto: float) -> str:
 
 def maiuscola(frase: str) -> str:
     return frase[:1].upper() + frase[1:]
+
+
+# Several servers: --url A,B (or --url A --url B) ################################################
+# The lab's run sees them as one client (Gruppo): its /slots is every server's slots, its queue their sum,
+# and each request goes to one server, chosen as it leaves (--smista). Each server's own figures: DelServer.
+
+SMISTA = {"turno": "a turno", "liberi": "al server con più slot liberi"}  # --smista's choices
+
+
+class DelServer(NamedTuple):
+    """One server of several, in one run."""
+    base: str
+    info: InfoServer
+    campioni: List[Campione]  # its own /slots and /metrics readings, at the run's readings
+    andato: Optional[Tuple[float, str]] = None  # it stopped answering: when (s from the start), why
+
+
+class Gruppo:
+    """Several servers as one client of the lab's run: each request to one of them, every /slots read at once."""
+
+    def __init__(self, client: List[Client], info: List[InfoServer], smista: str = "turno"):
+        self.client, self.info, self.smista = client, info, smista
+        self.base, self.con_chiave = ", ".join(c.base for c in client), any(c.con_chiave for c in client)
+        self.timeout_info, self.oltre = min(c.timeout_info for c in client), None
+        self.sentinella, self.annullato = SentinellaGruppo(client), threading.Event()
+        self._lock, self._giro = threading.Lock(), itertools.count()
+        self.in_volo = [0] * len(client)  # carico's own requests at each server now
+        self.altri = [0] * len(client)  # busy slots its latest /slots reading saw beyond carico's requests then
+        self.nuova_prova()
+
+    def nuova_prova(self) -> None:
+        self.campioni: List[List[Campione]] = [[] for _ in self.client]
+        self._letti = {"/slots": [None] * len(self.client), "/metrics": [None] * len(self.client)}
+
+    def annulla(self) -> None:
+        self.annullato.set()
+        for client in self.client:
+            client.annulla()
+
+    def scegli(self) -> int:
+        """The next request's server, among those still there: in turn, or the one with the most free slots
+        counted from carico's own requests in flight (a reading 0.5 s old would send a burst to one), plus the
+        slots its latest /slots reading saw busy beyond them (another client's); ties in turn."""
+        with self._lock:
+            vivi = [k for k, c in enumerate(self.client) if not c.annullato.is_set()] or [0]
+            giro = next(self._giro) % len(vivi)
+            k = vivi[giro] if self.smista == "turno" else max(vivi[giro:] + vivi[:giro], key=lambda k: (
+                self.info[k].n_slot or 1) - self.in_volo[k] - self.altri[k])
+            self.in_volo[k] += 1
+        return k
+
+    def invia(self, indice: int, domanda: dict, timeout: float, t0: float) -> Risultato:
+        k = self.scegli()
+        try:
+            r = invia_oltre(self.client[k], indice, domanda, timeout, t0)
+        finally:
+            with self._lock:
+                self.in_volo[k] -= 1
+        return r._replace(oltre=oltre(r)._replace(server=k))
+
+    def chiama(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:
+        """GET /slots, /metrics, /health of every server still there, as one answer (one failing: status 0,
+        a gap); any other path: the first server's."""
+        if percorso not in ("/slots", "/metrics", "/health"):
+            return self.client[0].chiama(metodo, percorso, dati, timeout)
+        letti, status = self._letti.get(percorso, [None] * len(self.client)), 200
+        for k, client in enumerate(self.client):
+            if client.annullato.is_set():  # gone: no slots, no queue
+                letti[k] = None
+                continue
+            miei = self.in_volo[k]
+            try:
+                risposta = client.chiama(metodo, percorso, dati, timeout)
+            except ErroreRete:
+                risposta = Risposta(0, b"")
+            status = risposta.status if status == 200 else status
+            letti[k] = leggi_json(risposta.corpo) if percorso == "/slots" else richieste_in_coda(risposta.corpo)
+            if percorso == "/slots" and risposta.status == 200 and conta_occupati(letti[k]) is not None:
+                self.altri[k] = max(0, conta_occupati(letti[k]) - miei)
+        if percorso == "/metrics":
+            in_coda = [v for v, c in zip(letti, self.client) if not c.annullato.is_set()]
+            corpo = f"llamacpp:requests_deferred {sum(in_coda)}" if None not in in_coda else ""
+        else:
+            corpo = json.dumps([s for v in letti for s in lista_slot(v) or []])
+        return Risposta(status, corpo.encode())
+
+    def registra(self, campione: Campione) -> None:
+        """The sampler's reading just made, each server's share (the live line's hook calls it)."""
+        for k, (slots, in_coda) in enumerate(zip(*self._letti.values())):
+            self.campioni[k].append(Campione(campione.t, conta_occupati(slots), in_coda))
+
+    def della_prova(self, t0: float) -> tuple:
+        andati = [c.sentinella.andato for c in self.client]
+        return tuple(DelServer(c.base, i, campioni, a and (a[0] - t0, a[1]))
+                     for c, i, campioni, a in zip(self.client, self.info, self.campioni, andati))
+
+
+class SentinellaGruppo:
+    """The run stops only when every server has gone away."""
+    di_fila = 0
+
+    def __init__(self, client: List[Client]):
+        self._client = client
+
+    def arma(self, armata: bool = True) -> None:
+        for client in self._client:
+            client.sentinella.arma(armata)
+
+    @property
+    def andato(self) -> Optional[Tuple[float, str]]:
+        andati = [c.sentinella.andato for c in self._client]
+        return max(andati) if all(andati) else None
+
+
+def info_del_gruppo(info: List[InfoServer]) -> InfoServer:
+    """The servers' slots together; n_ctx per slot where they agree."""
+    def comune(valori):
+        return valori[0] if len(set(valori)) == 1 else None
+    return InfoServer(None if None in (i.n_slot for i in info) else sum(i.n_slot for i in info),
+                      comune([i.n_ctx_slot for i in info]), all(i.slots_disponibile for i in info),
+                      all(i.metrics_disponibile for i in info), kv_unificata=comune([i.kv_unificata for i in info]),
+                      llama_cpp=comune([i.llama_cpp for i in info]))
+
+
+def righe_del_gruppo(gruppo: Gruppo) -> List[str]:
+    """After `server:`, each server's slots, and how the requests are spread."""
+    return [f"  {c.base}: {fmt(i.n_slot, 'd')} slot, n_ctx per slot = {fmt(i.n_ctx_slot, 'd')}"
+            for c, i in zip(gruppo.client, gruppo.info)] + [f"  richieste {SMISTA[gruppo.smista]} (--smista "
+                                                            f"{gruppo.smista})"]
+
+
+def per_server(prova: Prova) -> List[Tuple[DelServer, int, Riepilogo, Optional[float]]]:
+    """Each server's share of the run: its requests, their summary as the lab's, its throughput (its tokens over
+    the run's total time: the servers' add up to the run's)."""
+    e, parti = prova.esecuzione, []
+    for k, d in enumerate(oltre(e).server):
+        sue = [r for r in e.risultati if oltre(r).server == k]
+        s = riassumi(Esecuzione(sue, d.campioni, len(sue)), d.info.n_slot)
+        parti.append((d, len(sue), s, None if s.token is None or not e.risultati else s.token / max(
+            r.fine for r in e.risultati)))
+    return parti
+
+
+def righe_per_server(prova: Prova) -> List[str]:
+    righe = []
+    for d, n, s, throughput in per_server(prova):
+        andato = f"; ha smesso di rispondere a {d.andato[0]:.2f} s" if d.andato else ""
+        coda = f", coda {fmt(s.picco_coda, 'd')}" if d.info.metrics_disponibile else ""
+        righe.append(f"  {d.base}: {n} richieste ({s.n_riuscite} riuscite){andato}" if not s.n_riuscite else
+                     f"  {d.base}: {n} richieste ({s.n_riuscite} riuscite), picco {fmt(s.picco, 'd')}/"
+                     f"{fmt(d.info.n_slot, 'd')} slot{coda}, latenza media {fmt(s.latenza_media, '.2f s')}, max "
+                     f"{fmt(s.latenza_max, '.2f s')}, {fmt(throughput, '.2f token/s')}{andato}")
+    return ["per server:"] + righe if righe else []
 
 
 # --avvia: the whole lab in one command ##########################################################
@@ -5385,12 +5573,15 @@ def contesto_degli_slot(dati) -> Optional[tuple]:
 
 class Osservatore(NamedTuple):
     diretta: Optional[Diretta]
+    gruppo: Optional[Gruppo] = None  # several --url: each server's share of each reading
 
     def seguendo(self, futuri: list, piano: Piano):
         aggiorna = self.diretta.seguendo(futuri, piano) if self.diretta else None
 
         def al_campione(campione: Campione, dati) -> Campione:
             campione = campione._replace(contesto=contesto_degli_slot(dati))
+            if self.gruppo:
+                self.gruppo.registra(campione)
             return aggiorna(campione, dati) if aggiorna else campione
         return al_campione
 
