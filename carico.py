@@ -1815,6 +1815,8 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         rifiuta("--np va usato insieme a --avvia; senza, -np va nel comando del server (llama serve ... -np 4)")
     if a.avvia is not None and any(u.startswith("https://") for u in a.url or []):
         rifiuta("--avvia avvia llama serve in http semplice: usa --url http://...")
+    if doppio := next((u for u in a.url or [] if a.url.count(u) > 1), None):
+        rifiuta(f"--url {doppio} è ripetuto: ogni server una volta")
     if a.avvia is not None and len(a.url or []) > 1:
         rifiuta("--avvia avvia un server solo: per più copie usa --repliche (porte libere scelte da carico.py)")
     if len(a.url or []) > 1 and a.turni is not None:

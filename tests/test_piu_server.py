@@ -1,0 +1,107 @@
+"""Several servers in one run (--url A,B): routing, each server's line, one going away; fakes of different sizes."""
+
+import csv
+import io
+import json
+import re
+
+import pytest
+
+import carico
+from aiuti import rifiutata
+
+
+def chat_di(server):
+    return [b for b in server.bodies]
+
+
+def righe_server(out):
+    """Each server's line after `per server:`, by its URL."""
+    coda = out.split("per server:\n", 1)[1].splitlines()
+    return {m.group(1): m.group(2) for m in (re.match(r"  (http://\S+): (.*)", r) for r in coda) if m}
+
+
+def test_a_turno_fra_server_di_taglie_diverse(fake, carica):
+    a, b = fake(n_slot=1, metrics=True), fake(n_slot=2, metrics=True)
+    rc, out, err = carica(f"{a.url},{b.url}", "--richieste", "6", "--parallele", "3", "--token", "8")
+    assert rc == 0, err
+    # The lab's lines for the whole run, over the slots of both.
+    assert out.startswith(f"server: 3 slot, n_ctx per slot = n/d\n  {a.url}: 1 slot, n_ctx per slot = 2048\n"
+                          f"  {b.url}: 2 slot, n_ctx per slot = 1024\n  richieste a turno (--smista turno)\n")
+    assert "richieste=6 parallele=3 slot=3  picco slot occupati insieme=" in out
+    assert len(a.bodies) == len(b.bodies) == 3  # in turn, whatever their size
+    linee = righe_server(out)
+    assert linee[a.url].startswith("3 richieste (3 riuscite), picco 1/1 slot, coda ")
+    assert linee[b.url].startswith("3 richieste (3 riuscite), picco ")
+    # Each server's throughput is its tokens over the run's time: together, the run's.
+    totale = float(re.search(r"throughput aggregato ([\d.]+)", out)[1])
+    parti = [float(re.search(r"([\d.]+) token/s$", r)[1]) for r in linee.values()]
+    assert sum(parti) == pytest.approx(totale, abs=0.02)
+
+
+def test_al_server_con_piu_slot_liberi(fake, carica):
+    a, b = fake(n_slot=1, metrics=True, s_per_token=0.02), fake(n_slot=3, metrics=True, s_per_token=0.02)
+    rc, out, err = carica(f"{a.url},{b.url}", "--smista", "liberi", "--richieste", "4", "--token", "8")
+    assert rc == 0, err
+    assert "  richieste al server con più slot liberi (--smista liberi)" in out
+    # Counted from carico's own requests in flight: 4 at once fill the 4 slots, none waits.
+    assert (len(a.bodies), len(b.bodies)) == (1, 3)
+    assert "picco richieste in coda (requests_deferred)=0" in out
+    # In turn, the same load queues on the small one.
+    a.bodies.clear(), b.bodies.clear()
+    rc, out, _ = carica(f"{a.url},{b.url}", "--richieste", "4", "--token", "8")
+    assert (len(a.bodies), len(b.bodies)) == (2, 2)
+    assert re.search(r"coda [1-9]", righe_server(out)[a.url])
+
+
+def test_liberi_conta_gli_slot_gia_occupati_da_un_altro(fake, carica):
+    """The latest /slots reading corrects carico's own count: a server busy with another client's work gets less."""
+    a, b = fake(n_slot=2, s_per_token=0.02), fake(n_slot=2, s_per_token=0.02)
+    gruppo = carico.Gruppo([carico.Client(a.url), carico.Client(b.url)],
+                           [carico.InfoServer(2, 1024, True), carico.InfoServer(2, 1024, True)], "liberi")
+    gruppo.altri = [2, 0]  # a reading saw both of a's slots busy, none of them carico's
+    assert [gruppo.scegli() for _ in range(3)] == [1, 1, 0]  # b's two free slots first, then the tie: a
+
+
+def test_un_server_che_se_ne_va(fake, carica):
+    """One server stopped mid-run: the others go on, its requests failed and said, nothing more sent to it, exit 1."""
+    a = fake(n_slot=2, s_per_token=0.01)
+    b = fake(n_slot=2, s_per_token=0.01, spegni_dopo=2, spegni_uccidendo=True)
+    rc, out, err = carica(a.url, "--url", b.url, "--richieste", "10", "--token", "16")
+    assert rc == 1
+    linee = righe_server(out)
+    assert re.fullmatch(r"\d+ richieste \(0 riuscite\); ha smesso di rispondere a [\d.]+ s", linee[b.url])
+    a_servite = int(linee[a.url].split()[0])
+    assert a_servite >= 6 and f"{a_servite} richieste ({a_servite} riuscite)" in linee[a.url]
+    assert len(b.bodies) <= 2  # no hammering of the dead one
+    assert f"{b.url}: smesso di rispondere durante la prova, le richieste dopo sono andate agli altri server" in err
+    assert "Traceback" not in err
+
+
+def test_una_lista_con_un_url_sbagliato(fake, capsys):
+    a = fake()
+    assert rifiutata(a, capsys, ["--url", "http://127.0.0.1:1,ftp://x"]) == (
+        "carico.py: errore: opzione --url: 'ftp://x' deve iniziare con http:// o https:// (es. http://127.0.0.1:8080)")
+    assert rifiutata(a, capsys, ["--url", a.url]) == f"carico.py: errore: --url {a.url} è ripetuto: ogni server una volta"
+
+
+def test_lo_stesso_server_due_volte(fake, capsys):
+    a = fake()
+    with pytest.raises(SystemExit):
+        carico.main(["--url", f"{a.url},{a.url}"])
+    assert capsys.readouterr().err.rstrip().endswith("ogni server una volta")
+    assert a.richieste_ricevute == []
+
+
+def test_file_dicono_il_server_di_ogni_richiesta(fake, carica, tmp_path):
+    a, b = fake(n_slot=1), fake(n_slot=1)
+    rc, _, err = carica(f"{a.url},{b.url}", "--richieste", "4", "--token", "4", "--json", str(tmp_path / "p.json"),
+                        "--csv", str(tmp_path / "p.csv"))
+    assert rc == 0, err
+    dati = json.loads((tmp_path / "p.json").read_text())
+    prova = dati["prove"][0]
+    assert [s["url"] for s in prova["per_server"]] == [a.url, b.url]
+    assert [s["richieste"] for s in prova["per_server"]] == [2, 2]
+    assert sorted(r["server"] for r in prova["richieste"]) == [0, 0, 1, 1]
+    righe = list(csv.DictReader(io.StringIO((tmp_path / "p.csv").read_text())))
+    assert sorted(r["server"] for r in righe) == ["0", "0", "1", "1"]
