@@ -5280,6 +5280,48 @@ def righe_per_server(prova: Prova) -> List[str]:
     return ["per server:"] + righe if righe else []
 
 
+def picco_in_un_server(punto: Punto) -> Optional[int]:
+    """The most slots busy together on one server: batching is within a server, never across copies."""
+    picchi = [s.picco for p in punto.intere for _, _, s, _ in per_server(p)] or [p.riepilogo.picco for p in punto.intere]
+    return max((v for v in picchi if v is not None), default=None)
+
+
+def righe_repliche(prove: List[Prova], memorie: Dict[Configurazione, Memoria]) -> List[str]:
+    """--spiega after --repliche: copies against slots at the same total, figure by figure, with its certainty."""
+    punti = [p for p in punti_di(prove) if p.prove[0].configurazione is not None and p.misurato]
+    if len({p.prove[0].configurazione.repliche for p in punti}) < 2:
+        return []
+    nome = {id(p): p.prove[0].configurazione.descrizione for p in punti}
+    info = punti[0].prove[0].info
+    righe = [f"Copie o slot? {fmt(info.n_slot, 'd')} slot in tutto, {fmt(info.n_ctx_slot, 'd')} token di contesto "
+             "a slot in ogni disposizione:"]
+    for cifra, chiave, meglio, unita in (("Throughput più alto", "throughput", max, "token/s"),
+                                         ("Latenza media più bassa", "latenza_media", min, "s")):
+        valore = (lambda p: p.throughput) if chiave == "throughput" else (lambda p: p.latenza)
+        primo = meglio(punti, key=valore)
+        confronti = []
+        for p in (q for q in punti if q is not primo):
+            rapporto = valore(primo) / valore(p) if chiave == "throughput" else valore(p) / valore(primo)
+            diverso = diversi(primo.cifre(chiave), p.cifre(chiave))
+            certezza = ("" if diverso is None else ", oltre il rumore" if diverso else
+                        ", non accertato" if rapporto > 1.1 else ", entro il rumore")
+            confronti.append(f"×{rapporto:.2f} su {nome[id(p)]} ({valore(p):.2f}{certezza})")
+        righe.append(f"  {cifra}: {nome[id(primo)]}, {valore(primo):.2f} {unita}; " + ", ".join(confronti) + ".")
+    righe.append("  Perché, dai tempi del server: nel proprio slot " + ", ".join(
+        f"{fmt(p.velocita_slot, '.1f')} t/s con {nome[id(p)]}" for p in punti) + ".")
+    righe.append("  Slot occupati insieme in un server (il batching è dentro un server, mai fra copie): " + ", ".join(
+        f"fino a {fmt(picco_in_un_server(p), 'd')} con {nome[id(p)]}" for p in punti) + ".")
+    misurate = [(p, memorie.get(p.prove[0].configurazione)) for p in punti]
+    if all(m is not None for _, m in misurate):
+        righe.append("  RAM (smaps_rollup, le pagine condivise contate una volta): " + "; ".join(
+            f"{nome[id(p)]} {m.totale:.0f} MiB" + (f" ({m.condivisa:.0f} condivisi fra le copie)" if len(m.privata) > 1
+                                                   else "") for p, m in misurate) + ".")
+    if any(len(p.intere) < 2 for p in punti):
+        righe.append("  Una prova per disposizione: con --ripeti 3 si misura il rumore, e i confronti dicono se lo "
+                     "superano.")
+    return righe
+
+
 # --avvia: the whole lab in one command ##########################################################
 
 class Configurazione(NamedTuple):
