@@ -1579,6 +1579,9 @@ OPZIONI_OLTRE = (
         ("--avvia", dict(type=comando_server, metavar="COMANDO", help="avvia il server per ogni --np, misura, "
                          "lo ferma")),
         ("--np", dict(type=lista_np, metavar="LISTA", help="-np di --avvia (1,2,4; 4kv: --kv-unified; auto)")),
+        ("--repliche", dict(type=lista_di(intero_positivo), metavar="LISTA", help="copie del server fra cui "
+                            "dividere -np, -c e -t (1,2,4)")),
+        ("--contesto-intero", dict(action="store_true", help="con --repliche: ogni copia il -c intero")),
     ]),
     ("il prezzo del parallelismo", "il contesto -c diviso fra gli slot: quanto ne tiene ognuno (--dettagli,\n"
      "--grafico, --svg); con --avvia, la cache KV dal log del server (-lv 4)", [
@@ -1667,6 +1670,8 @@ class OpzioniOltre(NamedTuple):
     file_csv: Optional[str] = None
     avvia: Optional[List[str]] = None  # the server's command, split as a shell would
     np: Optional[List[Configurazione]] = None  # with --avvia: one server per value
+    repliche: Optional[List[int]] = None  # with --avvia: copies of the server that share each -np
+    contesto_intero: bool = False  # each copy the whole -c (else divided: a slot holds as much in every layout)
     dettagli: bool = False
     blocchi: bool = False
     slo: Optional[Dict[str, float]] = None  # objective -> seconds
@@ -1813,6 +1818,12 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         minimo, a.token = a.token[0][0], [a.token[0][1]]
     if a.np is not None and a.avvia is None:
         rifiuta("--np va usato insieme a --avvia; senza, -np va nel comando del server (llama serve ... -np 4)")
+    if a.repliche is not None:
+        a.np = a.np or lista_np(str(max(a.repliche)))  # the copies' total: one slot each at the most copies
+        if perche := perche_non_repliche(a.repliche, a.np, a.avvia, a.contesto_intero):
+            rifiuta(perche)
+    elif a.contesto_intero:
+        rifiuta("--contesto-intero va usato insieme a --repliche: dice se ogni copia del server ha il -c intero")
     if a.avvia is not None and any(u.startswith("https://") for u in a.url or []):
         rifiuta("--avvia avvia llama serve in http semplice: usa --url http://...")
     if doppio := next((u for u in a.url or [] if a.url.count(u) > 1), None):
@@ -5325,22 +5336,34 @@ def righe_repliche(prove: List[Prova], memorie: Dict[Configurazione, Memoria]) -
 # --avvia: the whole lab in one command ##########################################################
 
 class Configurazione(NamedTuple):
-    """One server of a sweep: -np N (-1: `auto`, no -np), maybe --kv-unified; what its log said it decided."""
+    """One point of a sweep: -np N in all (-1: `auto`, no -np), maybe --kv-unified, over `repliche` copies of the
+    server (each -np N / repliche); what its log said it decided."""
     np: int
     kv_unificata: bool = False
     deciso: Optional[Decisioni] = None
+    repliche: int = 1
 
     @property
     def etichetta(self) -> str:
-        return "auto" if self.np == -1 else f"{self.np} kv" if self.kv_unificata else str(self.np)
+        kv = " kv" if self.kv_unificata else ""
+        if self.repliche > 1:
+            return f"{self.repliche}x{self.np // self.repliche}{kv}"
+        return "auto" if self.np == -1 else f"{self.np}{kv}"
+
+    @property
+    def descrizione(self) -> str:
+        uno = " ".join(self.argomenti()) or "-np auto"
+        return uno if self.repliche == 1 else f"{self.repliche} copie da {uno}"
 
     @property
     def ordine(self) -> tuple:
-        """By -np, --kv-unified after, auto last (never the ratios' base)."""
-        return self.np == -1, self.np, self.kv_unificata
+        """By -np, --kv-unified after, auto last (never the ratios' base); then by copies."""
+        return self.np == -1, self.np, self.kv_unificata, self.repliche
 
     def argomenti(self) -> List[str]:
-        return ([] if self.np == -1 else ["-np", str(self.np)]) + (["--kv-unified"] if self.kv_unificata else [])
+        """One copy's."""
+        np = ["-np", str(self.np // self.repliche)] if self.np != -1 else []
+        return np + (["--kv-unified"] if self.kv_unificata else [])
 
 
 class ServerAvviato:
@@ -5461,6 +5484,109 @@ def muori_con_il_padre():
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+# --repliche: copies of one server ###############################################################
+# The other way to serve N users on one machine: k servers of N/k slots. Each copy has its own KV cache and
+# compute buffers and never batches with the others; -np, -c and -t are divided so the totals stay as asked.
+
+CONTESTO, THREAD = ("-c", "--ctx-size"), ("-t", "--threads")
+
+
+def valore_nel_comando(comando: List[str], nomi: Tuple[str, ...]) -> Optional[str]:
+    """The last value of an option (`-c N` or `-c=N`): the one the server keeps."""
+    valore = None
+    for prima, parte in zip([""] + comando, comando):
+        nome, uguale, dopo = parte.partition("=")
+        if prima in nomi or uguale and nome in nomi:
+            valore = parte if prima in nomi else dopo
+    return valore
+
+
+def intero_nel_comando(comando: List[str], nomi: Tuple[str, ...]) -> Optional[int]:
+    """An option's value if it is a positive integer (-c 0, -t -1: the server decides)."""
+    with contextlib.suppress(TypeError, ValueError):  # None, or not a number
+        if (valore := int(valore_nel_comando(comando, nomi))) > 0:
+            return valore
+    return None
+
+
+def senza_opzione(comando: List[str], nomi: Tuple[str, ...]) -> List[str]:
+    return [parte for prima, parte in zip([""] + comando, comando)
+            if prima not in nomi and parte.partition("=")[0] not in nomi]
+
+
+def perche_non_repliche(repliche: List[int], configurazioni: List[Configurazione], avvia: Optional[List[str]],
+                        intero: bool) -> Optional[str]:
+    if avvia is None:
+        return "--repliche va usato insieme a --avvia: le copie del server le avvia carico.py"
+    if any(c.np == -1 for c in configurazioni):
+        return "--repliche divide -np fra le copie: con --np auto non c'è un numero da dividere"
+    for r, c in itertools.product(repliche, configurazioni):
+        if c.np % r:
+            return (f"--repliche {r} divide -np {c.np}? no: {r} copie da -np {c.np / r:g} (ogni valore di --repliche "
+                    "deve dividere ogni --np)")
+    contesto = valore_nel_comando(avvia, CONTESTO)
+    if max(repliche) > 1 and not intero and intero_nel_comando(avvia, CONTESTO) is None:
+        manca = f"-c {contesto} non è un numero da dividere" if contesto else "manca -c N nel comando di --avvia"
+        return f"--repliche divide -c fra le copie (a ogni slot lo stesso contesto): {manca} (o --contesto-intero)"
+    return None
+
+
+def copia_del_comando(comando: List[str], configurazione: Configurazione,
+                      intero: bool = False) -> Tuple[List[str], List[str]]:
+    """One copy's command (-np, host and port: ServerAvviato's) and the notes to print about it."""
+    r = configurazione.repliche
+    copia, note = list(comando), []
+    if r == 1:
+        return copia, note
+    contesto = intero_nel_comando(comando, CONTESTO)
+    if contesto is not None and not intero:
+        copia = con_contesto(copia, max(contesto // r, 1))
+        if contesto % r:
+            note.append(f"-c {contesto} non si divide fra {r} copie: ogni copia -c {max(contesto // r, 1)}")
+    thread = intero_nel_comando(comando, THREAD)
+    if thread is None:
+        dato = valore_nel_comando(comando, THREAD)
+        senza = "senza -t nel comando" if dato is None else f"con -t {dato}"
+        note.append(f"{senza} ognuna delle {r} copie usa i thread predefiniti del server: si contendono i core "
+                    "(-t N li divide fra le copie)")
+    else:
+        copia = senza_opzione(copia, THREAD) + ["-t", str(max(thread // r, 1))]
+        if thread % r:
+            note.append(f"-t {thread} non si divide fra {r} copie: ogni copia -t {max(thread // r, 1)}")
+    return copia, note
+
+
+def url_libero(url: str) -> str:
+    """url with a port free on its host (the system's pick for port 0)."""
+    parti = urllib.parse.urlsplit(url)
+    famiglia, tipo, _, _, indirizzo = socket.getaddrinfo(parti.hostname, 0, type=socket.SOCK_STREAM)[0]
+    with socket.socket(famiglia, tipo) as s:
+        s.bind(indirizzo)
+        porta = s.getsockname()[1]
+    host = f"[{parti.hostname}]" if ":" in parti.hostname else parti.hostname
+    return urllib.parse.urlunsplit(parti._replace(netloc=f"{host}:{porta}"))
+
+
+@contextlib.contextmanager
+def copie_avviate(comando: List[str], configurazione: Configurazione, url: str, attesa: float, stderr,
+                  intero: bool = False) -> Iterator[List[ServerAvviato]]:
+    """The copies, the first on url's port, started one after the other; all stopped on the way out, however."""
+    copia, note = copia_del_comando(comando, configurazione, intero)
+    for testo in note:
+        print(f"carico.py: nota: {testo}", file=stderr, flush=True)
+    with contextlib.ExitStack() as avviate:
+        copie: List[ServerAvviato] = []
+        for i in range(configurazione.repliche):
+            server = ServerAvviato(copia, configurazione, url if i == 0 else url_libero(url), attesa, stderr)
+            copie.append(avviate.enter_context(server))
+        try:
+            yield copie
+        finally:
+            for server in copie:  # all told first: they stop together, not one after the other
+                if server.proc.poll() is None:
+                    server.proc.terminate()
 
 
 # --confronta: two result files side by side ####################################################

@@ -578,6 +578,7 @@ def main(argv=None):
     parser.add_argument("-lv", type=int, default=3)  # 4 or more: the KV cache lines too
     parser.add_argument("--senza-swa", action="store_true", help="a model without sliding-window layers")
     parser.add_argument("-c", type=int, default=2048)
+    parser.add_argument("-t", "--threads", type=int, help="ignored: the fake's pace is --s-per-token")
     parser.add_argument("--kv-unified", action="store_true")
     parser.add_argument("--s-per-token", type=float, default=0.005)
     parser.add_argument("--loading-s", type=float, default=0.0)

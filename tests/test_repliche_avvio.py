@@ -1,0 +1,155 @@
+"""--repliche's building blocks, without a real server: the flags' checks, one copy's command (-np, -c and -t
+divided among the copies), the copies started and stopped (the fake as a process)."""
+
+import json
+import sys
+import urllib.parse
+
+import pytest
+
+import carico
+from aiuti import porta_libera, risponde
+from test_oltre import comando_fake
+from test_opzioni import rifiuto
+
+C = carico.Configurazione
+AVVIA = ["--avvia", "llama serve -m m.gguf -c 2048"]
+
+
+# The flags ####################################################################################
+
+def test_repliche_senza_np_ne_prende_il_massimo():
+    _, opzioni = carico.analizza_argomenti(AVVIA + ["--repliche", "1,2,4"])
+    assert opzioni.oltre.repliche == [1, 2, 4] and opzioni.oltre.np == [C(4)]
+    assert opzioni.oltre.contesto_intero is False
+    _, opzioni = carico.analizza_argomenti(AVVIA + ["--repliche", "2", "--np", "2,4kv", "--contesto-intero"])
+    assert opzioni.oltre.repliche == [2] and opzioni.oltre.np == [C(2), C(4, True)] and opzioni.oltre.contesto_intero
+    # without -c: each copy its whole (default) context, so it is not needed; nor with copies of one
+    _, opzioni = carico.analizza_argomenti(["--avvia", "llama serve", "--repliche", "2", "--contesto-intero"])
+    assert opzioni.oltre.np == [C(2)]
+    assert carico.analizza_argomenti(["--avvia", "llama serve", "--repliche", "1"])[1].oltre.np == [C(1)]
+    # none of it: the fields' defaults
+    oltre = carico.analizza_argomenti(AVVIA)[1].oltre
+    assert (oltre.repliche, oltre.contesto_intero, oltre.np) == (None, False, [C(1), C(2), C(4)])
+
+
+@pytest.mark.parametrize("argomenti,messaggio", [
+    (["--repliche", "2"], "--repliche va usato insieme a --avvia: le copie del server le avvia carico.py"),
+    (["--contesto-intero"], "--contesto-intero va usato insieme a --repliche: dice se ogni copia del server ha il "
+                            "-c intero"),
+    (AVVIA + ["--contesto-intero"], "--contesto-intero va usato insieme a --repliche"),
+    (AVVIA + ["--repliche", "4", "--np", "2"], "--repliche 4 divide -np 2? no: 4 copie da -np 0.5 (ogni valore di "
+                                               "--repliche deve dividere ogni --np)"),
+    (AVVIA + ["--repliche", "1,2", "--np", "2,3"], "--repliche 2 divide -np 3? no: 2 copie da -np 1.5"),
+    (AVVIA + ["--repliche", "2", "--np", "4,auto"], "--repliche divide -np fra le copie: con --np auto non c'è un "
+                                                    "numero da dividere"),
+    (["--avvia", "llama serve -m m.gguf", "--repliche", "1,2"],
+     "--repliche divide -c fra le copie (a ogni slot lo stesso contesto): manca -c N nel comando di --avvia (o "
+     "--contesto-intero)"),
+    (["--avvia", "llama serve -c 0", "--repliche", "2"], "stesso contesto): -c 0 non è un numero da dividere (o --contesto-intero)"),
+    (AVVIA + ["--repliche", "1,2,1"], "il valore 1 è ripetuto nella lista '1,2,1'"),
+    (AVVIA + ["--repliche", "0"], "opzione --repliche: deve essere maggiore di 0, non 0"),
+    (AVVIA + ["--repliche", "2,due"], "opzione --repliche: 'due' non è un numero intero"),
+])
+def test_repliche_opzioni_sbagliate(capsys, argomenti, messaggio):
+    assert messaggio in rifiuto(capsys, argomenti)
+
+
+def test_configurazione_delle_copie():
+    """One copy's arguments; the label as today with one copy, else copies x slots of each."""
+    assert [(c.etichetta, c.argomenti(), c.descrizione) for c in (C(4), C(4, True), C(-1))] == [
+        ("4", ["-np", "4"], "-np 4"), ("4 kv", ["-np", "4", "--kv-unified"], "-np 4 --kv-unified"),
+        ("auto", [], "-np auto")]
+    assert [(c.etichetta, c.argomenti(), c.descrizione) for c in
+            (C(4, repliche=2), C(4, repliche=4), C(4, True, repliche=2))] == [
+        ("2x2", ["-np", "2"], "2 copie da -np 2"), ("4x1", ["-np", "1"], "4 copie da -np 1"),
+        ("2x2 kv", ["-np", "2", "--kv-unified"], "2 copie da -np 2 --kv-unified")]
+    assert C(4, False, None) == C(4)  # positional uses unchanged
+    assert sorted([C(4, repliche=4), C(4, repliche=2), C(4), C(2)], key=lambda c: c.ordine) == [
+        C(2), C(4), C(4, repliche=2), C(4, repliche=4)]
+
+
+# One copy's command ##############################################################################
+
+@pytest.mark.parametrize("comando,atteso", [
+    ("llama serve -m m.gguf -c 2048 -t 2", "llama serve -m m.gguf -c 1024 -t 1"),
+    ("llama serve -t=4 --ctx-size 2048", "llama serve -c 1024 -t 2"),
+    ("llama serve --threads 6 --ctx-size=4096", "llama serve -c 2048 -t 3"),
+    ("llama serve --threads=2 -c=2048 -a q", "llama serve -a q -c 1024 -t 1"),
+])
+def test_copia_divide_contesto_e_thread(comando, atteso):
+    assert carico.copia_del_comando(comando.split(), C(4, repliche=2)) == (atteso.split(), [])
+
+
+def test_copia_le_note():
+    r2, r4 = C(4, repliche=2), C(4, repliche=4)
+    assert carico.copia_del_comando("s -c 2048 -t 3".split(), r2) == (
+        "s -c 1024 -t 1".split(), ["-t 3 non si divide fra 2 copie: ogni copia -t 1"])
+    assert carico.copia_del_comando("s -c 2048 -t 2".split(), r4) == (  # at least one thread each
+        "s -c 512 -t 1".split(), ["-t 2 non si divide fra 4 copie: ogni copia -t 1"])
+    assert carico.copia_del_comando("s -c 2050 -t 4".split(), r4) == (
+        "s -c 512 -t 1".split(), ["-c 2050 non si divide fra 4 copie: ogni copia -c 512"])
+    comando, note = carico.copia_del_comando("s -c 2048".split(), r2)
+    assert comando == "s -c 1024".split()
+    assert note == ["senza -t nel comando ognuna delle 2 copie usa i thread predefiniti del server: si contendono i "
+                    "core (-t N li divide fra le copie)"]
+    assert carico.copia_del_comando("s -c 2048 -t -1".split(), r2)[1][0].startswith("con -t -1 ognuna delle 2 copie")
+    # the whole context to each copy: -c as given, -t still divided
+    assert carico.copia_del_comando("s -c 2048 -t 4".split(), r2, intero=True) == ("s -c 2048 -t 2".split(), [])
+    # one copy: the command as given, whatever it holds
+    assert carico.copia_del_comando("s -c 2047 -t 3".split(), C(4)) == ("s -c 2047 -t 3".split(), [])
+    assert carico.copia_del_comando(["s"], C(4, repliche=1)) == (["s"], [])
+
+
+# The copies started and stopped (the fake as a process) ##########################################
+
+def slot_di(url):
+    return json.loads(carico.Client(url).chiama("GET", "/slots").corpo)
+
+
+def test_copie_avviate_e_fermate(capsys):
+    url = f"http://127.0.0.1:{porta_libera()}"
+    with carico.copie_avviate(comando_fake("-t", "2").split(), C(2, repliche=2), url, 20, sys.stderr) as copie:
+        assert len(copie) == 2 and copie[0].url == url
+        porte = [urllib.parse.urlsplit(s.url).port for s in copie]
+        assert porte[0] != porte[1] and all(risponde(s.url) for s in copie)
+        for server in copie:  # -np 1 each, and the context divided: 2048 / 2
+            assert [s["n_ctx"] for s in slot_di(server.url)] == [1024]
+            assert (server.decisioni().n_slot, server.decisioni().n_ctx_slot) == (1, 1024)
+        processi = [s.proc for s in copie]
+    assert all(p.poll() is not None for p in processi) and not any(risponde(s.url) for s in copie)
+    err = capsys.readouterr().err
+    assert err.count("avvio: ") == 2 and err.count("-np 1 -lv 4 --host 127.0.0.1") == 2
+    assert "-c 1024 -t 1 -np 1" in err
+    assert "carico.py: nota" not in err  # -t 2 divides
+
+
+def test_copie_fermate_anche_dopo_un_errore(capsys):
+    url = f"http://127.0.0.1:{porta_libera()}"
+    with pytest.raises(RuntimeError):
+        with carico.copie_avviate(comando_fake().split(), C(2, repliche=2), url, 20, sys.stderr) as copie:
+            processi = [s.proc for s in copie]
+            raise RuntimeError("a metà")
+    assert len(processi) == 2 and all(p.poll() is not None for p in processi)
+    assert not any(risponde(s.url) for s in copie)
+    err = capsys.readouterr().err
+    # without -t, said once
+    assert err.count("carico.py: nota: senza -t nel comando ognuna delle 2 copie") == 1
+
+
+@pytest.mark.parametrize("intoppo,errore", [("porta occupata", carico.ErroreUtente), ("Ctrl+C", KeyboardInterrupt)])
+def test_copie_fermate_se_la_seconda_non_parte(monkeypatch, capsys, intoppo, errore):
+    """The second copy finds its port taken, or Ctrl+C comes before it starts: the first copy is stopped too."""
+    url = f"http://127.0.0.1:{porta_libera()}"
+
+    def porta(_):
+        assert risponde(url)  # the first copy is up
+        if intoppo == "Ctrl+C":
+            raise KeyboardInterrupt
+        return url  # where the first copy answers
+    monkeypatch.setattr(carico, "url_libero", porta)
+    with pytest.raises(errore):
+        with carico.copie_avviate(comando_fake().split(), C(2, repliche=2), url, 20, sys.stderr):
+            pytest.fail("the block runs only with every copy started")
+    assert not risponde(url)
+    assert capsys.readouterr().err.count("avvio: ") == 1  # the second: refused before it starts, or never tried
