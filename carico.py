@@ -5589,6 +5589,33 @@ def copie_avviate(comando: List[str], configurazione: Configurazione, url: str, 
                     server.proc.terminate()
 
 
+class Memoria(NamedTuple):
+    """What the copies cost in RAM while they run, MiB, as the kernel counts it."""
+    privata: Tuple[float, ...]  # each copy's own pages: KV cache, compute buffers, repacked weights
+    rss: Tuple[float, ...]  # each copy's resident pages, shared ones included (summed, counted once a copy)
+    condivisa: float  # the pages the copies share (the mapped weights), counted once
+    totale: float  # the copies together: the private pages, plus the shared ones once
+
+
+def memoria(pids: List[int], radice: str = "/proc") -> Optional[Memoria]:
+    """From /proc/PID/smaps_rollup (Linux); None elsewhere, or when a process is gone."""
+    letti = []
+    for pid in pids:
+        try:
+            with open(os.path.join(radice, str(pid), "smaps_rollup"), encoding="ascii") as f:
+                campi = dict(riga.split(":", 1) for riga in f if riga.rstrip().endswith(" kB"))
+            letti.append({k: int(campi[k].split()[0]) / 1024 for k in ("Rss", "Pss", "Private_Clean", "Private_Dirty")})
+        except (OSError, KeyError, ValueError):
+            return None
+    if not letti:
+        return None
+    # Pss: the kernel splits each shared page among the processes that map it, so the copies' Pss sum to their
+    # private pages plus each page they share once (a page other processes map too, only the copies' share).
+    privata = tuple(m["Private_Clean"] + m["Private_Dirty"] for m in letti)
+    totale = sum(m["Pss"] for m in letti)
+    return Memoria(privata, tuple(m["Rss"] for m in letti), max(totale - sum(privata), 0.0), totale)
+
+
 # --confronta: two result files side by side ####################################################
 # With --ripeti runs in each file, Welch's t-test (unequal variances: fits few runs) says if a
 # difference is beyond the noise, at 95%; with one run a file, it is only indicative.

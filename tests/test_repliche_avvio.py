@@ -1,7 +1,10 @@
 """--repliche's building blocks, without a real server: the flags' checks, one copy's command (-np, -c and -t
-divided among the copies), the copies started and stopped (the fake as a process)."""
+divided among the copies), the copies started and stopped (the fake as a process), and what they cost in RAM
+(/proc/PID/smaps_rollup)."""
 
 import json
+import mmap
+import subprocess
 import sys
 import urllib.parse
 
@@ -153,3 +156,68 @@ def test_copie_fermate_se_la_seconda_non_parte(monkeypatch, capsys, intoppo, err
             pytest.fail("the block runs only with every copy started")
     assert not risponde(url)
     assert capsys.readouterr().err.count("avvio: ") == 1  # the second: refused before it starts, or never tried
+
+
+# Memory ###########################################################################################
+
+ROLLUP = """55d0c6a6b000-7ffd4c1fb000 ---p 00000000 00:00 0                          [rollup]
+Rss:              {rss} kB
+Pss:              {pss} kB
+Pss_Anon:            10 kB
+Shared_Clean:      2048 kB
+Private_Clean:    {pc} kB
+Private_Dirty:    {pd} kB
+Swap:                 0 kB
+"""
+
+
+def scrivi_rollup(radice, pid, **kib):
+    (radice / str(pid)).mkdir()
+    (radice / str(pid) / "smaps_rollup").write_text(ROLLUP.format(**kib))
+
+
+def test_memoria_da_file(tmp_path):
+    # Two copies each with 1 GiB of weights mapped by both (512 MiB of Pss each), and their own pages.
+    scrivi_rollup(tmp_path, 11, rss=1048576 + 102400, pss=524288 + 102400, pc=1024, pd=101376)
+    scrivi_rollup(tmp_path, 12, rss=1048576 + 51200, pss=524288 + 51200, pc=0, pd=51200)
+    m = carico.memoria([11, 12], str(tmp_path))
+    assert m == carico.Memoria(privata=(100.0, 50.0), rss=(1124.0, 1074.0), condivisa=1024.0, totale=1174.0)
+    assert carico.memoria([11], str(tmp_path)).condivisa == 512.0  # alone, its share of what it maps with the other
+    assert carico.memoria([11, 13], str(tmp_path)) is None  # a process gone
+    (tmp_path / "14").mkdir()
+    (tmp_path / "14" / "smaps_rollup").write_text("Rss: 1 kB\n")  # a kernel without Pss in the rollup
+    assert carico.memoria([14], str(tmp_path)) is None
+    assert carico.memoria([], str(tmp_path)) is None
+
+
+MAPPA = """
+import mmap, sys, time
+with open(sys.argv[1], "rb") as f:
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+sum(m[i] for i in range(0, len(m), mmap.PAGESIZE))  # every page resident
+print("pronto", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/smaps_rollup is Linux's")
+def test_memoria_di_due_processi_veri(tmp_path):
+    """Two processes map the same 8 MiB file: those pages are shared, counted once in the total."""
+    dati = tmp_path / "pesi.bin"
+    dati.write_bytes(bytes(range(256)) * (8 * 4096))
+    processi = [subprocess.Popen([sys.executable, "-c", MAPPA, str(dati)], stdout=subprocess.PIPE, text=True)
+                for _ in range(2)]
+    try:
+        assert [p.stdout.readline() for p in processi] == ["pronto\n"] * 2
+        m = carico.memoria([p.pid for p in processi])
+        assert m is not None and len(m.privata) == len(m.rss) == 2
+        assert m.condivisa >= 8 - 0.5  # the file, once (and the interpreter's own shared pages)
+        assert m.totale < sum(m.rss) - 4  # summing RSS counts the file twice
+        assert abs(m.totale - (sum(m.privata) + m.condivisa)) < 1e-9
+        assert all(0 < p < r for p, r in zip(m.privata, m.rss))
+    finally:
+        for p in processi:
+            p.kill()
+            p.wait()
+            p.stdout.close()
+    assert carico.memoria([p.pid for p in processi]) is None  # gone
