@@ -1822,6 +1822,7 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         a.np = a.np or lista_np(str(max(a.repliche)))  # the copies' total: one slot each at the most copies
         if perche := perche_non_repliche(a.repliche, a.np, a.avvia, a.contesto_intero):
             rifiuta(perche)
+        a.np = [c._replace(repliche=r) for c in a.np for r in a.repliche]  # a point per layout
     elif a.contesto_intero:
         rifiuta("--contesto-intero va usato insieme a --repliche: dice se ogni copia del server ha il -c intero")
     if a.avvia is not None and any(u.startswith("https://") for u in a.url or []):
@@ -1947,7 +1948,9 @@ class SessioneOltre(Sessione):
         self.avviato: Optional[ServerAvviato] = None  # --avvia
         self.log_da = 0  # where the run begins in its log
         self.inviate = 0  # sent to this server: its next run's first prompt
-        self.gruppo: Optional[Gruppo] = None  # several --url
+        self.gruppo: Optional[Gruppo] = None  # several --url, or --repliche's copies
+        self.copie: List[ServerAvviato] = []  # --avvia: the copies of this point's server (one without --repliche)
+        self.memorie: Dict[Configurazione, Memoria] = {}  # --repliche: each point's RAM, read during its last run
 
     def corri(self) -> None:
         o = self.oltre
@@ -1976,6 +1979,8 @@ class SessioneOltre(Sessione):
                         sola = len(self.piani) == 1 and not o.tabella  # else the table says it
                         print("\n".join(righe_ripetute(prove) + riga_occupata([Punto(prove)], []) * sola + [""]),
                               flush=True)
+        if o.spiega and o.repliche:
+            print("\n".join(righe_repliche(self.prove, self.memorie) + [""]), flush=True)
         if o.spiega and (prima := da_confrontare(self.prove)) is not None:  # --spiega with --avvia
             print("\n".join(righe_ram(prima, *misura_ram(self.opzioni, prima)) + [""]), flush=True)
 
@@ -1984,24 +1989,31 @@ class SessioneOltre(Sessione):
         if configurazione is None:
             yield None
             return
-        url, attesa = self.opzioni.url, self.opzioni.attesa_pronto
-        with ServerAvviato(self.oltre.avvia, configurazione, url, attesa, sys.stderr) as server:
-            self.avviato = server
-            deciso = server.decisioni()
-            print(riga_decisioni(configurazione, deciso), flush=True)
+        url, attesa, r = self.opzioni.url, self.opzioni.attesa_pronto, configurazione.repliche
+        with copie_avviate(self.oltre.avvia, configurazione, url, attesa, sys.stderr, self.oltre.contesto_intero) as copie:
+            self.avviato, self.copie = copie[0], copie
+            decisi = [server.decisioni() for server in copie]
+            for i, (server, d) in enumerate(zip(copie, decisi)):
+                una = configurazione._replace(np=configurazione.np // r, repliche=1)  # as one copy runs
+                print(riga_decisioni(una, d) + (f" (copia {i + 1} di {r}, {server.url})" if r > 1 else ""), flush=True)
+            deciso = decisi[0]._replace(n_slot=sum(d.n_slot or 0 for d in decisi) or None, cache_kv=sum(
+                (d.cache_kv for d in decisi), ()))  # the copies' KV caches together
             nome = f"il server (-np {configurazione.etichetta})"
             quando = f"{nome} si è fermato durante la prova"
             try:
                 yield configurazione._replace(deciso=deciso, kv_unificata=configurazione.kv_unificata or bool(
                     deciso.kv_unificata))
             except ServerAndato:
-                server.controlla(quando, attesa=5.0)
+                for server in copie:
+                    server.controlla(quando, attesa=5.0)
                 raise ServerAndato(f"{nome} ha smesso di rispondere durante la prova ma non è uscito; ultime righe "
-                                   f"del suo log:\n{server.coda_log()}") from None
-            self.avviato = None
+                                   f"del suo log:\n{copie[0].coda_log()}") from None
+            finally:
+                self.avviato, self.copie = None, []
             # A failed request may have seen the server die before its process exited.
             fallite = any(not r.riuscita for p in self.prove[-1:] for r in p.esecuzione.risultati)
-            server.controlla(quando, attesa=2.0 if fallite else 0.0)
+            for server in copie:
+                server.controlla(quando, attesa=2.0 if fallite else 0.0)
 
     def intestazione(self, piano: Piano, configurazione: Optional[Configurazione]) -> None:
         piani, np = self.piani, self.oltre.np or [None]
@@ -2035,8 +2047,9 @@ class SessioneOltre(Sessione):
         return self.avviato.testo_log(self.log_da)
 
     def collega(self, configurazione: Optional[Configurazione] = None) -> Tuple[Client, InfoServer]:
-        coppie = [super(SessioneOltre, self).collega(url) for url in self.oltre.server or [self.opzioni.url]]
-        client, info = coppie[0]
+        urls = [s.url for s in self.copie] if len(self.copie) > 1 else self.oltre.server or [self.opzioni.url]
+        coppie = [super(SessioneOltre, self).collega(url) for url in urls]
+        client, info, self.gruppo = *coppie[0], None
         if len(coppie) > 1:  # several servers: one client of the run
             client = self.gruppo = Gruppo([c for c, _ in coppie], [i for _, i in coppie], self.oltre.smista)
             info = info_del_gruppo(client.info)
@@ -2081,6 +2094,8 @@ class SessioneOltre(Sessione):
 
     def dopo_la_prova(self, prova: Prova) -> None:
         o, piano_oltre = self.oltre, oltre(prova.piano)
+        if o.repliche and self.copie:  # the copies still run: what they hold now
+            self.memorie[prova.configurazione] = memoria([s.proc.pid for s in self.copie])
         andati = [d for d in oltre(prova.esecuzione).server if d.andato]
         righe = (righe_ritmo(prova) if piano_oltre.al_tempo else []) + righe_prompt_esatti(prova, self.log_della_prova())
         if piano_oltre.turni:
@@ -3622,11 +3637,12 @@ def etichetta_np(prova: Prova) -> Optional[str]:
     return None if prova.info.n_slot is None else str(prova.info.n_slot)
 
 
-def riga_tabella(punto: Punto, dopo_np: str) -> List[str]:
+def riga_tabella(punto: Punto, dopo_np: str, memorie: Optional[Dict[Configurazione, Memoria]] = None) -> List[str]:
     prova = punto.prove[0]
     c = prova.configurazione
     np = fmt(etichetta_np(prova), "s")
     kv = [fmt(c.deciso.kv_mib if c.deciso else None, ".2f")] if c else []
+    kv += [fmt(memorie.get(c) and memorie[c].totale, ".0f")] if memorie else []  # --repliche
     return [np + dopo_np, fmt(prova.info.n_ctx_slot, "d"), *kv, fmt(punto.latenza, ".2f s"),
             fmt(punto.latenza_max, ".2f s"), fmt(punto.throughput, ".2f token/s") + con_tagliate(punto)]
 
@@ -3636,16 +3652,19 @@ def con_tagliate(punto: Punto) -> str:
     return f" ({n} tagliate dal contesto)" if n else ""
 
 
-def tabella_consegnato(prove: List[Prova]) -> List[str]:
-    kv = ["KV MiB"] if any(p.configurazione for p in prove) else []
+def tabella_consegnato(prove: List[Prova], memorie: Optional[Dict[Configurazione, Memoria]] = None) -> List[str]:
+    """--repliche: the RAM the copies held (smaps_rollup, shared pages once) in a column of its own."""
+    kv = ["KV MiB"] * any(p.configurazione for p in prove) + ["RAM MiB"] * bool(memorie)
     righe = []
     for punto in punti_di(prove):
         escluse = [id(p) for p, _ in anomale(punto.prove)]
-        righe += [riga_tabella(Punto([p]), INTERROTTA if p.esecuzione.interruzione else " (esclusa)" * (id(p) in escluse))
-                  for p in punto.prove]
+        righe += [riga_tabella(Punto([p]), INTERROTTA if p.esecuzione.interruzione else " (esclusa)" * (id(p) in escluse),
+                               memorie) for p in punto.prove]
         if len(punto.prove) > 1:
-            righe.append(riga_tabella(punto, f" (media di {len(punto.intere)})"))
-    return tabella_md(["np", "n_ctx_slot", *kv, "latenza media", "latenza max", "throughput"], righe)
+            righe.append(riga_tabella(punto, f" (media di {len(punto.intere)})", memorie))
+    return tabella_md(["np", "n_ctx_slot", *kv, "latenza media", "latenza max", "throughput"], righe) + [
+        "np 2x2: 2 copie del server da -np 2 (--repliche); RAM: le copie insieme, da /proc/PID/smaps_rollup, le "
+        "pagine condivise (i pesi) contate una volta"] * bool(memorie)
 
 
 # Sweeps: lists of values, the table, the capacity curve #######################################
@@ -4801,7 +4820,7 @@ def tabella_e_file(sessione: Sessione) -> None:
         curve = serie(punti, chiavi)
         righe = tabella_griglia(punti, chiavi, o.percentili)
     elif (o.tabella or o.avvia) and o.capacita is None:  # --capacita: its own table of the points tried
-        righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove)
+        righe = ([] if o.avvia or o.ripeti > 1 else [""]) + tabella_consegnato(prove, sessione.memorie)
     if righe:
         righe += rapporti_np(punti, chiavi) + riga_occupata(punti, chiavi) + nota_tagliate(prove) * sessione.in_breve
     if curve and o.grafico:
@@ -5305,28 +5324,28 @@ def righe_repliche(prove: List[Prova], memorie: Dict[Configurazione, Memoria]) -
     nome = {id(p): p.prove[0].configurazione.descrizione for p in punti}
     info = punti[0].prove[0].info
     righe = [f"Copie o slot? {fmt(info.n_slot, 'd')} slot in tutto, {fmt(info.n_ctx_slot, 'd')} token di contesto "
-             "a slot in ogni disposizione:"]
-    for cifra, chiave, meglio, unita in (("Throughput più alto", "throughput", max, "token/s"),
-                                         ("Latenza media più bassa", "latenza_media", min, "s")):
+             "a slot in ogni disposizione."]
+    for cifra, chiave, meglio in (("Throughput più alto", "throughput", max), ("Latenza media più bassa",
+                                                                               "latenza_media", min)):
         valore = (lambda p: p.throughput) if chiave == "throughput" else (lambda p: p.latenza)
-        primo = meglio(punti, key=valore)
-        confronti = []
+        primo, altri = meglio(punti, key=valore), []
         for p in (q for q in punti if q is not primo):
-            rapporto = valore(primo) / valore(p) if chiave == "throughput" else valore(p) / valore(primo)
+            rapporto = max(valore(primo) / valore(p), valore(p) / valore(primo))
             diverso = diversi(primo.cifre(chiave), p.cifre(chiave))
             certezza = ("" if diverso is None else ", oltre il rumore" if diverso else
                         ", non accertato" if rapporto > 1.1 else ", entro il rumore")
-            confronti.append(f"×{rapporto:.2f} su {nome[id(p)]} ({valore(p):.2f}{certezza})")
-        righe.append(f"  {cifra}: {nome[id(primo)]}, {valore(primo):.2f} {unita}; " + ", ".join(confronti) + ".")
-    righe.append("  Perché, dai tempi del server: nel proprio slot " + ", ".join(
+            altri.append(f"{valore(p):.2f} con {nome[id(p)]} (×{rapporto:.2f}{certezza})")
+        unita = "token/s" if chiave == "throughput" else "s"
+        righe.append(f"  {cifra}: {nome[id(primo)]}, {valore(primo):.2f} {unita}; " + ", ".join(altri) + ".")
+    righe.append("  Nel proprio slot (dai tempi del server): " + ", ".join(
         f"{fmt(p.velocita_slot, '.1f')} t/s con {nome[id(p)]}" for p in punti) + ".")
-    righe.append("  Slot occupati insieme in un server (il batching è dentro un server, mai fra copie): " + ", ".join(
-        f"fino a {fmt(picco_in_un_server(p), 'd')} con {nome[id(p)]}" for p in punti) + ".")
+    righe.append("  Slot occupati insieme in un server (il batching, mai fra copie): " + ", ".join(
+        f"{fmt(picco_in_un_server(p), 'd')} con {nome[id(p)]}" for p in punti) + ".")
     misurate = [(p, memorie.get(p.prove[0].configurazione)) for p in punti]
     if all(m is not None for _, m in misurate):
-        righe.append("  RAM (smaps_rollup, le pagine condivise contate una volta): " + "; ".join(
-            f"{nome[id(p)]} {m.totale:.0f} MiB" + (f" ({m.condivisa:.0f} condivisi fra le copie)" if len(m.privata) > 1
-                                                   else "") for p, m in misurate) + ".")
+        righe.append("  RAM: " + ", ".join(f"{m.totale:.0f} MiB con {nome[id(p)]}" + (
+            f" ({m.condivisa:.0f} condivisi fra le copie)" if len(m.privata) > 1 else "")
+            for p, m in misurate) + ".")
     if any(len(p.intere) < 2 for p in punti):
         righe.append("  Una prova per disposizione: con --ripeti 3 si misura il rumore, e i confronti dicono se lo "
                      "superano.")
@@ -5353,7 +5372,7 @@ class Configurazione(NamedTuple):
     @property
     def descrizione(self) -> str:
         uno = " ".join(self.argomenti()) or "-np auto"
-        return uno if self.repliche == 1 else f"{self.repliche} copie da {uno}"
+        return f"un server {uno}" if self.repliche == 1 else f"{self.repliche} copie da {uno}"
 
     @property
     def ordine(self) -> tuple:

@@ -23,13 +23,15 @@ AVVIA = ["--avvia", "llama serve -m m.gguf -c 2048"]
 
 def test_repliche_senza_np_ne_prende_il_massimo():
     _, opzioni = carico.analizza_argomenti(AVVIA + ["--repliche", "1,2,4"])
-    assert opzioni.oltre.repliche == [1, 2, 4] and opzioni.oltre.np == [C(4)]
+    assert opzioni.oltre.repliche == [1, 2, 4]
+    assert opzioni.oltre.np == [C(4, repliche=1), C(4, repliche=2), C(4, repliche=4)]  # a point per layout
     assert opzioni.oltre.contesto_intero is False
     _, opzioni = carico.analizza_argomenti(AVVIA + ["--repliche", "2", "--np", "2,4kv", "--contesto-intero"])
-    assert opzioni.oltre.repliche == [2] and opzioni.oltre.np == [C(2), C(4, True)] and opzioni.oltre.contesto_intero
+    assert opzioni.oltre.repliche == [2] and opzioni.oltre.contesto_intero
+    assert opzioni.oltre.np == [C(2, repliche=2), C(4, True, repliche=2)]
     # without -c: each copy its whole (default) context, so it is not needed; nor with copies of one
     _, opzioni = carico.analizza_argomenti(["--avvia", "llama serve", "--repliche", "2", "--contesto-intero"])
-    assert opzioni.oltre.np == [C(2)]
+    assert opzioni.oltre.np == [C(2, repliche=2)]
     assert carico.analizza_argomenti(["--avvia", "llama serve", "--repliche", "1"])[1].oltre.np == [C(1)]
     # none of it: the fields' defaults
     oltre = carico.analizza_argomenti(AVVIA)[1].oltre
@@ -61,8 +63,8 @@ def test_repliche_opzioni_sbagliate(capsys, argomenti, messaggio):
 def test_configurazione_delle_copie():
     """One copy's arguments; the label as today with one copy, else copies x slots of each."""
     assert [(c.etichetta, c.argomenti(), c.descrizione) for c in (C(4), C(4, True), C(-1))] == [
-        ("4", ["-np", "4"], "-np 4"), ("4 kv", ["-np", "4", "--kv-unified"], "-np 4 --kv-unified"),
-        ("auto", [], "-np auto")]
+        ("4", ["-np", "4"], "un server -np 4"), ("4 kv", ["-np", "4", "--kv-unified"], "un server -np 4 --kv-unified"),
+        ("auto", [], "un server -np auto")]
     assert [(c.etichetta, c.argomenti(), c.descrizione) for c in
             (C(4, repliche=2), C(4, repliche=4), C(4, True, repliche=2))] == [
         ("2x2", ["-np", "2"], "2 copie da -np 2"), ("4x1", ["-np", "1"], "4 copie da -np 1"),
