@@ -5303,8 +5303,8 @@ def righe_per_server(prova: Prova) -> List[str]:
     for d, n, s, throughput in per_server(prova):
         andato = f"; ha smesso di rispondere a {d.andato[0]:.2f} s" if d.andato else ""
         coda = f", coda {fmt(s.picco_coda, 'd')}" if d.info.metrics_disponibile else ""
-        righe.append(f"  {d.base}: {n} richieste ({s.n_riuscite} riuscite){andato}" if not s.n_riuscite else
-                     f"  {d.base}: {n} richieste ({s.n_riuscite} riuscite), picco {fmt(s.picco, 'd')}/"
+        inviate = f"  {d.base}: {quante(n, 'richiesta', 'richieste')} ({s.n_riuscite} riuscite)"
+        righe.append(inviate + andato if not s.n_riuscite else f"{inviate}, picco {fmt(s.picco, 'd')}/"
                      f"{fmt(d.info.n_slot, 'd')} slot{coda}, latenza media {fmt(s.latenza_media, '.2f s')}, max "
                      f"{fmt(s.latenza_max, '.2f s')}, {fmt(throughput, '.2f token/s')}{andato}")
     return ["per server:"] + righe if righe else []
