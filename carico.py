@@ -2136,8 +2136,9 @@ def riga_oltre(r: Risultato, larghezza: int = 1) -> str:
 
 def riepilogo_oltre(prova: Prova) -> Riepilogo:
     e = prova.esecuzione
-    return prova.riepilogo._replace(token_stimati=any(oltre(r).token_stimati for r in e.riuscite), interrotte=sum(
+    s = prova.riepilogo._replace(token_stimati=any(oltre(r).token_stimati for r in e.riuscite), interrotte=sum(
         tipo_errore(r.errore) == TRONCATA for r in e.risultati if not r.riuscita))
+    return s._replace(coda_dai_tempi=coda_del_gruppo(prova)) if oltre(e).server else s
 
 
 # When something goes wrong: what a lab run meets only then ####################################
@@ -5296,6 +5297,17 @@ def per_server(prova: Prova) -> List[Tuple[DelServer, int, Riepilogo, Optional[f
         parti.append((d, len(sue), s, None if s.token is None or not e.risultati else s.token / max(
             r.fine for r in e.risultati)))
     return parti
+
+
+def coda_del_gruppo(prova: Prova) -> int:
+    """The most requests the timings prove waiting together: each waits for a slot of ITS server, so each server's
+    queue (while all its slots were busy) is summed at each instant, never the run's over all the slots."""
+    e, eventi = prova.esecuzione, []
+    for k, d in enumerate(oltre(e).server):
+        for da, a, n, coda in gradini_dai_tempi([r for r in e.riuscite if oltre(r).server == k]):
+            if coda and (d.info.n_slot is None or n >= d.info.n_slot):
+                eventi += [(da, coda), (a, -coda)]
+    return max(itertools.accumulate(passo for _, passo in sorted(eventi)), default=0)
 
 
 def righe_per_server(prova: Prova) -> List[str]:

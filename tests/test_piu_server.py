@@ -105,3 +105,18 @@ def test_file_dicono_il_server_di_ogni_richiesta(fake, carica, tmp_path):
     assert sorted(r["server"] for r in prova["richieste"]) == [0, 0, 1, 1]
     righe = list(csv.DictReader(io.StringIO((tmp_path / "p.csv").read_text())))
     assert sorted(r["server"] for r in righe) == ["0", "0", "1", "1"]
+
+
+def test_la_coda_di_un_server_pieno_accanto_a_uno_libero():
+    """Timings: a request waits for a slot of ITS server; the run's queue is each full server's, summed at each instant."""
+    def fatta(indice, fine, server):
+        return carico.Risultato(indice, 0.0, fine, token=8, prompt_ms=100.0, predicted_ms=900.0,
+                                oltre=carico.RisultatoOltre(server=server))
+    risultati = [fatta(0, 1.0, 0), fatta(1, 2.0, 0), fatta(2, 1.0, 1)]  # the 1-slot server: one waits 1 s
+    info = [carico.InfoServer(1, 2048, True, True), carico.InfoServer(2, 1024, True, True)]
+    server = tuple(carico.DelServer(f"http://s{k}", i, []) for k, i in enumerate(info))
+    prova = carico.Prova(carico.info_del_gruppo(info), carico.Esecuzione(
+        risultati, [], 3, oltre=carico.EsecuzioneOltre(server=server)))
+    assert prova.riepilogo.coda_dai_tempi == 0  # over the 3 slots together, 2 busy: no queue
+    assert carico.riepilogo_oltre(prova).coda_dai_tempi == 1
+    assert carico.righe_per_server(prova)[1].startswith("  http://s0: 2 richieste (2 riuscite), picco 1/1 slot, coda 1,")
