@@ -620,7 +620,7 @@ def analizza_argomenti(argv: Optional[Sequence[str]]) -> Tuple[List[Piano], Opzi
     parser.nomi, gruppo = [], parser.add_argument_group("il lab")
     for nome, parametri in [
         ("--url", dict(type=lista_di(url_server, "ogni server una volta"), action="extend", metavar="URL",
-                       help=f"radice del server llama.cpp (default: {Opzioni().url})")),
+                       help=f"radice del server llama.cpp (default: {Opzioni().url}); più server: A,B")),
         ("--richieste", dict(type=positivo(int, "un numero intero", 100000, " (le richieste sono preparate tutte "
                                            "in memoria prima della prova)"), metavar="N",
                              help="quante richieste inviare in tutto (default: 4)")),
@@ -1531,8 +1531,8 @@ OPZIONI_OLTRE = (
                               help="ogni quanto leggere /slots, almeno 0.05 (%(default)g)")),
         ("--attesa", dict(type=secondi_positivi, default=ATTESA_PRONTO, metavar="S",
                           help="quanto aspettare un server che carica (%(default)g)")),
-        ("--smista", dict(choices=("turno", "liberi"), default="turno", help="con più --url: a turno (%(default)s) o al server con "
-                          "più slot liberi")),
+        ("--smista", dict(choices=("turno", "liberi"), default="turno", metavar="MODO", help="con più --url: turno "
+                          "(default) o liberi, al server con più slot liberi")),
     ]),
     ("ripetere e confrontare", None, [
         ("--ripeti", dict(type=intero_positivo, default=1, metavar="K", help="K prove: media e dispersione")),
