@@ -1961,11 +1961,13 @@ class SessioneOltre(Sessione):
             with self.server(configurazione) as decisa:
                 client, info = self.collega(decisa)
                 primo = oltre(self.piani[0])
-                controlla_modello(client, primo.modello)
+                for uno in self.gruppo.client if self.gruppo else [client]:
+                    controlla_modello(uno, primo.modello)
+                uno = self.gruppo.client[0] if self.gruppo else client  # several: the same model, one tokenizer
                 if primo.sistema and not primo.testo_sistema:
-                    self.piani = con_prompt_di_sistema(client, self.piani)
+                    self.piani = con_prompt_di_sistema(uno, self.piani)
                 if not primo.pezzi and any(oltre(p).prompt_token or oltre(p).prefisso for p in self.piani):
-                    self.piani = con_pezzi(client, self.piani)  # server's tokenizer
+                    self.piani = con_pezzi(uno, self.piani)  # server's tokenizer
                 if o.riscaldamento:
                     riscalda(client, self.piani[0], info, o.riscaldamento)
                 self.inviate = 0
@@ -5232,8 +5234,9 @@ class Gruppo:
             except ErroreRete:
                 risposta = Risposta(0, b"")
             status = risposta.status if status == 200 else status
-            letti[k] = leggi_json(risposta.corpo) if percorso == "/slots" else richieste_in_coda(risposta.corpo)
-            if percorso == "/slots" and risposta.status == 200 and conta_occupati(letti[k]) is not None:
+            leggi = leggi_json if percorso == "/slots" else richieste_in_coda
+            letti[k] = leggi(risposta.corpo) if risposta.status == 200 else None
+            if percorso == "/slots" and conta_occupati(letti[k]) is not None:
                 self.altri[k] = max(0, conta_occupati(letti[k]) - miei)
         if percorso == "/metrics":
             in_coda = [v for v, c in zip(letti, self.client) if not c.annullato.is_set()]
@@ -5243,7 +5246,7 @@ class Gruppo:
         return Risposta(status, corpo.encode())
 
     def registra(self, campione: Campione) -> None:
-        """The sampler's reading just made, each server's share (the live line's hook calls it)."""
+        """The sampler's reading just made, each server's share (Osservatore's hook calls it)."""
         for k, (slots, in_coda) in enumerate(zip(*self._letti.values())):
             self.campioni[k].append(Campione(campione.t, conta_occupati(slots), in_coda))
 
