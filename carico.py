@@ -36,7 +36,7 @@ from __future__ import annotations
 import argparse, contextlib, errno, itertools, json, os, signal, socket, sys, threading, time, urllib.parse
 from typing import Dict, Generator, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-__version__ = "1.10.0"
+__version__ = "1.11.0"
 
 # The eight prompts of the lab, one per request. Each opens with different words, so two requests
 # share no prefix beyond the chat template's.
