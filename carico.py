@@ -2256,14 +2256,17 @@ class ParserItaliano(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: errore: {prefisso}{resto}\n")
 
 
+def larghezza_di(terminale) -> int:
+    """Its columns; not a terminal: $COLUMNS, else 80."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return os.get_terminal_size(terminale.fileno()).columns or 80
+    return int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 80
+
+
 class FormatoAiuto(argparse.RawDescriptionHelpFormatter):
     def __init__(self, prog: str):
         # The width given, so that argparse does not import shutil (5 ms of start-up) to ask it.
-        try:
-            larghezza = os.get_terminal_size(sys.stdout.fileno()).columns
-        except (OSError, ValueError, AttributeError):
-            larghezza = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 80
-        super().__init__(prog, width=max(larghezza, 40) - 2)
+        super().__init__(prog, width=max(larghezza_di(sys.stdout), 40) - 2)
 
     def add_usage(self, usage, actions, groups, prefix="uso: "):
         super().add_usage(usage, actions, groups, prefix)
@@ -2315,9 +2318,8 @@ def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoS
     props = props if isinstance(props, dict) else None
     if info is None and props is not None:
         impostazioni = props.get("default_generation_settings")
-        n_ctx = impostazioni.get("n_ctx") if isinstance(impostazioni, dict) else None
-        n_slot, n_ctx = (n if isinstance(n, int) else None
-                         for n in (props.get("total_slots"), n_ctx))
+        n_ctx = numero(impostazioni.get("n_ctx"), int) if isinstance(impostazioni, dict) else None
+        n_slot = numero(props.get("total_slots"), int)
         if n_slot is not None or n_ctx is not None:
             info = InfoServer(n_slot, n_ctx, False)
     if info is None:  # another server: what it answers, said once
@@ -2399,7 +2401,6 @@ def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int,
         if attesa is not None:
             attese[r.indice] = sum(max(0.0, min(a, attesa[1]) - max(da, attesa[0])) for da, a in pieni)
     return attese
-
 
 
 # --stream: the time to the first token, and between tokens ######################################
@@ -2970,7 +2971,7 @@ PEZZO = 128  # events parsed in one json.loads
 
 def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None, Tuple[dict, List[float], float]]:
     """The `data:` lines folded in one completion, with each text chunk's time; a FETTA a next()."""
-    righe, resto = [], b""  # (time, data) a line; a partial line waits for the next read
+    righe, resto, fatto = [], b"", False  # (time, data) a line; a partial line waits for the next read
     scade = time.perf_counter() + FETTA
     for t, blocco in blocchi:
         if time.perf_counter() >= scade:
@@ -2981,11 +2982,11 @@ def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None
             riga = riga.strip()
             if riga.startswith(b"data:"):  # else blank separators and ':' keep-alives
                 righe.append((t, riga[5:].strip()))
-                if righe[-1][1] == b"[DONE]":
+                if fatto := righe[-1][1] == b"[DONE]":
                     break
-        if righe and righe[-1][1] == b"[DONE]":
+        if fatto:
             break
-    fino = len(righe) - 1 if righe and righe[-1][1] == b"[DONE]" else len(righe)  # the events
+    fino = len(righe) - 1 if fatto else len(righe)  # the events
     completamento = {"choices": [{}]}
     tempi, testo = [], []  # each text chunk's time; the text (a conversation sends it back)
     dati = [dato for _, dato in righe[:fino]]
@@ -3012,7 +3013,7 @@ def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None
                     completamento[chiave] = evento[chiave]
     if "finish_reason" not in completamento["choices"][0]:
         raise ErroreNelFlusso(f"{TRONCATA} dopo {fino} chunk (nessun finish_reason)")
-    if fino == len(righe):
+    if not fatto:
         raise ErroreNelFlusso("flusso interrotto prima della fine (manca [DONE])")
     completamento["choices"][0]["message"] = {"role": "assistant", "content": "".join(testo)}
     return completamento, tempi, righe[fino][0]
@@ -3566,10 +3567,7 @@ class Diretta:
                 f"{self._generati / c.t if c.t > 0 else 0:.1f} t/s  {c.t:.1f} s")
 
     def aggiorna(self, c: Campione, dati_slots) -> Campione:
-        colonne = 80  # not a terminal, or one that does not say its width
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            colonne = os.get_terminal_size(self.stderr.fileno()).columns or 80
-        self.stderr.write("\r" + self.riga(c, dati_slots)[:colonne - 1] + "\033[K")
+        self.stderr.write("\r" + self.riga(c, dati_slots)[:larghezza_di(self.stderr) - 1] + "\033[K")
         self.stderr.flush()
         return c
 
