@@ -2154,8 +2154,8 @@ RIFIUTI_DI_FILA = 3  # refused (or reset) in a row, no answer between, before a 
 
 
 class Sentinella:
-    """During a run, watches the client's exchanges; the server gone (`andato`), every exchange in
-    flight is closed at once (Client.annulla): the run ends within seconds."""
+    """Watches a run's exchanges; the server gone (`andato`), those in flight are closed at once
+    (Client.annulla): the run ends within seconds."""
 
     def __init__(self, client: Client):
         self._client, self._lock = client, threading.Lock()
@@ -2178,7 +2178,7 @@ class Sentinella:
         return True
 
     def rifiuto(self, percorso: str, exc: Exception) -> bool:
-        """An exchange that failed; True: a refusal (or a reset) that counts."""
+        """A failed exchange; True: a refusal (or a reset) that counts."""
         import http.client
 
         if not self.armata or self._client.annullato.is_set():
@@ -2197,7 +2197,7 @@ class Sentinella:
             if self.di_fila < RIFIUTI_DI_FILA or self.andato is not None:
                 return True
             # A server still there may reset a few; a killed one resets them a moment before the
-            # kernel closes its port: knock again a moment later before believing it.
+            # kernel closes its port: knock again a moment later.
             if self.in_ascolto() and (time.sleep(0.25) or self.in_ascolto()):
                 self.di_fila = 0
                 return True
@@ -2209,7 +2209,7 @@ class Sentinella:
 
 
 class ParserItaliano(argparse.ArgumentParser):
-    """argparse in Italian (errors translated whole); an option of `llama serve` named as such."""
+    """argparse in Italian; an option of `llama serve` named as such."""
 
     nomi: Sequence[str] = ()  # the flags' names, for the nearest to a mistyped one
 
@@ -2224,7 +2224,7 @@ class ParserItaliano(argparse.ArgumentParser):
               ("unrecognized arguments: (.*)", r"opzioni non riconosciute: \1"),
               ("ambiguous option: (\\S+) could match (.*)", r"opzione ambigua: \1 potrebbe essere \2"),
               ("the following arguments are required: (.*)", r"mancano le opzioni: \1"))
-    # Options of `llama serve` that students give to carico.py.
+    # `llama serve`'s options students give to carico.py.
     DEL_SERVER = ("--metrics", "--kv-unified", "-kvu", "-np", "--parallel", "-c", "--ctx-size", "-t", "--threads",
                   "-m", "--model", "-hf", "-ngl", "--no-slots", "--port", "--host", "-a", "--alias")
 
@@ -2312,7 +2312,7 @@ def perche_os(exc: Exception) -> str:
 # Servers that say less: /slots off, another server; /props for --json #########################
 
 def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoServer]) -> InfoServer:
-    """/slots not as llama.cpp's (--no-slots, another server): the header from /props."""
+    """/slots not llama.cpp's (--no-slots, another server): the header from /props."""
     risposta = chiedi(client, "/props")
     props = leggi_json(risposta.corpo) if risposta.status == 200 else None
     props = props if isinstance(props, dict) else None
@@ -2336,7 +2336,7 @@ def info_da_props(client: Client, risposta_slots: Risposta, info: Optional[InfoS
 
 
 def com_e_il_server(client: Client, risposta_slots: Risposta) -> str:
-    """Not llama.cpp: which endpoints it answers, so what a run can give."""
+    """Not llama.cpp: the endpoints it answers, so what a run can give."""
     def risponde(percorso: str, campo: str) -> bool:
         try:
             return client.chiama("POST", percorso, {campo: "a"}).status == 200
@@ -2367,7 +2367,7 @@ def modelli_del_server(client: Client) -> Optional[List[str]]:
 
 
 def controlla_modello(client: Client, modello: Optional[str]) -> None:
-    """--modello not listed: a server with one model answers any name, and the run measures it."""
+    """--modello not listed: a server with one model answers any name, measured as it."""
     nomi = modelli_del_server(client) if modello else None
     if nomi and modello not in nomi:
         raise ErroreOpzione(f"--modello {modello}: il server su {client.base} non ha questo modello; /v1/models "
@@ -2376,8 +2376,8 @@ def controlla_modello(client: Client, modello: Optional[str]) -> None:
 
 # Where a request's time went: the server's own times ###########################################
 
-# `attesa dello slot` (attesa_slot_s): latency less prompt and generation, from the send until a
-# slot took it: queue and trip. `attesa in coda` (attesa_in_coda_s): its part with all slots busy.
+# `attesa dello slot` (attesa_slot_s): from the send until a slot took it (queue and trip).
+# `attesa in coda` (attesa_in_coda_s): its part with all slots busy.
 
 def attesa_dello_slot(r: Risultato) -> Optional[float]:
     slot = in_slot(r)
@@ -2412,7 +2412,7 @@ class ErroreNelFlusso(ErroreRichiesta):
 
 
 # A stream is whole only when a chunk says why it ended (finish_reason). A server may end one early
-# with `[DONE]` (llama-cpp-python, another request waiting) or close it: a failure, not a latency.
+# with `[DONE]` (llama-cpp-python, another request waiting) or close it: a failure.
 TRONCATA = "il server ha interrotto la risposta"
 
 
@@ -2428,7 +2428,7 @@ SPAZIO_STAMPO = socket.CMSG_SPACE(16) if hasattr(socket, "CMSG_SPACE") else 0  #
 
 
 def scarto_orologi() -> float:
-    """time.time() - time.perf_counter() (kernel stamps are wall-clock), the closest of 5."""
+    """time.time() - time.perf_counter() (kernel stamps are wall-clock), best of 5."""
     letture = []
     for _ in range(5):
         a, parete, b = time.perf_counter(), time.time(), time.perf_counter()
@@ -2437,7 +2437,7 @@ def scarto_orologi() -> float:
 
 
 def stampi_del_kernel(sock: socket.socket) -> bool:
-    """Linux stamps `sock`'s reads with their arrival; False where it cannot."""
+    """Linux stamps `sock`'s reads with their arrival; False: it cannot."""
     if not sys.platform.startswith("linux") or hasattr(sock, "cipher"):
         return False
     try:
@@ -2461,7 +2461,7 @@ class Flusso:
         # streams, wakes the garbage collector, whose passes stop all threads tens of ms
         self.letture: list = []
         self.scarto, self.fine_trovata = 0.0, False
-        self.ritardi: Dict[float, Optional[float]] = {}  # each read's time: its lateness (None: no stamp)
+        self.ritardi: Dict[float, Optional[float]] = {}  # a read's time: its lateness (None: no stamp)
         self.esito: Optional[Tuple[dict, List[float], float]] = None  # leggi_flusso's, on a 200
         self.eccezione: Optional[BaseException] = None
         self.finito = threading.Event()
@@ -2475,7 +2475,7 @@ class Flusso:
         if self.status is not None and self._a_pezzi:
             return forse_la_fine(dati)
         if self.status is None and self.stampi and not self._buffer:
-            # The usual first read (a thousand streams start together): headers off here
+            # The usual first read (a thousand streams start at once): headers off here
             fine = dati.find(b"\r\n\r\n")
             if fine > 0 and dati.startswith(b"HTTP/1.1 200 ") and (
                     b"\r\ntransfer-encoding: chunked\r\n" in dati[:fine + 2].lower()):
@@ -2604,8 +2604,8 @@ def forse_la_fine(dati: bytes) -> bool:
 
 
 class Giro:
-    """One life of LettoreFlussi's thread: what it selects, reads (by number, with deadlines),
-    may have ended (stream, its chiudi())."""
+    """A life of LettoreFlussi's thread: what it selects, reads (by number, with deadlines), may
+    have ended (stream, its chiudi())."""
 
     def __init__(self):
         import collections
@@ -2616,13 +2616,11 @@ class Giro:
         self.scadenze: List[Tuple[float, int]] = []  # (deadline, stream's number), a heap
         self.da_chiudere = collections.deque()
 
-    def un_passo(self, flusso: Flusso, passo) -> bool:
+    def un_passo(self, flusso: Flusso, passo) -> None:
         try:
             passo(flusso)
-            return True
         except (NonInviata, OSError, ValueError) as exc:  # a failed send, a socket Ctrl+C closed
             self.fine(flusso, OSError(str(exc)) if isinstance(exc, ValueError) else exc)
-        return False
 
     def da_leggere(self, flusso: Flusso) -> None:
         import heapq
@@ -2653,8 +2651,8 @@ class Giro:
                 flusso.esito = yield from leggi_flusso(iter(flusso.blocchi))
         except Exception as exc:  # a bad framing, a socket closed meanwhile
             self.fine(flusso, exc)
-            return
-        self.fine(flusso)
+        else:
+            self.fine(flusso)
 
     def togli(self, flusso: Flusso) -> None:
         with contextlib.suppress(KeyError, ValueError, OSError):
@@ -2757,7 +2755,7 @@ class LettoreFlussi:
                         next(da_chiudere[0][1])
                     except StopIteration:
                         da_chiudere.popleft()
-        finally:  # a bug of its own: no worker is left waiting (a rest leaves the streams since handed to the next)
+        finally:  # its own bug: no worker left waiting (a rest leaves streams since handed to the next)
             with self._lock:
                 nuovi = []
                 if self._thread is threading.current_thread():
@@ -2786,7 +2784,7 @@ class LettoreFlussi:
 
     def _leggi(self, giro: Giro, flusso: Flusso) -> None:
         """TLS: till none is left decrypted."""
-        if flusso.solo_letture:  # nearly every chunk's read, inline: at 50,000/s each call counts
+        if flusso.solo_letture:  # most chunks' read, inline: at 50,000/s each call counts
             try:
                 dati, ausiliari, _, _ = flusso.sock.recvmsg(LETTURA, SPAZIO_STAMPO)
             except BlockingIOError:
@@ -2840,7 +2838,7 @@ def da_riprovare(exc: OSError) -> bool:
 
 
 def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) -> Tuple[float, Optional[float]]:
-    """The kernel's stamp (wall clock less `scarto`) and the read's lateness, else the read's time and None."""
+    """The kernel's stamp (wall clock less `scarto`) and the read's lateness, else the read's time, None."""
     if len(stampo) >= 16:
         secondi, nano = int.from_bytes(stampo[:8], sys.byteorder), int.from_bytes(stampo[8:16], sys.byteorder)
         arrivo = secondi + nano / 1e9 - scarto
@@ -2850,8 +2848,8 @@ def quando_arrivati(letto: float, stampo: bytes, inviata: float, scarto: float) 
 
 
 def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, timeout: float = TIMEOUT_INFO) -> None:
-    """Before the clock (a connect is no part of a stream's times): the requests' bytes, and
-    `quanti_socket` connections (one failing is left to its request; 0: the rest closed)."""
+    """Before the clock (no connect in a stream's times): the requests' bytes, `quanti_socket`
+    connections (one failing is left to its request; 0: the rest closed)."""
     stato = oltre(client)
     with client._lock:
         vecchie, stato.pronte = stato.pronte, []
@@ -2871,8 +2869,8 @@ def apri_in_anticipo(client: Client, domande: List[dict], quanti_socket: int, ti
 
 
 class Partenza:
-    """--stream: the first requests, sent at the start by the reader one after the other. By their
-    workers, 1,000 threads waking for the GIL took 0.1-0.3 s from first send to last (measured)."""
+    """--stream: the first requests, sent at the start by the reader one after another. By their
+    workers, 1,000 threads waking for the GIL took 0.1-0.3 s from first send to last."""
 
     def __init__(self, client: Client):
         self.client, self.t0 = client, 0.0
@@ -2892,7 +2890,7 @@ class Partenza:
         oltre(self.client).flussi.parti(self, t0)
 
     def ferma(self) -> None:
-        """After the run, or stopped before the clock (nothing sent): unused connections closed."""
+        """After the run, or stopped before the clock: unused connections closed."""
         self.parti(None)
         apri_in_anticipo(self.client, [], 0)
 
@@ -2907,15 +2905,15 @@ class Partenza:
 def richiesta_in_flusso(client: Client, domanda: dict) -> bytes:
     """Its headers as http.client writes them."""
     corpo = json.dumps(domanda).encode("utf-8")
-    intestazioni = dict(client._intestazioni, **{"Accept-Encoding": "identity", "Content-Type": "application/json",
-                                                 "Content-Length": str(len(corpo))})
+    intestazioni = {**client._intestazioni, "Accept-Encoding": "identity", "Content-Type": "application/json",
+                    "Content-Length": str(len(corpo))}
     return (f"POST {CHAT} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in intestazioni.items()) +
             "\r\n").encode("latin-1") + corpo
 
 
 def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0: float,
                   partenza: Optional[Partenza] = None) -> Risultato:
-    """A streamed request, timed from its send; each chunk's time, and the end's: its arrival."""
+    """A streamed request, timed from its send; each chunk's and the end's time: its arrival."""
     if client.annullato.is_set():  # Ctrl+C, or the server went away: nothing more sent
         raise NonInviata(NON_INVIATA)
     stato = oltre(client)
@@ -2956,7 +2954,7 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
 
 def incerti(chunk: List[float], fine: float, flusso: Flusso) -> Tuple[Tuple[int, float], ...]:
     """A chunk read with the next has its read's time: it came after the read before. With some, the last
-    read with the end too: behind, the reader acks late, and TCP may hold the end (docs/flussi.md)."""
+    read with the end too: a late reader acks late, and TCP may hold the end (docs/flussi.md)."""
     uniti = [i for i in range(len(chunk) - 1) if chunk[i + 1] == chunk[i]]
     uniti += [len(chunk) - 1] if uniti and chunk[-1] == fine else []
     prima, dopo = {}, flusso.inviata
@@ -2970,9 +2968,9 @@ PEZZO = 128  # events parsed in one json.loads
 
 
 def leggi_flusso(blocchi: Iterator[Tuple[float, bytes]]) -> Generator[None, None, Tuple[dict, List[float], float]]:
-    """The `data:` lines folded in one completion, with each text chunk's time; a FETTA a next()."""
-    righe, resto, fatto = [], b"", False  # (time, data) a line; a partial line waits for the next read
-    scade = time.perf_counter() + FETTA
+    """The `data:` lines as one completion, with each text chunk's time; a FETTA a next()."""
+    righe, resto = [], b""  # (time, data) a line; a partial line waits for the next read
+    fatto, scade = False, time.perf_counter() + FETTA
     for t, blocco in blocchi:
         if time.perf_counter() >= scade:
             yield
@@ -3023,7 +3021,7 @@ NON_JSON = object()  # an event that is not JSON (None is JSON: null)
 
 
 def eventi_json(dati: List[bytes]) -> list:
-    """In one json.loads (a call each costs as much again); failing, one each, or NON_JSON."""
+    """In one json.loads (one each costs as much again); failing, one each, or NON_JSON."""
     with contextlib.suppress(ValueError):  # UnicodeDecodeError included
         eventi = json.loads((b"[" + b",".join(dati) + b"]").decode("utf-8"))
         if len(eventi) == len(dati):  # else an event was not one JSON value ("1,2"): one at a time
@@ -3062,7 +3060,7 @@ SOGLIA = (0.001, 0.05)
 
 
 def errori_figure(ok: List[Risultato]) -> Dict[str, List[float]]:
-    """The streamed figures' values' error bounds (s), in valori_figure's order."""
+    """Error bounds (s) of the streamed figures' values, in valori_figure's order."""
     errori = {"primo token": [], "TPOT": [], "ITL": []}
     for r in ok:
         e, n = dict(oltre(r).incerti), len(oltre(r).chunk_s)
@@ -3135,7 +3133,7 @@ TETTO_RITMO = 256  # --ritmo without --parallele: at most so many in flight (a t
 
 
 def orari(piano_oltre: PianoOltre) -> Iterator[float]:
-    """Every 1/ritmo s, or Poisson's gaps; one seme and rate, one schedule."""
+    """Every 1/ritmo s, or Poisson's gaps; a seme and rate, one schedule."""
     import random
 
     if piano_oltre.arrivi == "costanti":
@@ -3186,7 +3184,7 @@ class Programma(NamedTuple):
         return EsecuzioneOltre(trattenute, ultimo, non_inviate, in_ritardo)
 
     def invia_al_tempo(self, client: Client, indice: int, previsto: Optional[float], t0: float) -> Risultato:
-        """Its prompt made as it leaves (never all alive at once)."""
+        """Its prompt made as it leaves (never all at once)."""
         domanda, lunghezza = domanda_di(indice, self.piano, self.primo_prompt)
         r = invia_oltre(client, indice, domanda, self.piano.timeout, t0)
         return r._replace(oltre=oltre(r)._replace(previsto=previsto, prompt_esatto=lunghezza))
@@ -3232,10 +3230,10 @@ def ms(secondi: Optional[float]) -> Optional[float]:
 
 def programma(prova: Prova) -> Tuple[int, Optional[float]]:
     """--ritmo: the requests the schedule held in the window, and their rate."""
-    e = prova.esecuzione
+    e, finestra = prova.esecuzione, finestra_durata(prova)
     previsti = orari_previsti(e)
     n = len(previsti) + oltre(e).non_inviate + oltre(e).in_ritardo
-    return n, n / finestra_durata(prova) if oltre(prova.piano).durata else ritmo_di(previsti)
+    return n, n / finestra if finestra else ritmo_di(previsti)
 
 
 def righe_ritmo(prova: Prova) -> List[str]:
@@ -3292,8 +3290,7 @@ def note_ritmo(prova: Prova) -> List[str]:
     trattenute, non_inviate = oltre(e).trattenute, oltre(e).non_inviate
     tetto = f"il tetto di --parallele ({piano.parallele} in volo)"
     if non_inviate and not trattenute:
-        return [f"{tetto} è rimasto pieno fino alla fine di --durata. {non_partite(non_inviate)}"
-                f"{alza}"]
+        return [f"{tetto} è rimasto pieno fino alla fine di --durata. {non_partite(non_inviate)}{alza}"]
     if trattenute:
         mai = (f". {quante(non_inviate, 'altra non è partita', 'altre non sono partite')} prima della fine di --durata"
                if non_inviate else "")
@@ -3312,7 +3309,7 @@ def non_partite(n: int) -> str:
 
 
 def il_tetto_ha_frenato(prova: Prova) -> Optional[bool]:
-    """The cap full: the limit? False: the server was (cap >= its slots, all seen busy)."""
+    """The cap full: the limit? False: the server was (cap >= slots, all seen busy)."""
     n_slot, picco = prova.info.n_slot, prova.riepilogo.picco
     if n_slot is not None and prova.piano.parallele < n_slot:
         return True
@@ -3336,7 +3333,7 @@ def chi_ha_frenato(prova: Prova) -> str:
 
 
 def attese_del_tetto(prova: Prova) -> Dict[int, float]:
-    """--ritmo, the cap full: how late each request it held left, beyond ritardo_perdonato."""
+    """--ritmo, the cap full: how late those it held left, beyond ritardo_perdonato."""
     e = prova.esecuzione
     if not oltre(e).trattenute:
         return {}
@@ -3392,12 +3389,12 @@ def riassunto(valori: List[float], percentili: Sequence[int] = PERCENTILI_DETTAG
 
 
 def tipo_errore(errore: str) -> str:
-    """The kind of a failure, for counting: `HTTP 400 exceed_context_size_error`, or the phrase before ':'."""
+    """A failure's kind, counted: `HTTP 400 exceed_context_size_error`, or the phrase before ':'."""
     return TRONCATA if errore.startswith(TRONCATA) else errore.split(":")[0]
 
 
 def cadenze(prova: Prova) -> dict:
-    """The run's counts and (`_s`) each a second of its total time; None where nobody gave it."""
+    """The run's counts and (`_s`) each a second of its total time; None: nobody gave it."""
     ok, durata = prova.esecuzione.riuscite, prova.riepilogo.tempo_totale
     prompt = [r.token_prompt for r in ok]
     conti = {"richieste": len(ok), "token_prompt": None if None in prompt else sum(prompt),
@@ -3498,7 +3495,7 @@ def riga_slo(prova: Prova, slo: Dict[str, float]) -> str:
 
 
 def goodput(prova: Prova, slo: Dict[str, float]) -> Tuple[int, Optional[float], Optional[float], Optional[float], bool]:
-    """Those meeting every objective, their share, vLLM's goodput (req/s, token/s), whether from the plan."""
+    """Those meeting every objective, their share, vLLM's goodput (req/s, token/s), if from the plan."""
     o = oltre(prova.piano)
     dal_previsto = bool(o.ritmo or o.traccia) and not ritmo_tenuto(prova)
     ritardo = lambda r: latenza_dal_previsto(r) - r.latenza if dal_previsto else 0.0  # noqa: E731
@@ -3523,7 +3520,7 @@ def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
     testo = oltre(piano).testo
     domande = [domanda_oltre(testo if testo is not None else f"(riscaldamento {i + 1}) {prompt_per(i)}", piano)
                for i in range(n)]
-    # All sent at once, as the lab's are: a plan without extras, the requests already made with them.
+    # All sent at once, as the lab's: a plan without extras, the requests already made with them.
     semplice = piano._replace(richieste=n, oltre=None)
     esecuzione = esegui_carico(client, semplice, info, lancio=LancioOltre(client, semplice, domande=domande))
     if esecuzione.interruzione:
@@ -3537,7 +3534,7 @@ def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
 # The live line: the run seen while it lasts, on a terminal #####################################
 
 class Diretta:
-    """A line on a terminal's stderr at each /slots reading, cleared at the end: stdout stays as it is."""
+    """A line on a terminal's stderr at each /slots reading, cleared at the end: stdout untouched."""
 
     def __init__(self, stderr, n_slot: Optional[int], sentinella: Optional[Sentinella] = None):
         self.stderr, self.n_slot, self.sentinella = stderr, n_slot, sentinella
@@ -3551,7 +3548,7 @@ class Diretta:
         futuri = list(self._futuri)  # one atomic copy: the sender may be adding to it
         finite = [f.result() for f in futuri if f.done() and not f.cancelled()]
         # Answers and /slots are read at slightly different moments: a request ending in between
-        # counts twice, or not at all, for one frame. The count shown never goes back.
+        # counts twice, or not at all, for a frame. The count shown never goes back.
         self._generati = max(self._generati, sum(r.token or 0 for r in finite) + token_in_corso(dati_slots))
         stima_coda = c.in_coda  # requests_deferred, when /metrics is there
         if stima_coda is None and c.occupati is not None:  # else: sent (`parallele` at most), not in a slot
@@ -3567,7 +3564,7 @@ class Diretta:
                 f"{self._generati / c.t if c.t > 0 else 0:.1f} t/s  {c.t:.1f} s")
 
     def aggiorna(self, c: Campione, dati_slots) -> Campione:
-        self.stderr.write("\r" + self.riga(c, dati_slots)[:larghezza_di(self.stderr) - 1] + "\033[K")
+        self.stderr.write(f"\r{self.riga(c, dati_slots)[:larghezza_di(self.stderr) - 1]}\033[K")
         self.stderr.flush()
         return c
 
@@ -3577,7 +3574,6 @@ class Diretta:
 
 
 def token_in_corso(dati) -> int:
-    """Tokens generated so far in the busy slots: /slots' next_token[0].n_decoded."""
     prossimi = [slot.get("next_token") for slot in lista_slot(dati) or [] if slot.get("is_processing")]
     return sum(numero(p[0].get("n_decoded"), int) or 0 for p in prossimi
                if isinstance(p, list) and p and isinstance(p[0], dict))
