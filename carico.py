@@ -2394,13 +2394,9 @@ def attese_a_slot_pieni(ok: List[Risultato], n_slot: Optional[int]) -> Dict[int,
         if pieni and pieni[-1][1] == da:  # still full: the span goes on
             da = pieni.pop()[0]
         pieni.append((da, a))
-    attese = {}
-    for r in ok:
-        slot = in_slot(r)
-        attesa = accorcia((r.inizio, slot[0])) if slot else None
-        if attesa is not None:
-            attese[r.indice] = sum(max(0.0, min(a, attesa[1]) - max(da, attesa[0])) for da, a in pieni)
-    return attese
+    attese = {r.indice: accorcia((r.inizio, in_slot(r)[0])) for r in ok if in_slot(r)}
+    return {i: sum(max(0.0, min(a, attesa[1]) - max(da, attesa[0])) for da, a in pieni)
+            for i, attesa in attese.items() if attesa}
 
 
 # --stream: the time to the first token, and between tokens ######################################
@@ -2949,7 +2945,7 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
     t0 = partenza.t0 if partenza else t0
     inizio = flusso.inviata - t0
     return Risultato(indice, inizio, fine - t0, **cifre_oltre(dati, [t - flusso.inviata for t in chunk], ritardi=tuple(
-        x for x in flusso.ritardi.values() if x is not None), incerti=incerti(chunk, fine, flusso)))
+        noti(flusso.ritardi.values())), incerti=incerti(chunk, fine, flusso)))
 
 
 def incerti(chunk: List[float], fine: float, flusso: Flusso) -> Tuple[Tuple[int, float], ...]:
@@ -3195,11 +3191,11 @@ def ritardo_invio(r: Risultato) -> Optional[float]:
 
 
 def ritardi_invio(e: Esecuzione) -> List[float]:
-    return [x for x in map(ritardo_invio, e.risultati) if x is not None]
+    return noti(map(ritardo_invio, e.risultati))
 
 
 def orari_previsti(e: Esecuzione) -> List[float]:
-    return [p for p in (oltre(r).previsto for r in e.risultati) if p is not None]
+    return noti(oltre(r).previsto for r in e.risultati)
 
 
 def ritardi_p99_max(e: Esecuzione) -> str:
@@ -3226,6 +3222,10 @@ def finestra_durata(prova: Prova) -> Optional[float]:
 
 def ms(secondi: Optional[float]) -> Optional[float]:
     return None if secondi is None else secondi * 1000
+
+
+def noti(valori) -> list:
+    return [v for v in valori if v is not None]
 
 
 def programma(prova: Prova) -> Tuple[int, Optional[float]]:
@@ -3372,10 +3372,10 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
     valori["attesa in coda"] = list(attese_a_slot_pieni(ok, prova.info.n_slot).values())
     if oltre(prova.esecuzione).trattenute:  # the cap's wait in the client: a wait too
-        valori["attesa del tetto"] = [x for x in map(ritardo_invio, ok) if x is not None]
+        valori["attesa del tetto"] = noti(map(ritardo_invio, ok))
     if any(oltre(r).chunk_s is not None for r in ok):  # --stream
-        valori["primo token"] = [t for t in (oltre(r).primo_token for r in ok) if t is not None]
-        valori["TPOT"] = [t for t in map(tpot, ok) if t is not None]
+        valori["primo token"] = noti(oltre(r).primo_token for r in ok)
+        valori["TPOT"] = noti(map(tpot, ok))
         valori["ITL"] = [g for r in ok for g in itl(r)]
     return valori
 
@@ -3409,7 +3409,7 @@ def dati_dettagli(prova: Prova, slo: Optional[Dict[str, float]] = None, percenti
 
     risultati = prova.esecuzione.risultati
     fallite = Counter(tipo_errore(r.errore) for r in risultati if not r.riuscita)
-    per_chunk = [t for t in map(token_per_chunk, risultati) if t is not None]
+    per_chunk = noti(map(token_per_chunk, risultati))
     tutti = sorted(set(PERCENTILI_DETTAGLI) | set(percentili))
     c = cadenze(prova)  # no request answered: no rate, n/d (vLLM's names say 0 requests/s)
     al_secondo = {k: c[k + "_s"] if c["richieste"] else None for k in ("richieste", "token_prompt", "token_generati")}
@@ -3536,7 +3536,7 @@ def riscalda(client: Client, piano: Piano, info: InfoServer, n: int) -> None:
 class Diretta:
     """A line on a terminal's stderr at each /slots reading, cleared at the end: stdout untouched."""
 
-    def __init__(self, stderr, n_slot: Optional[int], sentinella: Optional[Sentinella] = None):
+    def __init__(self, stderr, n_slot: Optional[int], sentinella: Sentinella):
         self.stderr, self.n_slot, self.sentinella = stderr, n_slot, sentinella
         self._futuri, self._piano, self._generati = [], Piano(), 0  # _generati: tokens shown last
 
@@ -3555,7 +3555,7 @@ class Diretta:
             stima_coda = max(0, min(len(futuri) - len(finite), self._piano.parallele) - c.occupati)
         totale = self._piano.richieste if self._piano.richieste is not None else len(futuri)
         conto = f"[{len(finite):>{len(str(totale))}}/{totale}]"
-        if self.sentinella is not None and (self.sentinella.andato or self.sentinella.di_fila):  # said while it happens
+        if self.sentinella.andato or self.sentinella.di_fila:  # said while it happens
             stato = ("ha smesso di rispondere: fermo gli invii" if self.sentinella.andato
                      else f"non risponde ({quante(self.sentinella.di_fila, 'rifiuto', 'rifiuti')} di fila)")
             return f"{conto} il server {stato}  {c.t:.1f} s"

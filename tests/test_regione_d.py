@@ -19,7 +19,7 @@ def finita(risultato):
 def test_la_riga_dal_vivo_conta_i_token_delle_risposte_e_degli_slot_occupati():
     """Tokens shown: the answers' own, plus n_decoded of each busy slot's next_token (an idle slot, or one
     whose next_token is not a list of objects, adds nothing); the count never goes back."""
-    diretta = carico.Diretta(io.StringIO(), 4)
+    diretta = carico.Diretta(io.StringIO(), 4, carico.Client("http://127.0.0.1:9").sentinella)
     futuri = [finita(carico.Risultato(0, 0.0, 1.0, token=10)), finita(carico.Risultato(1, 0.0, 1.5)),
               concurrent.futures.Future()]
     diretta.seguendo(futuri, carico.Piano(richieste=5, parallele=3))
