@@ -2257,7 +2257,6 @@ class ParserItaliano(argparse.ArgumentParser):
 
 
 def larghezza_di(terminale) -> int:
-    """Its columns; not a terminal: $COLUMNS, else 80."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
         return os.get_terminal_size(terminale.fileno()).columns or 80
     return int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 80
@@ -2681,7 +2680,7 @@ class LettoreFlussi:
             self._sveglia[0].setblocking(False)
             self._thread = threading.Thread(target=self._gira, args=(self._sveglia,), name="flussi", daemon=True)
             self._thread.start()
-        if not self._svegliato:  # one byte wakes it
+        if not self._svegliato:
             self._svegliato = True
             self._sveglia[1].send(b"\0")
 
