@@ -2933,11 +2933,11 @@ def ricevi_flusso(client: Client, indice: int, domanda: dict, timeout: float, t0
             client.lascia(sock)
         if flusso.eccezione is not None:
             raise flusso.eccezione
-    except socket.timeout as exc:
-        tardi = f"{'nessuna risposta' if flusso is None or flusso.status is None else 'risposta non completa'} entro {timeout:g} s"
-        raise client.errore_di_rete(CHAT, exc, tardi) from None
     except OSError as exc:
-        raise client.errore_di_rete(CHAT, exc, descrivi_errore_rete(exc, timeout)) from None
+        perche = descrivi_errore_rete(exc, timeout)
+        if isinstance(exc, socket.timeout) and flusso and flusso.status is not None:  # headers came
+            perche = f"risposta non completa entro {timeout:g} s"
+        raise client.errore_di_rete(CHAT, exc, perche) from None
     if flusso.status != 200:
         raise ErroreRichiesta(descrivi_errore_http(Risposta(flusso.status, flusso.corpo())))
     dati, chunk, fine = flusso.esito  # parsed by the reader in a free moment
