@@ -3767,8 +3767,8 @@ def anomale(prove: List[Prova]) -> List[Tuple[Prova, float]]:
     """Only with two others: of two runs apart, either may be odd."""
     import statistics
 
-    valori = [(p, p.riepilogo.throughput) for p in prove if not p.esecuzione.interruzione]
-    valori = [(p, v) for p, v in valori if v is not None]
+    valori = [(p, v) for p in prove if not p.esecuzione.interruzione
+              for v in [p.riepilogo.throughput] if v is not None]
     return [(p, mediana) for i, (p, v) in enumerate(valori) if len(valori) > 2
             for mediana in [statistics.median(w for j, (_, w) in enumerate(valori) if j != i)]
             if v < 0.5 * mediana]
@@ -3818,11 +3818,15 @@ def diversi(a: List[float], b: List[float]) -> Optional[bool]:
     return abs(t) > t_critico(gl)
 
 
+def raggruppa(cose: list, chiave) -> Dict[object, list]:  # in the order each key first comes
+    gruppi: Dict[object, list] = {}
+    for cosa in cose:
+        gruppi.setdefault(chiave(cosa), []).append(cosa)
+    return gruppi
+
+
 def punti_di(prove: List[Prova]) -> List[Punto]:
-    gruppi: Dict[tuple, List[Prova]] = {}
-    for p in prove:
-        gruppi.setdefault((p.configurazione, p.piano), []).append(p)
-    return [Punto(g) for g in gruppi.values()]
+    return [Punto(g) for g in raggruppa(prove, lambda p: (p.configurazione, p.piano)).values()]
 
 
 def latenza_p90(prova: Prova) -> Optional[float]:
@@ -3847,10 +3851,8 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     for punto, escluse in zip(punti, escluse_di):
         p = punto.prove[0]
         ripetute = len(punto.intere) > 1
-        throughput = fmt(punto.throughput, ".2f token/s")
-        if ripetute:
-            throughput += f" ±{fmt(ic95(punto.cifre('throughput')), '.2f')}"
-        throughput += con_tagliate(punto)
+        rumore = f" ±{fmt(ic95(punto.cifre('throughput')), '.2f')}" * ripetute
+        throughput = fmt(punto.throughput, ".2f token/s") + rumore + con_tagliate(punto)
         dalla_cache = [r.token_cache for r in punto.riuscite if r.token_cache is not None]
         celle = [punto.valore(c) for c in chiavi] + [fmt(p.info.n_ctx_slot, "d")] * ("np" in chiavi)
         celle += [throughput] + [fmt(x, ".2f s") for x in (punto.latenza, punto.latenza_p90, punto.latenza_max)]
@@ -3887,10 +3889,7 @@ Curve = List[Tuple[str, List[Punto]]]  # (title, points) for each curve
 
 def serie(punti: List[Punto], chiavi: List[str], asse: Optional[str] = None) -> Tuple[str, Curve]:
     asse = asse or next(a for a in ASSI if a in chiavi)
-    gruppi: Dict[str, List[Punto]] = {}
-    for punto in punti:
-        titolo = ", ".join(punto.nome(c) for c in chiavi if c != asse)
-        gruppi.setdefault(titolo, []).append(punto)
+    gruppi = raggruppa(punti, lambda punto: ", ".join(punto.nome(c) for c in chiavi if c != asse))
     ordine = ((lambda q: q.prove[0].configurazione.ordine) if asse == "np"
               else (lambda q: valore_numerico(asse, q.piano)))
     return asse, [(titolo, sorted(g, key=ordine)) for titolo, g in gruppi.items()]
@@ -3985,8 +3984,7 @@ class Saturazione(NamedTuple):
     occupata: Optional[str] = None  # busy ends: no verdict
 
 
-def poche_per_una_coda(punto: Punto, asse: str) -> bool:
-    """Along --ritmo, too few requests to build a queue: no verdict rests on it."""
+def poche_per_una_coda(punto: Punto, asse: str) -> bool:  # too few to build a queue: no verdict
     return asse == "ritmo" and min(p.esecuzione.n_richieste for p in punto.intere) < MINIMO_SOVRACCARICO
 
 
@@ -4480,10 +4478,7 @@ class Capacita:
             prove = self.sessione.ripetute(self.client, self.info, piano, self.configurazione)
             regge = quota_slo(prove, o.slo) >= o.capacita / 100 and not any(map(sovraccarico, prove))
             self.punti.append((ritmo, prove, regge))
-            if regge:
-                tiene = ritmo
-            else:
-                cade = ritmo
+            tiene, cade = (ritmo, cade) if regge else (tiene, ritmo)
             if cade is None:
                 ritmo *= 2
             elif tiene is None:
@@ -4749,9 +4744,8 @@ def barre(tratti: List[Tratto], pieno: int, scala: float, y: int, alto: int) -> 
             for t in tratti if t.valore for h in [alto * min(1.0, t.valore / pieno)]]
 
 
-def svg(prove: List[Prova], curve: Optional[Tuple[str, List[Tuple[str, List[Punto]]]]] = None,
+def svg(prove: List[Prova], curve: Optional[Tuple[str, Curve]] = None,
         chiavi: Sequence[str] = ()) -> str:
-    """Standalone: a sweep's curves, then a panel per run."""
     sinistra, destra = ASSE_SVG
     pannelli, y = svg_curva(*curve, 10) if curve is not None else ([], 10)
     viste, fonti, riempiti = set(), set(), False  # phases, slots' sources, a context
@@ -5709,10 +5703,8 @@ def oltre_il_rumore(a: List[float], b: List[float]) -> str:
 def righe_confronto(a: Tuple[str, List[dict]], b: Tuple[str, List[dict]]) -> List[str]:
     """Each load both files measured, server by server, figure by figure; loads never pooled."""
     (nome_a, prove_a), (nome_b, prove_b) = a, b
-    gruppi_a, gruppi_b = {}, {}  # (load, np) -> its runs, in file order
-    for prove, gruppi in ((prove_a, gruppi_a), (prove_b, gruppi_b)):
-        for p in prove:
-            gruppi.setdefault((carico_salvato(p), str(p.get("np"))), []).append(p)
+    gruppi_a, gruppi_b = (raggruppa(prove, lambda p: (carico_salvato(p), str(p.get("np"))))
+                          for prove in (prove_a, prove_b))  # (load, np) -> its runs
     coppie = [(ga, gb) for (carico_a, _), ga in gruppi_a.items() for (carico_b, _), gb in gruppi_b.items()
               if carico_a == carico_b]
     larghezze = (-31, 10, 10, 8)  # the figure, A, B, B/A; then, two spaces on, the verdict
@@ -5848,8 +5840,7 @@ def righe_contesto(prova: Prova) -> List[str]:
     return righe
 
 
-def livello(tenuti: int, n_ctx: int, marche: Dict[str, str]) -> str:
-    """A slot's fill: blank when empty, a full block only at n_ctx."""
+def livello(tenuti: int, n_ctx: int, marche: Dict[str, str]) -> str:  # a full block only at n_ctx
     return marche["livelli"][min(8, max(tenuti > 0, 8 * tenuti // n_ctx))]
 
 
@@ -5976,7 +5967,6 @@ def con_prompt_di_sistema(client: Client, piani: List[Piano]) -> List[Piano]:
 # on gemma-3, then they repeat), so consecutive prompts differ from their first token.
 
 def con_pezzi(client: Client, piani: List[Piano]) -> List[Piano]:
-    """Each exact length counted again."""
     lunghezze = [oltre(p).prompt_token for p in piani if oltre(p).prompt_token]
     piu_lungo = max([b for _, b in lunghezze] + [oltre(p).prefisso or 0 for p in piani] + [1])
     pezzi = pezzi_del_server(client, piu_lungo + 1)
