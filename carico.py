@@ -4058,22 +4058,22 @@ def perche_satura(prima: Punto, dopo: Punto) -> str:
         frasi.append(f"l'attesa media in coda è passata da {attese[0]:.2f} a {attese[1]:.2f} s" + (
             ": una richiesta in più non trova uno slot libero e aspetta" if cresciuta else ", poco"))
     if None not in velocita and velocita[1] < 0.9 * velocita[0]:
-        scesa = f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s"
         occupata = next(filter(None, map(occupata_intorno, prima.intere + dopo.intere)), None)
         if occupata:  # the machine's own work may have slowed the slots: not said to be the slots'
-            frasi.append(f"{scesa}, ma la macchina era già occupata in una delle due prove ({occupata}). La discesa "
-                         "può venire da lì")
+            perche = (f", ma la macchina era già occupata in una delle due prove ({occupata}). La discesa può "
+                      "venire da lì")
         elif None in (prima.picco, dopo.picco):  # how many slots were at work together is not known
-            frasi.append(scesa)
+            perche = ""
         elif dopo.picco > prima.picco and velocita[1] < 0.75 * velocita[0] * prima.picco / dopo.picco:
-            frasi.append(f"{scesa}: più di quanto spieghi la divisione dei core fra {dopo.picco} slot (circa "
-                         f"{velocita[0] * prima.picco / dopo.picco:.1f} t/s l'uno). Forse altro lavorava sulla macchina "
-                         "durante la prova")  # the look before each run cannot see a load that started after it
+            perche = (f": più di quanto spieghi la divisione dei core fra {dopo.picco} slot (circa "
+                      f"{velocita[0] * prima.picco / dopo.picco:.1f} t/s l'uno). Forse altro lavorava sulla macchina "
+                      "durante la prova")  # the look before each run cannot see a load that started after it
         elif dopo.picco > prima.picco:
-            frasi.append(f"{scesa}: gli slot si dividono gli stessi core" + (
-                ", e la macchina non genera più token al secondo" if dopo.throughput <= 1.1 * prima.throughput else ""))
+            perche = ": gli slot si dividono gli stessi core" + (
+                ", e la macchina non genera più token al secondo" if dopo.throughput <= 1.1 * prima.throughput else "")
         else:
-            frasi.append(f"{scesa}, con gli stessi slot al lavoro insieme: non è la divisione dei core fra gli slot")
+            perche = ", con gli stessi slot al lavoro insieme: non è la divisione dei core fra gli slot"
+        frasi.append(f"nel proprio slot ogni richiesta è scesa da {velocita[0]:.1f} a {velocita[1]:.1f} t/s{perche}")
     return ". ".join(maiuscola(f) for f in frasi) + "."
 
 
@@ -4910,8 +4910,8 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
                       "inviate": p.esecuzione.n_richieste} if oltre(p.piano).al_tempo else None,
             "server": {"n_slot": p.info.n_slot, "n_ctx_slot": p.info.n_ctx_slot, "kv_unificata": kv_saputa(p),
                        "props": p.info.props},
-            "macchina": p.macchina._asdict() if p.macchina else None,
-            "macchina_dopo": p.macchina_dopo._asdict() if p.macchina_dopo else None,
+            "macchina": p.macchina and p.macchina._asdict(),
+            "macchina_dopo": p.macchina_dopo and p.macchina_dopo._asdict(),
             "esclusa_dalla_media": id(p) in escluse,  # see `anomale`
             "slot_occupati_prima": p.occupati_prima,
             "riepilogo": {**riepilogo_oltre(p)._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda,
@@ -4987,9 +4987,9 @@ def spiegazione(prova: Prova) -> List[str]:
             partite = f"Le richieste sono partite {'una' if insieme == 1 else insieme} alla volta (--parallele {insieme})"
         else:
             partite = f"Sono partite {insieme} richieste insieme"
-        frasi.append(f"{partite} su {quante(info.n_slot, 'slot', 'slot')}: al massimo "
+        frasi.append(f"{partite} su {info.n_slot} slot: al massimo "
                      f"{quante(s.picco, 'servita', 'servite')} nello stesso momento.")
-    if s.occupati_dai_tempi is not None and s.occupati_letti is not None and s.occupati_dai_tempi > s.occupati_letti:
+    if None not in (s.occupati_dai_tempi, s.occupati_letti) and s.occupati_dai_tempi > s.occupati_letti:
         frasi.append(f"Il picco di {s.occupati_dai_tempi} viene dai tempi del server: /slots (letto ogni "
                      f"{piano.intervallo:g} s) ne ha visti {s.occupati_letti}.")
     attese = {r.indice: a for r in ok if (a := attesa_dello_slot(r)) is not None}
@@ -6044,10 +6044,9 @@ def leggi_dataset(percorso: str, rifiuta) -> Tuple[tuple, str]:
         if not richieste:
             rifiuta(f"{dove} non ha conversazioni con una domanda (il formato di ShareGPT)")
         senza = len(intero) - len(richieste)
-        if senza:
-            return richieste, (f"ShareGPT; {quante(senza, 'conversazione', 'conversazioni')} su {len(intero)} senza "
-                               f"una domanda (from human), {'saltata' if senza == 1 else 'saltate'}")
-        return richieste, "ShareGPT"
+        saltate = (f"; {quante(senza, 'conversazione', 'conversazioni')} su {len(intero)} senza una domanda "
+                   f"(from human), {'saltata' if senza == 1 else 'saltate'}") if senza else ""
+        return richieste, "ShareGPT" + saltate
     richieste = [voce_dataset(riga, f"{dove}, riga {n}", rifiuta)
                  for n, riga in enumerate(testo.splitlines(), 1) if riga.strip()]
     if not richieste:
@@ -6175,8 +6174,7 @@ def righe_conversazioni(prova: Prova) -> List[str]:
         righe.append(in_colonne(celle[:len(testa)], larghezze, "  "))
     for utente in range(utenti):
         suoi = [r for r in e.risultati if oltre(r).conversazione == utente]
-        if suoi and not suoi[-1].riuscita:
-            ultimo = suoi[-1]
+        if suoi and not (ultimo := suoi[-1]).riuscita:
             perche = PERCHE_FINITO.get(contesto_finito(ultimo), "è fallito")
             righe.append(f"  utente {utente}: fermo al turno {oltre(ultimo).turno}, {perche}: {ultimo.errore}")
         troncati = [r for r in suoi if r.riuscita and r.finish_reason == "length" and r.token is not None
@@ -6229,8 +6227,8 @@ def leggi_decisioni(log: str) -> Decisioni:
         elif misura_kv:
             cache.append((nome, float(misura_kv.group(1)), int(misura_kv.group(2)), int(misura_kv.group(3))))
             nome = "KV"
-    n_slot, n_ctx, kv = (int(scelta[1]), int(scelta[2]), scelta[3] == "true") if scelta else (None, None, None)
-    return Decisioni(n_slot, n_ctx, kv, tuple(cache))
+    scelte = (int(scelta[1]), int(scelta[2]), scelta[3] == "true") if scelta else (None, None, None)
+    return Decisioni(*scelte, tuple(cache))
 
 
 def riga_decisioni(configurazione: Configurazione, d: Decisioni) -> str:
