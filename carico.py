@@ -3710,7 +3710,7 @@ class Punto:
     """The runs (--ripeti) of one load on one server, combined."""
 
     def __init__(self, prove: List[Prova]):
-        self.prove, self.piano = prove, prove[0].piano  # one load: every run's
+        self.prove, self.piano = prove, prove[0].piano
         escluse = [id(p) for p, _ in anomale(prove)] if len(prove) > 1 else []
         self.intere = [p for p in prove
                        if not (p.esecuzione.interruzione or id(p) in escluse)] or prove
@@ -3857,14 +3857,14 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
         celle = [punto.valore(c) for c in chiavi] + [fmt(p.info.n_ctx_slot, "d")] * ("np" in chiavi)
         celle += [throughput] + [fmt(x, ".2f s") for x in (punto.latenza, punto.latenza_p90, punto.latenza_max)]
         celle += [fmt(media(dalla_cache), ".0f")] * cache + [fmt(punto.velocita_prompt, ".1f")] * prefill
-        picco = f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}"
-        celle += [fmt(punto.velocita_slot, ".1f"), picco, fmt(punto.picco_coda, "d")]
+        celle += [fmt(punto.velocita_slot, ".1f"), f"{fmt(punto.picco, 'd')}/{fmt(p.info.n_slot, 'd')}",
+                  fmt(punto.picco_coda, "d")]
         figure = punto.figure if flussi else {}  # pooled once for all the point's percentiles
         celle += [fmt(percentile(figure.get(f, []), pc), ".3f s") if f == "primo token"
                   else fmt(ms(percentile(figure.get(f, []), pc)), ".1f ms") for f, pc in flussi]
         if con_ritmo:
-            inviate = fmt(punto.inviate_davvero, ".2f req/s")
-            celle.append(inviate if all(ritmo_tenuto(q) for q in punto.intere) else f"{inviate} (non tenuto)")
+            tenuto = all(ritmo_tenuto(q) for q in punto.intere)
+            celle.append(fmt(punto.inviate_davvero, ".2f req/s") + " (non tenuto)" * (not tenuto))
         if any(q.esecuzione.interruzione for q in punto.prove):
             celle[0] += INTERROTTA
         if ripetute or escluse:
@@ -3899,7 +3899,7 @@ def passi(punti: List[Punto], asse: str) -> Iterator[Tuple[Punto, Punto, float]]
     """(before, after, load ratio); `before` is the last point that grew by PASSO_MINIMO."""
     prima = None
     for punto in punti:
-        if not punto.carico(asse) or not punto.throughput or punto.latenza is None:  # nothing to compare
+        if not punto.carico(asse) or not punto.throughput or punto.latenza is None:
             continue
         crescita = punto.carico(asse) / prima.carico(asse) if prima is not None else None
         if crescita is not None:
@@ -4127,7 +4127,6 @@ def frase_sovraccarico(visto: Sovraccarico) -> str:
 
 
 def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
-    """Each -np's throughput over the smallest's; along --token, batching's gain."""
     if "np" not in chiavi:
         return []
     altre = [c for c in chiavi if c != "np"]
@@ -4919,8 +4918,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "richieste": righe_dati(p),
             "campioni": [c._asdict() for c in p.esecuzione.campioni],
             "interrotta": p.esecuzione.interruzione is not None,
-            "server_andato": dict(zip(("t_s", "perche"), p.esecuzione.server_andato)) if p.esecuzione.server_andato
-            else None,
+            "server_andato": p.esecuzione.server_andato and dict(zip(("t_s", "perche"), p.esecuzione.server_andato)),
             "per_server": [{"url": d.base, "n_slot": d.info.n_slot, "n_ctx_slot": d.info.n_ctx_slot, "richieste": n,
                             "throughput": throughput, "andato_s": d.andato and d.andato[0], **s._asdict(),
                             "picco": s.picco, "picco_coda": s.picco_coda} for d, n, s, throughput in per_server(p)],
@@ -5108,7 +5106,6 @@ VIAGGIO_MAX = 0.1  # s from the send to a free slot that are the trip (HTTP, par
 
 
 def una_alla_volta(ok: List[Risultato]) -> Optional[str]:
-    """Answers of requests in flight together, back at least half the fastest latency apart: one at a time."""
     ordinate = sorted(ok, key=lambda r: r.fine)
     coppie = [(a, b) for a, b in zip(ordinate, ordinate[1:]) if b.inizio < a.fine]  # b was in flight while a was
     if len(ordinate) < 3 or len(coppie) < 2:
@@ -6248,7 +6245,7 @@ CONVERSAZIONI_RAM, TOKEN_RAM = 4, 4096  # the lab's question: 4 conversations of
 
 
 def da_confrontare(prove: List[Prova]) -> Optional[Configurazione]:
-    """The RAM question's reference: the first -np 4 started, else the first; None without --avvia."""
+    """The RAM question's reference."""
     avviate = [p.configurazione for p in prove if p.configurazione and p.configurazione.deciso]
     return next((c for c in avviate if c.np == CONVERSAZIONI_RAM), avviate[0]) if avviate else None
 
