@@ -3711,9 +3711,9 @@ class Punto:
 
     def __init__(self, prove: List[Prova]):
         self.prove, self.piano = prove, prove[0].piano
-        escluse = [id(p) for p, _ in anomale(prove)] if len(prove) > 1 else []
+        self.escluse = anomale(prove) if len(prove) > 1 else []  # (run, the others' median)
         self.intere = [p for p in prove
-                       if not (p.esecuzione.interruzione or id(p) in escluse)] or prove
+                       if not (p.esecuzione.interruzione or any(p is q for q, _ in self.escluse))] or prove
         self._riepiloghi: Dict[int, Riepilogo] = {}  # by id(run): Prova.riepilogo computes anew
 
     riuscite = property(lambda self: [r for p in self.intere for r in p.esecuzione.riuscite])
@@ -3847,9 +3847,9 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
     testa += [f"{'TTFT' if f == 'primo token' else f} p{p}" for f, p in flussi]
     con_ritmo = any(oltre(p.piano).ritmo for p in punti)
     testa += ["inviate davvero"] * con_ritmo
-    corpo, escluse_di = [], [anomale(punto.prove) for punto in punti]
-    for punto, escluse in zip(punti, escluse_di):
-        p = punto.prove[0]
+    corpo = []
+    for punto in punti:
+        p, escluse = punto.prove[0], punto.escluse
         ripetute = len(punto.intere) > 1
         rumore = f" ±{fmt(ic95(punto.cifre('throughput')), '.2f')}" * ripetute
         throughput = fmt(punto.throughput, ".2f token/s") + rumore + con_tagliate(punto)
@@ -3878,7 +3878,7 @@ def tabella_griglia(punti: List[Punto], chiavi: List[str], percentili: Optional[
                      "dei massimi). Le altre cifre vengono dalle richieste delle N prove insieme "
                      "(t/s nel proprio slot: token generati sul tempo nello slot), i picchi sono il più alto. ±: "
                      "l'intervallo di confidenza al 95% del throughput (t di Student)")
-    if any(escluse_di):
+    if any(punto.escluse for punto in punti):
         righe.append("esclusa: una prova sotto metà del throughput mediano delle altre dello stesso punto, fuori dalle "
                      "medie (detta dopo le sue prove)")
     return righe
@@ -4363,10 +4363,10 @@ def senza_saturazione(asse: str, misurati: List[Punto]) -> str:
                 f"throughput {'forse ' * bool(forse)}non ha seguito il carico ({x.throughput:.1f} → "
                 f"{y.throughput:.1f} token/s" + (f", guadagno {misura[0]:+.1f} ±{misura[1]:.1f} al 95%" if forse else "")
                 + f"). La latenza media ({x.latenza:.2f} → {y.latenza:.2f} s) "
-                + ("è salita meno del 10%, su una prova per punto: --ripeti 3 lo decide." if min(prove) < 2
+                + ("è salita meno del 10%, su una prova per punto: --ripeti 3" if min(prove) < 2
                    else f"sale del {y.latenza / x.latenza - 1:.0%} ma con {da_a(prove)} prove a punto non è "
-                   "accertato: --ripeti 5 lo decide." if y.latenza > 1.1 * x.latenza else
-                   "non è salita oltre il rumore (Welch 95%): --ripeti 5 lo decide."))
+                   "accertato: --ripeti 5" if y.latenza > 1.1 * x.latenza else
+                   "non è salita oltre il rumore (Welch 95%): --ripeti 5") + " lo decide.")
     # categorical only when each step that followed the load did so beyond its repeats' noise
     incerti = [(x, y, m) for x, y, _ in passati if (x, y) not in piatti
                for m in [guadagno(asse, x, y)] if m and m[0] - m[1] < m[2]]
@@ -4887,7 +4887,7 @@ def testo_csv(prove: List[Prova]) -> str:
 def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[Dict[str, float]] = None,
                percentili: Sequence[int] = (), capacita: Sequence[dict] = ()) -> str:
     """Everything a plot needs, never the API key."""
-    escluse = [id(p) for punto in punti_di(prove) for p, _ in anomale(punto.prove)]
+    escluse = [id(p) for punto in punti_di(prove) for p, _ in punto.escluse]
     dati = {
         "carico": __version__, "url": url,
         "opzioni": dati_piano(piani[0]),
