@@ -5554,25 +5554,19 @@ def perche_non_repliche(repliche: List[int], configurazioni: List[Configurazione
 def copia_del_comando(comando: List[str], configurazione: Configurazione,
                       intero: bool = False) -> Tuple[List[str], List[str]]:
     """One copy's command (-np, host and port: ServerAvviato's) and the notes to print about it."""
-    r = configurazione.repliche
-    copia, note = list(comando), []
-    if r == 1:
-        return copia, note
-    contesto = intero_nel_comando(comando, CONTESTO)
-    if contesto is not None and not intero:
-        copia = con_contesto(copia, max(contesto // r, 1))
-        if contesto % r:
-            note.append(f"-c {contesto} non si divide fra {r} copie: ogni copia -c {max(contesto // r, 1)}")
-    thread = intero_nel_comando(comando, THREAD)
-    if thread is None:
-        dato = valore_nel_comando(comando, THREAD)
-        senza = "senza -t nel comando" if dato is None else f"con -t {dato}"
-        note.append(f"{senza} ognuna delle {r} copie usa i thread predefiniti del server: si contendono i core "
-                    "(-t N li divide fra le copie)")
-    else:
-        copia = senza_opzione(copia, THREAD) + ["-t", str(max(thread // r, 1))]
-        if thread % r:
-            note.append(f"-t {thread} non si divide fra {r} copie: ogni copia -t {max(thread // r, 1)}")
+    r, copia, note = configurazione.repliche, list(comando), []
+    for nomi in (CONTESTO, THREAD) if r > 1 else ():
+        valore, nome = intero_nel_comando(comando, nomi), nomi[0]
+        if nomi == CONTESTO and intero:
+            continue
+        if valore is None:  # -t only: a -c to divide was checked with the flags
+            dato = valore_nel_comando(comando, nomi)
+            note.append(f"{'senza -t nel comando' if dato is None else f'con -t {dato}'} ognuna delle {r} copie usa "
+                        "i thread predefiniti del server: si contendono i core (-t N li divide fra le copie)")
+            continue
+        copia = senza_opzione(copia, nomi) + [nome, str(max(valore // r, 1))]
+        if valore % r:
+            note.append(f"{nome} {valore} non si divide fra {r} copie: ogni copia {nome} {max(valore // r, 1)}")
     return copia, note
 
 
@@ -6235,10 +6229,7 @@ def riga_decisioni(configurazione: Configurazione, d: Decisioni) -> str:
 
 
 def con_contesto(comando: List[str], n_ctx: int) -> List[str]:
-    contesto = ("-c", "--ctx-size")
-    tenute = [parte for prima, parte in zip([""] + comando, comando)  # neither -c nor its value
-              if parte not in contesto and prima not in contesto and not parte.startswith(("-c=", "--ctx-size="))]
-    return tenute + ["-c", str(n_ctx)]
+    return senza_opzione(comando, CONTESTO) + ["-c", str(n_ctx)]
 
 
 CONVERSAZIONI_RAM, TOKEN_RAM = 4, 4096  # the lab's question: 4 conversations of 4096 tokens each
