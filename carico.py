@@ -3369,7 +3369,7 @@ def valori_figure(prova: Prova) -> Dict[str, List[float]]:
     valori = {"latenza": [r.latenza for r in ok]}
     if oltre(prova.piano).ritmo or oltre(prova.piano).traccia:
         valori["latenza dal previsto"] = [latenza_dal_previsto(r) for r in ok]
-    valori["attesa in coda"] = list(attese_a_slot_pieni(ok, prova.info.n_slot).values())
+    valori["attesa in coda"] = list(attese_in_coda(prova).values())
     if oltre(prova.esecuzione).trattenute:  # the cap's wait in the client: a wait too
         valori["attesa del tetto"] = noti(map(ritardo_invio, ok))
     if any(oltre(r).chunk_s is not None for r in ok):  # --stream
@@ -3658,9 +3658,10 @@ def tabella_consegnato(prove: List[Prova], memorie: Optional[Dict[Configurazione
                                memorie) for p in punto.prove]
         if len(punto.prove) > 1:
             righe.append(riga_tabella(punto, f" (media di {len(punto.intere)})", memorie))
+    copie = [f"np {c.etichetta}: {c.descrizione} (--repliche); " for c in memorie or () if c.repliche > 1][:1]
     return tabella_md(["np", "n_ctx_slot", *kv, "latenza media", "latenza max", "throughput"], righe) + [
-        "np 2x2: 2 copie del server da -np 2 (--repliche); RAM: le copie insieme, da /proc/PID/smaps_rollup, le "
-        "pagine condivise (i pesi) contate una volta"] * bool(memorie)
+        "".join(copie) + "RAM: le copie insieme, da /proc/PID/smaps_rollup, le pagine condivise (i pesi) contate "
+        "una volta"] * bool(memorie)
 
 
 # Sweeps: lists of values, the table, the capacity curve #######################################
@@ -4106,7 +4107,7 @@ def sovraccarico(prova: Prova) -> Optional[Sovraccarico]:
     fine = oltre(prova.piano).durata or inizi[-1]  # the window they were sent in, as "inviate davvero" counts it
     arrivate = invii_al_secondo(prova)
     completate = sum(1 for r in ok if inizi[0] < r.fine <= fine) / (fine - inizi[0])
-    attese = attese_a_slot_pieni(ok, prova.info.n_slot)
+    attese = attese_in_coda(prova)
     in_ordine = [attese[r.indice] for r in ok if r.indice in attese]
     terzo, servizi = len(in_ordine) // 3, [t for t in map(servizio, ok) if t]
     if completate >= 0.9 * arrivate or terzo < 2 or not servizi:
@@ -4610,7 +4611,7 @@ class Tratto(NamedTuple):
 
 
 def disegno(prova: Prova) -> Tuple[List[Tuple[str, List[Tratto]]], List[Tratto], Optional[str], list]:
-    attese = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
+    attese = attese_in_coda(prova)
     richieste = [(f"req {r.indice}", [Tratto(da, a, fase, None, f"{fase} {a - da:.3f} s")
                                       for fase, da, a in fasi(r, attese)]) for r in prova.esecuzione.risultati]
     return (richieste, *slot_nel_tempo(prova), corsie_contesto(prova))
@@ -4843,7 +4844,7 @@ CAMPI_CSV = ("prova", "np", "parallele", "max_token", "ritmo", "indice", "token_
 
 
 def righe_dati(prova: Prova) -> List[dict]:
-    in_coda = attese_a_slot_pieni(prova.esecuzione.riuscite, prova.info.n_slot)
+    in_coda = attese_in_coda(prova)
     return [riga_dati(r, in_coda, tagliata_dal_contesto(r, prova)) for r in prova.esecuzione.risultati]
 
 
@@ -4920,7 +4921,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "interrotta": p.esecuzione.interruzione is not None,
             "server_andato": p.esecuzione.server_andato and dict(zip(("t_s", "perche"), p.esecuzione.server_andato)),
             "per_server": [{"url": d.base, "n_slot": d.info.n_slot, "n_ctx_slot": d.info.n_ctx_slot, "richieste": n,
-                            "throughput": throughput, "andato_s": d.andato and d.andato[0], **s._asdict(),
+                            "andato_s": d.andato and d.andato[0], **s._asdict(), "throughput": throughput,
                             "picco": s.picco, "picco_coda": s.picco_coda} for d, n, s, throughput in per_server(p)],
         } for p in prove],
     }
@@ -4966,7 +4967,7 @@ def descrivi_macchina(m: Macchina, dopo: Optional[Macchina] = None) -> str:
 
 
 def spiegazione(prova: Prova) -> List[str]:
-    e, s, info, piano = prova.esecuzione, prova.riepilogo, prova.info, prova.piano
+    e, s, info, piano = prova.esecuzione, riepilogo_oltre(prova), prova.info, prova.piano
     ok, non_inviate, tagliata = e.riuscite, oltre(e).non_inviate, e.server_andato or e.interruzione
     if not ok:
         primo = e.risultati[0].errore if e.risultati else "interrotta"
@@ -4993,7 +4994,7 @@ def spiegazione(prova: Prova) -> List[str]:
     attese = {r.indice: a for r in ok if (a := attesa_dello_slot(r)) is not None}
     tetto = attese_del_tetto(prova)
     if attese:
-        in_coda = attese_a_slot_pieni(ok, info.n_slot)
+        in_coda = attese_in_coda(prova)
         aspettato = [r for r in ok if in_coda.get(r.indice, 0.0) > 0]
         if prova.occupati_prima:  # its timings miss the others' work
             lenta = max(attese, key=attese.get)
@@ -5157,6 +5158,7 @@ class DelServer(NamedTuple):
     info: InfoServer
     campioni: List[Campione]  # its own /slots and /metrics readings, at the run's readings
     andato: Optional[Tuple[float, str]] = None  # it stopped answering: when (s from the start), why
+    inviate: int = 0  # the requests sent to it, answered or not (Ctrl+C)
 
 
 class Gruppo:
@@ -5174,6 +5176,7 @@ class Gruppo:
 
     def nuova_prova(self) -> None:
         self.campioni: List[List[Campione]] = [[] for _ in self.client]
+        self.inviate = [0] * len(self.client)
         self._letti = {"/slots": [None] * len(self.client), "/metrics": [None] * len(self.client)}
 
     def annulla(self) -> None:
@@ -5191,6 +5194,7 @@ class Gruppo:
             k = vivi[giro] if self.smista == "turno" else max(vivi[giro:] + vivi[:giro], key=lambda k: (
                 self.info[k].n_slot or 1) - self.in_volo[k] - self.altri[k])
             self.in_volo[k] += 1
+            self.inviate[k] += 1
         return k
 
     def invia(self, indice: int, domanda: dict, timeout: float, t0: float) -> Risultato:
@@ -5236,8 +5240,8 @@ class Gruppo:
 
     def della_prova(self, t0: float) -> tuple:
         andati = [c.sentinella.andato for c in self.client]
-        return tuple(DelServer(c.base, i, campioni, a and (a[0] - t0, a[1]))
-                     for c, i, campioni, a in zip(self.client, self.info, self.campioni, andati))
+        return tuple(DelServer(c.base, i, campioni, a and (a[0] - t0, a[1]), n) for c, i, campioni, a, n
+                     in zip(self.client, self.info, self.campioni, andati, self.inviate))
 
 
 class SentinellaGruppo:
@@ -5280,10 +5284,18 @@ def per_server(prova: Prova) -> List[Tuple[DelServer, int, Riepilogo, Optional[f
     e, parti = prova.esecuzione, []
     for k, d in enumerate(oltre(e).server):
         sue = [r for r in e.risultati if oltre(r).server == k]
-        s = riassumi(Esecuzione(sue, d.campioni, len(sue)), d.info.n_slot)
-        parti.append((d, len(sue), s, None if s.token is None or not e.risultati else s.token / max(
+        n = max(len(sue), d.inviate)  # with Ctrl+C, some never answered
+        s = riassumi(Esecuzione(sue, d.campioni, n), d.info.n_slot)
+        parti.append((d, n, s, None if s.token is None or not e.risultati else s.token / max(
             r.fine for r in e.risultati)))
     return parti
+
+
+def attese_in_coda(prova: Prova) -> Dict[int, float]:
+    """Each request's wait while every slot of its server was busy (several servers: each its own)."""
+    ok, server = prova.esecuzione.riuscite, oltre(prova.esecuzione).server
+    return {i: a for k, n_slot in enumerate([d.info.n_slot for d in server] if server else [prova.info.n_slot])
+            for i, a in attese_a_slot_pieni([r for r in ok if not server or oltre(r).server == k], n_slot).items()}
 
 
 def coda_del_gruppo(prova: Prova) -> int:
@@ -5302,7 +5314,8 @@ def righe_per_server(prova: Prova) -> List[str]:
     for d, n, s, throughput in per_server(prova):
         andato = f"; ha smesso di rispondere a {d.andato[0]:.2f} s" if d.andato else ""
         coda = f", coda {fmt(s.picco_coda, 'd')}" if d.info.metrics_disponibile else ""
-        inviate = f"  {d.base}: {quante(n, 'richiesta', 'richieste')} ({s.n_riuscite} riuscite)"
+        mancano = f", {s.non_completate} non completate" * bool(s.non_completate)  # Ctrl+C
+        inviate = f"  {d.base}: {quante(n, 'richiesta', 'richieste')} ({s.n_riuscite} riuscite{mancano})"
         righe.append(inviate + andato if not s.n_riuscite else f"{inviate}, picco {fmt(s.picco, 'd')}/"
                      f"{fmt(d.info.n_slot, 'd')} slot{coda}, latenza media {fmt(s.latenza_media, '.2f s')}, max "
                      f"{fmt(s.latenza_max, '.2f s')}, {fmt(throughput, '.2f token/s')}{andato}")
@@ -5321,11 +5334,16 @@ def righe_repliche(prove: List[Prova], memorie: Dict[Configurazione, Memoria]) -
     if len({p.prove[0].configurazione.repliche for p in punti}) < 2:
         return []
     nome = {id(p): p.prove[0].configurazione.descrizione for p in punti}
-    info = punti[0].prove[0].info
-    righe = [f"Copie o slot? {fmt(info.n_slot, 'd')} slot in tutto, {fmt(info.n_ctx_slot, 'd')} token di contesto "
-             "a slot in ogni disposizione."]
-    for cifra, chiave, meglio in (("Throughput più alto", "throughput", max), ("Latenza media più bassa",
-                                                                               "latenza_media", min)):
+    contesti = {p.prove[0].info.n_ctx_slot for p in punti}
+    righe = [f"Copie o slot? {fmt(punti[0].prove[0].info.n_slot, 'd')} slot in tutto, " + (
+        f"{fmt(contesti.pop(), 'd')} token di contesto a slot in ogni disposizione." if len(contesti) == 1 else
+        "contesto a slot " + ", ".join(f"{fmt(p.prove[0].info.n_ctx_slot, 'd')} con {nome[id(p)]}" for p in punti)
+        + ": il confronto non è a parità di contesto.")]
+    occupata = [nome[id(p)] for p in punti if any(map(occupata_intorno, p.prove))]
+    if occupata:  # figures the output itself says do not count
+        righe.append(f"  Nessun verdetto su throughput e latenza: la macchina era occupata con {', '.join(occupata)}.")
+    for cifra, chiave, meglio in () if occupata else (("Throughput più alto", "throughput", max),
+                                                      ("Latenza media più bassa", "latenza_media", min)):
         valore = (lambda p: p.throughput) if chiave == "throughput" else (lambda p: p.latenza)
         primo, altri = meglio(punti, key=valore), []
         for p in (q for q in punti if q is not primo):
@@ -5384,6 +5402,9 @@ class Configurazione(NamedTuple):
         return np + (["--kv-unified"] if self.kv_unificata else [])
 
 
+FERMATA = 15.0  # s a started server gets to stop on SIGTERM; then it is killed
+
+
 class ServerAvviato:
     """`COMMAND -np N --host H --port P`, always stopped on exit."""
 
@@ -5397,6 +5418,7 @@ class ServerAvviato:
         self.chiavi = chiavi_api(comando)  # shown as ***
         self.url, self.attesa, self.stderr = url, attesa, stderr
         self.log = self.proc = None  # its stdout and stderr; the process
+        self.scadenza: Optional[float] = None  # stopped with others (--repliche): one deadline for all
 
     def __enter__(self) -> ServerAvviato:
         import shlex
@@ -5455,7 +5477,7 @@ class ServerAvviato:
             if self.proc is not None and self.proc.poll() is None:
                 self.proc.terminate()
                 try:
-                    self.proc.wait(timeout=15)
+                    self.proc.wait(timeout=FERMATA if self.scadenza is None else max(self.scadenza - time.monotonic(), 0))
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait()
@@ -5596,7 +5618,9 @@ def copie_avviate(comando: List[str], configurazione: Configurazione, url: str, 
         try:
             yield copie
         finally:
-            for server in copie:  # all told first: they stop together, not one after the other
+            scadenza = time.monotonic() + FERMATA
+            for server in copie:  # all told first: they stop together, a hung one killed when the first would be
+                server.scadenza = scadenza
                 if server.proc.poll() is None:
                     server.proc.terminate()
 
@@ -5605,27 +5629,27 @@ class Memoria(NamedTuple):
     """What the copies cost in RAM while they run, MiB, as the kernel counts it."""
     privata: Tuple[float, ...]  # each copy's own pages: KV cache, compute buffers, repacked weights
     rss: Tuple[float, ...]  # each copy's resident pages, shared ones included (summed, counted once a copy)
-    condivisa: float  # the pages the copies share (the mapped weights), counted once
+    condivisa: float  # the pages a copy shares (the mapped weights, the same in each), counted once
     totale: float  # the copies together: the private pages, plus the shared ones once
 
 
 def memoria(pids: List[int], radice: str = "/proc") -> Optional[Memoria]:
-    """From /proc/PID/smaps_rollup (Linux); None elsewhere, or when a process is gone."""
+    """From /proc/PID/smaps_rollup (Linux); None elsewhere, or when a process is gone. The shared pages are Rss
+    less the private ones, the most any copy has: each maps the same weights. Not Pss, which splits a page among
+    every process mapping it: another server on the same model file would hide part of the weights."""
     letti = []
     for pid in pids:
         try:
             with open(os.path.join(radice, str(pid), "smaps_rollup"), encoding="ascii") as f:
                 campi = dict(riga.split(":", 1) for riga in f if riga.rstrip().endswith(" kB"))
-            letti.append({k: int(campi[k].split()[0]) / 1024 for k in ("Rss", "Pss", "Private_Clean", "Private_Dirty")})
+            letti.append({k: int(campi[k].split()[0]) / 1024 for k in ("Rss", "Private_Clean", "Private_Dirty")})
         except (OSError, KeyError, ValueError):
             return None
     if not letti:
         return None
-    # Pss: the kernel splits each shared page among the processes that map it, so the copies' Pss sum to their
-    # private pages plus each page they share once (a page other processes map too, only the copies' share).
     privata = tuple(m["Private_Clean"] + m["Private_Dirty"] for m in letti)
-    totale = sum(m["Pss"] for m in letti)
-    return Memoria(privata, tuple(m["Rss"] for m in letti), max(totale - sum(privata), 0.0), totale)
+    condivisa = max(m["Rss"] - p for m, p in zip(letti, privata))
+    return Memoria(privata, tuple(m["Rss"] for m in letti), condivisa, sum(privata) + condivisa)
 
 
 # --confronta: two result files side by side ####################################################

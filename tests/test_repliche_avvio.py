@@ -5,6 +5,7 @@ divided among the copies), the copies started and stopped (the fake as a process
 import json
 import mmap
 import subprocess
+import time
 import sys
 import urllib.parse
 
@@ -179,12 +180,13 @@ def scrivi_rollup(radice, pid, **kib):
 
 
 def test_memoria_da_file(tmp_path):
-    # Two copies each with 1 GiB of weights mapped by both (512 MiB of Pss each), and their own pages.
+    # Two copies each with 1 GiB of weights mapped by both (512 MiB of Pss each: not read), and their own pages.
     scrivi_rollup(tmp_path, 11, rss=1048576 + 102400, pss=524288 + 102400, pc=1024, pd=101376)
     scrivi_rollup(tmp_path, 12, rss=1048576 + 51200, pss=524288 + 51200, pc=0, pd=51200)
     m = carico.memoria([11, 12], str(tmp_path))
     assert m == carico.Memoria(privata=(100.0, 50.0), rss=(1124.0, 1074.0), condivisa=1024.0, totale=1174.0)
-    assert carico.memoria([11], str(tmp_path)).condivisa == 512.0  # alone, its share of what it maps with the other
+    # alone: what it maps with anyone, in full (Pss would give it half, the other copy's process holding the rest)
+    assert carico.memoria([11], str(tmp_path)) == carico.Memoria((100.0,), (1124.0,), 1024.0, 1124.0)
     assert carico.memoria([11, 13], str(tmp_path)) is None  # a process gone
     (tmp_path / "14").mkdir()
     (tmp_path / "14" / "smaps_rollup").write_text("Rss: 1 kB\n")  # a kernel without Pss in the rollup
@@ -204,14 +206,15 @@ time.sleep(60)
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/smaps_rollup is Linux's")
 def test_memoria_di_due_processi_veri(tmp_path):
-    """Two processes map the same 8 MiB file: those pages are shared, counted once in the total."""
+    """Two processes map the same 8 MiB file: those pages are shared, counted once in the total; in full, though a
+    third process (another server on the same model) maps it too."""
     dati = tmp_path / "pesi.bin"
     dati.write_bytes(bytes(range(256)) * (8 * 4096))
     processi = [subprocess.Popen([sys.executable, "-c", MAPPA, str(dati)], stdout=subprocess.PIPE, text=True)
-                for _ in range(2)]
+                for _ in range(3)]
     try:
-        assert [p.stdout.readline() for p in processi] == ["pronto\n"] * 2
-        m = carico.memoria([p.pid for p in processi])
+        assert [p.stdout.readline() for p in processi] == ["pronto\n"] * 3
+        m = carico.memoria([p.pid for p in processi[:2]])
         assert m is not None and len(m.privata) == len(m.rss) == 2
         assert m.condivisa >= 8 - 0.5  # the file, once (and the interpreter's own shared pages)
         assert m.totale < sum(m.rss) - 4  # summing RSS counts the file twice
@@ -222,4 +225,17 @@ def test_memoria_di_due_processi_veri(tmp_path):
             p.kill()
             p.wait()
             p.stdout.close()
-    assert carico.memoria([p.pid for p in processi]) is None  # gone
+    assert carico.memoria([p.pid for p in processi[:2]]) is None  # gone
+
+
+def test_copie_lente_a_fermarsi_aspettate_insieme(monkeypatch, capsys):
+    """Copies that ignore SIGTERM: one deadline for all, then all killed; never one deadline after the other."""
+    monkeypatch.setattr(carico, "FERMATA", 2.0)
+    url = f"http://127.0.0.1:{porta_libera()}"
+    with carico.copie_avviate(comando_fake("--lento-a-fermarsi", "60").split(), C(3, repliche=3), url, 20,
+                              sys.stderr) as copie:
+        processi = [s.proc for s in copie]
+        inizio = time.monotonic()
+    durata = time.monotonic() - inizio
+    assert all(p.poll() is not None for p in processi)
+    assert 2.0 <= durata < 5.0, durata  # one after the other: 6 s
