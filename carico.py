@@ -5198,12 +5198,14 @@ class Gruppo:
         return k
 
     def invia(self, indice: int, domanda: dict, timeout: float, t0: float) -> Risultato:
+        if self.annullato.is_set():  # set before any server's: a worker the stop freed sends nothing more
+            adesso = time.perf_counter() - t0
+            return Risultato(indice, adesso, adesso, errore=NON_INVIATA)
         k = self.scegli()
-        try:
-            r = invia_oltre(self.client[k], indice, domanda, timeout, t0)
-        finally:
-            with self._lock:
-                self.in_volo[k] -= 1
+        r = invia_oltre(self.client[k], indice, domanda, timeout, t0)  # never raises
+        with self._lock:
+            self.in_volo[k] -= 1
+            self.inviate[k] -= r.errore == NON_INVIATA  # stopped as it left
         return r._replace(oltre=oltre(r)._replace(server=k))
 
     def chiama(self, metodo: str, percorso: str, dati=None, timeout: Optional[float] = None) -> Risposta:

@@ -120,3 +120,27 @@ def test_la_coda_di_un_server_pieno_accanto_a_uno_libero():
     assert prova.riepilogo.coda_dai_tempi == 0  # over the 3 slots together, 2 busy: no queue
     assert carico.riepilogo_oltre(prova).coda_dai_tempi == 1
     assert carico.righe_per_server(prova)[1].startswith("  http://s0: 2 richieste (2 riuscite), picco 1/1 slot, coda 1,")
+
+
+def test_ctrl_c_ogni_server_conta_le_sue_in_volo(fake):
+    """Ctrl+C with 4 requests in flight over two servers (none answered): each server's line counts those it had,
+    2 and 2, not 0; the workers the stop frees send nothing more (the note: 4 left in flight, not 5)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from aiuti import CARICO
+
+    a, b = fake(n_slot=1, s_per_token=0.05), fake(n_slot=2, s_per_token=0.05)  # 32 tokens: 1.6 s each
+    proc = subprocess.Popen([sys.executable, CARICO, "--url", f"{a.url},{b.url}", "--richieste", "8", "--token", "32"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    scadenza = time.monotonic() + 20
+    while len(chat_di(a)) + len(chat_di(b)) < 4 and time.monotonic() < scadenza:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert righe_server(out) == {a.url: "2 richieste (0 riuscite, 2 non completate)",
+                                 b.url: "2 richieste (0 riuscite, 2 non completate)"}, out
+    assert "4 richieste lasciate in volo" in err and len(chat_di(a)) + len(chat_di(b)) == 4
