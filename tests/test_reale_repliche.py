@@ -115,11 +115,16 @@ def porta_di(argomenti):
     return int(dopo[0]) if dopo and dopo[0].isdigit() else None
 
 
-def pss_mib(pid):
-    """The process's proportional set size (its own pages, plus its share of those it maps with others), MiB."""
+def rss_e_privata(pid):
+    """The process's resident pages and those only it maps, MiB, read by hand from /proc."""
     with open(f"/proc/{pid}/smaps_rollup") as f:
-        (kib,) = [int(r.split()[1]) for r in f if r.startswith("Pss:")]
-    return kib / 1024
+        kib = {r.split(":")[0]: int(r.split()[1]) for r in f if r.rstrip().endswith(" kB")}
+    return kib["Rss"] / 1024, (kib["Private_Clean"] + kib["Private_Dirty"]) / 1024
+
+
+def ram_delle_copie(letti):
+    """The copies together: each one's private pages, plus the pages they share (the weights) once."""
+    return sum(p for _, p in letti) + max(r - p for r, p in letti)
 
 
 class Avviato:
@@ -158,13 +163,14 @@ class Avviato:
 
 def test_repliche_1_2_vere_tabella_ram_e_nessuna_copia_rimasta(tmp_path):
     """--np 2 --repliche 1,2: one server -np 2 -c 2048 -t 2, then two copies -np 1 -c 1024 -t 1. Both run; the
-    table's RAM column is the copies' Pss, as the test reads it from /proc while they serve; --spiega says
+    table's RAM column is the copies' private pages plus their shared ones once, as the test reads them from
+    /proc while they serve; --spiega says
     copies or slots; and no process holding the model is left."""
     comando, modello = comando_avvia()
     url = f"http://127.0.0.1:{porta_libera()}"
     carico = Avviato("--url", url, "--avvia", comando, "--np", "2", "--repliche", "1,2", "--richieste", "4",
                      "--token", "16", "--spiega")
-    letture, visti = [], {}  # (time, {pid: Pss MiB}) of carico's children that hold the model; every one seen
+    letture, visti = [], {}  # (time, {pid: (Rss, private) MiB}) of carico's children holding the model; all seen
     try:
         scadenza = time.monotonic() + 240
         while carico.proc.poll() is None and time.monotonic() < scadenza:
@@ -173,7 +179,7 @@ def test_repliche_1_2_vere_tabella_ram_e_nessuna_copia_rimasta(tmp_path):
             pss = {}
             for pid in figli:
                 try:
-                    pss[pid] = pss_mib(pid)
+                    pss[pid] = rss_e_privata(pid)
                 except (OSError, ValueError):  # gone meanwhile, or exiting: no reading
                     pss = None
                     break
@@ -222,14 +228,14 @@ def test_repliche_1_2_vere_tabella_ram_e_nessuna_copia_rimasta(tmp_path):
     assert sorted(righe) == ["2", "2x1"] and all(r[1] == "1024" for r in righe.values()), out
     ram = {np: int(r[3]) for np, r in righe.items()}
 
-    # Each point's RAM against the Pss the test read while that point's run went on: from its header to its
+    # Each point's RAM against what the test read while that point's run went on: from its header to its
     # last line (carico reads its own right after that line, the copies still up).
     inizi = [carico.quando(lambda r, k=k: r.startswith(f"punto {k} di 2")) for k in (1, 2)]
     fini = [t for t, r in carico.out if r.startswith("throughput aggregato ")]
     assert len(fini) == 2 and None not in inizi, out
     ultime = {}
     for np, repliche, da, a in (("2", 1, inizi[0], fini[0]), ("2x1", 2, inizi[1], fini[1])):
-        durante = [sum(pss.values()) for t, pss in letture if da <= t <= a and len(pss) == repliche]
+        durante = [ram_delle_copie(pss.values()) for t, pss in letture if da <= t <= a and len(pss) == repliche]
         assert durante, (np, letture)
         ultime[np] = durante[-1]
         assert abs(ram[np] - durante[-1]) <= 0.15 * durante[-1], (np, ram[np], durante)
@@ -242,7 +248,7 @@ def test_repliche_1_2_vere_tabella_ram_e_nessuna_copia_rimasta(tmp_path):
     assert "un server -np 2" in testo and "2 copie da -np 1" in testo, testo
     (riga_ram,) = [r for r in blocco if r.lstrip().startswith("RAM")]
     assert f"{ram['2']} MiB" in riga_ram and f"{ram['2x1']} MiB" in riga_ram, riga_ram
-    CIFRE.append(("--repliche 1,2 (-np 2): RAM MiB, carico's / the test's last Pss reading during the run",
+    CIFRE.append(("--repliche 1,2 (-np 2): RAM MiB, carico's / the test's last reading during the run",
                   ", ".join(f"np {np}: {ram[np]} / {ultime[np]:.0f}" for np in ("2", "2x1"))))
 
 
