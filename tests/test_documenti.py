@@ -24,8 +24,8 @@ RADICE = Path(__file__).resolve().parent.parent
 README = RADICE / "README.md"
 DOCUMENTI = sorted([README, RADICE / "bench" / "README.md", RADICE / "CONTRIBUTING.md", RADICE / "CHANGELOG.md",
                     *(RADICE / "docs").glob("*.md")])
-PAGINE = ["docs/guida.md", "docs/verdetti.md", "docs/guasti.md", "docs/altri-server.md", "docs/docenti.md", "docs/flussi.md",
-          "bench/README.md", "CONTRIBUTING.md", "CHANGELOG.md"]
+PAGINE = ["docs/guida.md", "docs/repliche.md", "docs/verdetti.md", "docs/guasti.md", "docs/altri-server.md",
+          "docs/docenti.md", "docs/flussi.md", "bench/README.md", "CONTRIBUTING.md", "CHANGELOG.md"]
 
 SERVER_HF = "llama serve -hf ggml-org/Qwen3.5-0.8B-GGUF --host 127.0.0.1 --port 8080 -c 2048 -np 1 -t 3 -a qwen-0.8b"
 SERVER_M = re.compile(r"llama serve -m \S+ --host 127\.0\.0\.1 --port 8080 -c 2048 -np 1 -t 3 -a qwen-0\.8b")
