@@ -1531,8 +1531,8 @@ OPZIONI_OLTRE = (
                               help="ogni quanto leggere /slots, almeno 0.05 (%(default)g)")),
         ("--attesa", dict(type=secondi_positivi, default=ATTESA_PRONTO, metavar="S",
                           help="quanto aspettare un server che carica (%(default)g)")),
-        ("--smista", dict(choices=("turno", "liberi"), default="turno", metavar="MODO", help="con più --url: turno "
-                          "(default) o liberi, al server con più slot liberi")),
+        ("--smista", dict(choices=("turno", "liberi"), metavar="MODO", help="con più --url: turno (default) o "
+                          "liberi, al server con più slot liberi (default con --repliche)")),
     ]),
     ("ripetere e confrontare", None, [
         ("--ripeti", dict(type=intero_positivo, default=1, metavar="K", help="K prove: media e dispersione")),
@@ -1833,6 +1833,10 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         rifiuta("--avvia avvia un server solo: per più copie usa --repliche (porte libere scelte da carico.py)")
     if len(a.url or []) > 1 and a.turni is not None:
         rifiuta("--turni tiene ogni conversazione su un server solo: usa un --url")
+    if a.smista and len(a.url or []) < 2 and a.repliche is None:
+        rifiuta("--smista sceglie fra più server: dagli più --url (A,B) o, con --avvia, --repliche")
+    # --repliche against one server's slots: a free slot anywhere, as that server's own queue would find one
+    a.smista = a.smista or ("liberi" if a.repliche else "turno")
     if a.capacita is not None:
         if not a.slo or a.durata is None:
             rifiuta("--capacita cerca il ritmo più alto entro un obiettivo: servono --slo (per esempio latenza=5) e "
@@ -1950,7 +1954,7 @@ class SessioneOltre(Sessione):
         self.inviate = 0  # sent to this server: its next run's first prompt
         self.gruppo: Optional[Gruppo] = None  # several --url, or --repliche's copies
         self.copie: List[ServerAvviato] = []  # --avvia: the copies of this point's server (one without --repliche)
-        self.memorie: Dict[Configurazione, Memoria] = {}  # --repliche: each point's RAM, read during its last run
+        self.memorie: Dict[Configurazione, Memoria] = {}  # --repliche: each point's RAM, the most read after a run
 
     def corri(self) -> None:
         o = self.oltre
@@ -1983,7 +1987,7 @@ class SessioneOltre(Sessione):
                               flush=True)
         if o.spiega and o.repliche:
             print("\n".join(righe_repliche(self.prove, self.memorie) + [""]), flush=True)
-        if o.spiega and (prima := da_confrontare(self.prove)) is not None:  # --spiega with --avvia
+        if o.spiega and not o.repliche and (prima := da_confrontare(self.prove)) is not None:  # with --avvia
             print("\n".join(righe_ram(prima, *misura_ram(self.opzioni, prima)) + [""]), flush=True)
 
     @contextlib.contextmanager
@@ -2097,7 +2101,8 @@ class SessioneOltre(Sessione):
     def dopo_la_prova(self, prova: Prova) -> None:
         o, piano_oltre = self.oltre, oltre(prova.piano)
         if o.repliche and self.copie:  # the copies still run: what they hold now
-            self.memorie[prova.configurazione] = memoria([s.proc.pid for s in self.copie])
+            lette = [m for m in (memoria([s.proc.pid for s in self.copie]), self.memorie.get(prova.configurazione)) if m]
+            self.memorie[prova.configurazione] = max(lette, key=lambda m: m.totale, default=None)  # grows with use
         andati = [d for d in oltre(prova.esecuzione).server if d.andato]
         righe = (righe_ritmo(prova) if piano_oltre.al_tempo else []) + righe_prompt_esatti(prova, self.log_della_prova())
         if piano_oltre.turni:
@@ -3660,8 +3665,8 @@ def tabella_consegnato(prove: List[Prova], memorie: Optional[Dict[Configurazione
             righe.append(riga_tabella(punto, f" (media di {len(punto.intere)})", memorie))
     copie = [f"np {c.etichetta}: {c.descrizione} (--repliche); " for c in memorie or () if c.repliche > 1][:1]
     return tabella_md(["np", "n_ctx_slot", *kv, "latenza media", "latenza max", "throughput"], righe) + [
-        "".join(copie) + "RAM: le copie insieme, da /proc/PID/smaps_rollup, le pagine condivise (i pesi) contate "
-        "una volta"] * bool(memorie)
+        "".join(copie) + "RAM: le copie insieme, la più alta letta a fine prova (/proc/PID/smaps_rollup), le pagine "
+        "condivise (i pesi) contate una volta"] * bool(memorie)
 
 
 # Sweeps: lists of values, the table, the capacity curve #######################################
@@ -5320,7 +5325,7 @@ def righe_per_server(prova: Prova) -> List[str]:
         inviate = f"  {d.base}: {quante(n, 'richiesta', 'richieste')} ({s.n_riuscite} riuscite{mancano})"
         righe.append(inviate + andato if not s.n_riuscite else f"{inviate}, picco {fmt(s.picco, 'd')}/"
                      f"{fmt(d.info.n_slot, 'd')} slot{coda}, latenza media {fmt(s.latenza_media, '.2f s')}, max "
-                     f"{fmt(s.latenza_max, '.2f s')}, {fmt(throughput, '.2f token/s')}{andato}")
+                     f"{fmt(s.latenza_max, '.2f s')}, quota del throughput {fmt(throughput, '.2f token/s')}{andato}")
     return ["per server:"] + righe if righe else []
 
 
@@ -5530,7 +5535,8 @@ def muori_con_il_padre():
 
 # --repliche: copies of one server ###############################################################
 # The other way to serve N users on one machine: k servers of N/k slots. Each copy has its own KV cache and
-# compute buffers and never batches with the others; -np, -c and -t are divided so the totals stay as asked.
+# compute buffers and never batches with the others; -np, -c and -t are divided so the totals stay as asked
+# (-t rounded down, at least 1 a copy: more copies than threads run more threads than asked, and say so).
 
 CONTESTO, THREAD = ("-c", "--ctx-size"), ("-t", "--threads")
 
@@ -5590,7 +5596,9 @@ def copia_del_comando(comando: List[str], configurazione: Configurazione,
             continue
         copia = senza_opzione(copia, nomi) + [nome, str(max(valore // r, 1))]
         if valore % r:
-            note.append(f"{nome} {valore} non si divide fra {r} copie: ogni copia {nome} {max(valore // r, 1)}")
+            di_piu = f", {r * max(valore // r, 1)} thread in tutto su {valore} chiesti: si contendono i core" * (
+                nomi == THREAD and valore < r)
+            note.append(f"{nome} {valore} non si divide fra {r} copie: ogni copia {nome} {max(valore // r, 1)}{di_piu}")
     return copia, note
 
 

@@ -35,7 +35,7 @@ def test_a_turno_fra_server_di_taglie_diverse(fake, carica):
     assert linee[b.url].startswith("3 richieste (3 riuscite), picco ")
     # Each server's throughput is its tokens over the run's time: together, the run's.
     totale = float(re.search(r"throughput aggregato ([\d.]+)", out)[1])
-    parti = [float(re.search(r"([\d.]+) token/s$", r)[1]) for r in linee.values()]
+    parti = [float(re.search(r", quota del throughput ([\d.]+) token/s$", r)[1]) for r in linee.values()]
     assert sum(parti) == pytest.approx(totale, abs=0.02)
 
 

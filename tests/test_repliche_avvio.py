@@ -25,6 +25,9 @@ AVVIA = ["--avvia", "llama serve -m m.gguf -c 2048"]
 def test_repliche_senza_np_ne_prende_il_massimo():
     _, opzioni = carico.analizza_argomenti(AVVIA + ["--repliche", "1,2,4"])
     assert opzioni.oltre.repliche == [1, 2, 4]
+    assert opzioni.oltre.smista == "liberi"  # against one server's slots: a free slot anywhere
+    assert carico.analizza_argomenti(AVVIA + ["--repliche", "2", "--smista", "turno"])[1].oltre.smista == "turno"
+    assert carico.analizza_argomenti(["--url", "http://a:1,http://b:2"])[1].oltre.smista == "turno"
     assert opzioni.oltre.np == [C(4, repliche=1), C(4, repliche=2), C(4, repliche=4)]  # a point per layout
     assert opzioni.oltre.contesto_intero is False
     _, opzioni = carico.analizza_argomenti(AVVIA + ["--repliche", "2", "--np", "2,4kv", "--contesto-intero"])
@@ -54,6 +57,8 @@ def test_repliche_senza_np_ne_prende_il_massimo():
      "--contesto-intero)"),
     (["--avvia", "llama serve -c 0", "--repliche", "2"], "stesso contesto): -c 0 non è un numero da dividere (o --contesto-intero)"),
     (AVVIA + ["--repliche", "1,2,1"], "il valore 1 è ripetuto nella lista '1,2,1'"),
+    (["--smista", "liberi"], "--smista sceglie fra più server: dagli più --url (A,B) o, con --avvia, --repliche"),
+    (AVVIA + ["--smista", "turno"], "--smista sceglie fra più server"),
     (AVVIA + ["--repliche", "0"], "opzione --repliche: deve essere maggiore di 0, non 0"),
     (AVVIA + ["--repliche", "2,due"], "opzione --repliche: 'due' non è un numero intero"),
 ])
@@ -91,8 +96,9 @@ def test_copia_le_note():
     r2, r4 = C(4, repliche=2), C(4, repliche=4)
     assert carico.copia_del_comando("s -c 2048 -t 3".split(), r2) == (
         "s -c 1024 -t 1".split(), ["-t 3 non si divide fra 2 copie: ogni copia -t 1"])
-    assert carico.copia_del_comando("s -c 2048 -t 2".split(), r4) == (  # at least one thread each
-        "s -c 512 -t 1".split(), ["-t 2 non si divide fra 4 copie: ogni copia -t 1"])
+    assert carico.copia_del_comando("s -c 2048 -t 2".split(), r4) == (  # at least one thread each: more in all
+        "s -c 512 -t 1".split(), ["-t 2 non si divide fra 4 copie: ogni copia -t 1, 4 thread in tutto su 2 chiesti: "
+                                  "si contendono i core"])
     assert carico.copia_del_comando("s -c 2050 -t 4".split(), r4) == (
         "s -c 512 -t 1".split(), ["-c 2050 non si divide fra 4 copie: ogni copia -c 512"])
     comando, note = carico.copia_del_comando("s -c 2048".split(), r2)

@@ -46,7 +46,7 @@ def test_la_legenda_della_tabella_da_una_disposizione_vera():
     legenda = carico.tabella_consegnato(prove, memorie)[-1]
     assert legenda.startswith("np 4x1: 4 copie da -np 1 (--repliche); RAM: le copie insieme") and "2x2" not in legenda
     legenda = carico.tabella_consegnato(prove[:1], {prove[0].configurazione: memorie[prove[0].configurazione]})[-1]
-    assert legenda.startswith("RAM: le copie insieme, da /proc/PID/smaps_rollup")
+    assert legenda.startswith("RAM: le copie insieme, la più alta letta a fine prova (/proc/PID/smaps_rollup)")
     assert carico.tabella_consegnato(prove)[-1].startswith("|")  # no RAM measured: no legend
 
 

@@ -52,6 +52,8 @@ def test_copie_o_slot_con_la_tabella_e_il_confronto(capsys, tmp_path):
     assert re.search(r"  RAM: \d+ MiB con un server -np 2, \d+ MiB con 2 copie da -np 1 \(\d+ condivisi fra le copie\)",
                      out)
     assert "  Una prova per disposizione: con --ripeti 3 si misura il rumore" in out
+    assert "La domanda del lab" not in out  # the RAM is measured here: no servers started for the lab's question
+    assert "  richieste al server con più slot liberi (--smista liberi)" in out
     assert "Traceback" not in err and vivi(registro) == []
 
 
