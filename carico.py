@@ -1829,6 +1829,10 @@ def leggi_opzioni_oltre(parser: argparse.ArgumentParser, a: argparse.Namespace, 
         rifiuta("--avvia avvia llama serve in http semplice: usa --url http://...")
     if doppio := next((u for u in a.url or [] if a.url.count(u) > 1), None):
         rifiuta(f"--url {doppio} è ripetuto: ogni server una volta")
+    coppie = itertools.combinations([(u, indirizzi_di(u)) for u in a.url], 2) if len(a.url or []) > 1 else ()
+    if stessi := next(((u, v, i & j) for (u, i), (v, j) in coppie if i & j), None):
+        rifiuta(f"--url {stessi[0]} e {stessi[1]} sono lo stesso server ({', '.join(sorted(stessi[2]))}): ogni server una "
+                "volta")
     if a.avvia is not None and len(a.url or []) > 1:
         rifiuta("--avvia avvia un server solo: per più copie usa --repliche (porte libere scelte da carico.py)")
     if len(a.url or []) > 1 and a.turni is not None:
@@ -2003,7 +2007,8 @@ class SessioneOltre(Sessione):
                 una = configurazione._replace(np=configurazione.np // r, repliche=1)  # as one copy runs
                 print(riga_decisioni(una, d) + (f" (copia {i + 1} di {r}, {server.url})" if r > 1 else ""), flush=True)
             deciso = decisi[0]._replace(n_slot=sum(d.n_slot or 0 for d in decisi) or None, cache_kv=sum(
-                (d.cache_kv for d in decisi), ()))  # the copies' KV caches together
+                (d.cache_kv for d in decisi), ()), n_thread=None if any(d.n_thread is None for d in decisi) else sum(
+                d.n_thread for d in decisi))  # the copies' KV caches and threads together
             nome = f"il server (-np {configurazione.etichetta})"
             quando = f"{nome} si è fermato durante la prova"
             try:
@@ -3740,6 +3745,7 @@ class Punto:
     velocita_slot = property(lambda self: velocita_media_slot(self.riuscite))
     inviate_davvero = property(lambda self: media(self.valori(invii_al_secondo)))
     misurato = property(lambda self: self.throughput is not None and self.latenza is not None)
+    completo = property(lambda self: any(not p.esecuzione.interruzione for p in self.prove))  # else a lower bound
     velocita_prompt = property(lambda self: media([
         (r.token_prompt - (r.token_cache or 0)) / (r.prompt_ms / 1000) for r in self.riuscite
         if r.token_prompt is not None and r.prompt_ms]))
@@ -4138,7 +4144,7 @@ def rapporti_np(punti: List[Punto], chiavi: List[str]) -> List[str]:
     altre = [c for c in chiavi if c != "np"]
     righe, vantaggi = [], []
     for titolo, gruppo in serie(punti, chiavi, "np")[1]:  # each in the order of its servers
-        misurati = [p for p in gruppo if p.throughput]
+        misurati = [p for p in gruppo if p.throughput and p.completo]
         if len(misurati) < 2:
             continue
         base = misurati[0]
@@ -4924,7 +4930,9 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "richieste": righe_dati(p),
             "campioni": [c._asdict() for c in p.esecuzione.campioni],
             "interrotta": p.esecuzione.interruzione is not None,
-            "server_andato": p.esecuzione.server_andato and dict(zip(("t_s", "perche"), p.esecuzione.server_andato)),
+            "server_andato": p.esecuzione.server_andato and dict(zip(("t_s", "perche"), p.esecuzione.server_andato)) or next(
+                (dict(t_s=d.andato[0], perche=d.andato[1], url=d.base) for d in oltre(p.esecuzione).server if d.andato),
+                None),  # several servers: the first gone, the run went on
             "per_server": [{"url": d.base, "n_slot": d.info.n_slot, "n_ctx_slot": d.info.n_ctx_slot, "richieste": n,
                             "andato_s": d.andato and d.andato[0], **s._asdict(), "throughput": throughput,
                             "picco": s.picco, "picco_coda": s.picco_coda} for d, n, s, throughput in per_server(p)],
@@ -4993,6 +5001,11 @@ def spiegazione(prova: Prova) -> List[str]:
             partite = f"Sono partite {insieme} richieste insieme"
         frasi.append(f"{partite} su {info.n_slot} slot: al massimo "
                      f"{quante(s.picco, 'servita', 'servite')} nello stesso momento.")
+    server = oltre(e).server
+    for d in (d for d in server if d.andato and not e.server_andato):  # one of several: the run went on
+        rimasti = [x.info.n_slot for x in server if not x.andato or x.andato[0] > d.andato[0]]
+        frasi.append(f"{d.base} non rispondeva più a {d.andato[0]:.2f} s: da lì le richieste sono andate agli altri "
+                     f"server, {fmt(None if None in rimasti else sum(rimasti), 'd')} slot in tutto.")
     if None not in (s.occupati_dai_tempi, s.occupati_letti) and s.occupati_dai_tempi > s.occupati_letti:
         frasi.append(f"Il picco di {s.occupati_dai_tempi} viene dai tempi del server: /slots (letto ogni "
                      f"{piano.intervallo:g} s) ne ha visti {s.occupati_letti}.")
@@ -5268,6 +5281,16 @@ class SentinellaGruppo:
         return max(andati) if all(andati) else None
 
 
+def indirizzi_di(url: str) -> set:
+    """Where url's host:port leads (localhost and 127.0.0.1 alike); only url itself if its host is not found."""
+    parti = urllib.parse.urlsplit(url)
+    porta = parti.port or (443 if parti.scheme == "https" else 80)
+    try:
+        return {f"{a[4][0]}:{porta}" for a in socket.getaddrinfo(parti.hostname, porta, type=socket.SOCK_STREAM)}
+    except (OSError, UnicodeError):
+        return {url}
+
+
 def info_del_gruppo(info: List[InfoServer]) -> InfoServer:
     """The servers' slots together; n_ctx per slot where they agree."""
     def comune(valori):
@@ -5317,16 +5340,17 @@ def coda_del_gruppo(prova: Prova) -> int:
 
 
 def righe_per_server(prova: Prova) -> List[str]:
-    righe = []
-    for d, n, s, throughput in per_server(prova):
-        andato = f"; ha smesso di rispondere a {d.andato[0]:.2f} s" if d.andato else ""
+    righe, parti = [], per_server(prova)
+    for d, n, s, throughput in parti:
+        andato = f"; non rispondeva più a {d.andato[0]:.2f} s" if d.andato else ""
         coda = f", coda {fmt(s.picco_coda, 'd')}" if d.info.metrics_disponibile else ""
-        mancano = f", {s.non_completate} non completate" * bool(s.non_completate)  # Ctrl+C
-        inviate = f"  {d.base}: {quante(n, 'richiesta', 'richieste')} ({s.n_riuscite} riuscite{mancano})"
-        righe.append(inviate + andato if not s.n_riuscite else f"{inviate}, picco {fmt(s.picco, 'd')}/"
-                     f"{fmt(d.info.n_slot, 'd')} slot{coda}, latenza media {fmt(s.latenza_media, '.2f s')}, max "
-                     f"{fmt(s.latenza_max, '.2f s')}, quota del throughput {fmt(throughput, '.2f token/s')}{andato}")
-    return ["per server:"] + righe if righe else []
+        mancano = f", {quante(s.non_completate, 'non completata', 'non completate')}" * bool(s.non_completate)  # Ctrl+C
+        inviate = f"  {d.base}: {quante(n, 'richiesta', 'richieste')} ({quante(s.n_riuscite, 'riuscita', 'riuscite')}"
+        righe.append(inviate + mancano + ")" + andato if not s.n_riuscite else f"{inviate}{mancano}), picco "
+                     f"{fmt(s.picco, 'd')}/{fmt(d.info.n_slot, 'd')} slot{coda}, latenza media {fmt(s.latenza_media, '.2f s')}"
+                     f", max {fmt(s.latenza_max, '.2f s')}, quota del throughput {fmt(throughput, '.2f token/s')}{andato}")
+    ferme = prova.esecuzione.n_richieste - sum(n for _, n, _, _ in parti)  # Ctrl+C before they left
+    return [f"per server{f' (le altre {ferme} non sono partite)' * (ferme > 0)}:"] + righe if righe else []
 
 
 def picco_in_un_server(punto: Punto) -> Optional[int]:
@@ -5337,7 +5361,7 @@ def picco_in_un_server(punto: Punto) -> Optional[int]:
 
 def righe_repliche(prove: List[Prova], memorie: Dict[Configurazione, Memoria]) -> List[str]:
     """--spiega after --repliche: copies against slots at the same total, figure by figure, with its certainty."""
-    punti = [p for p in punti_di(prove) if p.prove[0].configurazione is not None and p.misurato]
+    punti = [p for p in punti_di(prove) if p.prove[0].configurazione is not None and p.misurato and p.completo]
     if len({p.prove[0].configurazione.repliche for p in punti}) < 2:
         return []
     nome = {id(p): p.prove[0].configurazione.descrizione for p in punti}
@@ -5352,19 +5376,26 @@ def righe_repliche(prove: List[Prova], memorie: Dict[Configurazione, Memoria]) -
     for cifra, chiave, meglio in () if occupata else (("Throughput più alto", "throughput", max),
                                                       ("Latenza media più bassa", "latenza_media", min)):
         valore = (lambda p: p.throughput) if chiave == "throughput" else (lambda p: p.latenza)
-        primo, altri = meglio(punti, key=valore), []
+        primo, altri, accertato = meglio(punti, key=valore), [], True
         for p in (q for q in punti if q is not primo):
             rapporto = max(valore(primo) / valore(p), valore(p) / valore(primo))
             diverso = diversi(primo.cifre(chiave), p.cifre(chiave))
+            accertato = accertato and bool(diverso)
             certezza = ("" if diverso is None else ", oltre il rumore" if diverso else
                         ", non accertato" if rapporto > 1.1 else ", entro il rumore")
             altri.append(f"{valore(p):.2f} con {nome[id(p)]} (×{rapporto:.2f}{certezza})")
         unita = "token/s" if chiave == "throughput" else "s"
+        cifra = cifra if accertato else f"{cifra.split(' più ')[0]}, nessun vincitore accertato"  # not beyond the noise
         righe.append(f"  {cifra}: {nome[id(primo)]}, {valore(primo):.2f} {unita}; " + ", ".join(altri) + ".")
     righe.append("  Nel proprio slot (dai tempi del server): " + ", ".join(
         f"{fmt(p.velocita_slot, '.1f')} t/s con {nome[id(p)]}" for p in punti) + ".")
     righe.append("  Slot occupati insieme in un server (il batching, mai fra copie): " + ", ".join(
         f"{fmt(picco_in_un_server(p), 'd')} con {nome[id(p)]}" for p in punti) + ".")
+    thread = {id(p): p.prove[0].configurazione.deciso and p.prove[0].configurazione.deciso.n_thread for p in punti}
+    core = max((q.macchina.core for p in punti for q in p.prove if q.macchina), default=os.cpu_count())
+    if None not in thread.values() and (len(set(thread.values())) > 1 or max(thread.values()) > (core or 0)):
+        righe.append("  Thread in tutto (dai log): " + ", ".join(f"{thread[id(p)]} con {nome[id(p)]}" for p in punti)
+                     + f", su {core} core: non solo il batching, anche i core divisi in altro modo fanno la differenza.")
     misurate = [(p, memorie.get(p.prove[0].configurazione)) for p in punti]
     if all(m is not None for _, m in misurate):
         righe.append("  RAM: " + ", ".join(f"{m.totale:.0f} MiB con {nome[id(p)]}" + (
@@ -5852,9 +5883,13 @@ def righe_contesto(prova: Prova) -> List[str]:
     else:
         righe = [f"  contesto per slot (token del compito di ogni slot, prompt e generati: il picco fra le letture di "
                  f"/slots, ogni {prova.piano.intervallo:g} s):"]
-        for i, (_, n_ctx) in enumerate(letture[0].contesto):
-            picco = max(c.contesto[i][0] for c in letture if i < len(c.contesto))
-            righe.append(f"    slot {i}: {picco} di {n_ctx} token ({picco / n_ctx:.0%})")
+        server = oltre(prova.esecuzione).server  # several: each slot by its server's name and its own id
+        nomi = [f"{d.base} slot {j}" for d in server for j in range(d.info.n_slot or 0)] or [
+            f"slot {i}" for i in range(len(letture[0].contesto))]
+        tutti = [c for c in letture if len(c.contesto) == len(nomi)] if server else letture  # a server gone: not its
+        for nome, i in zip(nomi, range(len(tutti[0].contesto) if tutti else 0)):
+            picco, n_ctx = max(c.contesto[i][0] for c in tutti), tutti[0].contesto[i][1]
+            righe.append(f"    {nome}: {picco} di {n_ctx} token ({picco / n_ctx:.0%})")
         if kv_condivisa(prova):
             chiesti, n_ctx = max(map(somma, (c.contesto for c in letture))), letture[0].contesto[0][1]
             righe.append(f"    somma sugli slot: {chiesti} token chiesti al buffer che condividono (--kv-unified), "
@@ -6233,6 +6268,7 @@ class Decisioni(NamedTuple):
     n_ctx_slot: Optional[int] = None
     kv_unificata: Optional[bool] = None
     cache_kv: tuple = ()  # each KV cache: (its name, MiB, cells, layers), printed at -lv 4
+    n_thread: Optional[int] = None  # the threads it decodes on (its -t, or as many as the cores it sees)
 
     @property
     def kv_mib(self) -> Optional[float]:
@@ -6253,7 +6289,8 @@ def leggi_decisioni(log: str) -> Decisioni:
             cache.append((nome, float(misura_kv.group(1)), int(misura_kv.group(2)), int(misura_kv.group(3))))
             nome = "KV"
     scelte = (int(scelta[1]), int(scelta[2]), scelta[3] == "true") if scelta else (None, None, None)
-    return Decisioni(*scelte, tuple(cache))
+    thread = re.search(r"n_threads = (\d+)", log)
+    return Decisioni(*scelte, tuple(cache), thread and int(thread[1]))
 
 
 def riga_decisioni(configurazione: Configurazione, d: Decisioni) -> str:

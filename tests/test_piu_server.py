@@ -17,7 +17,7 @@ def chat_di(server):
 
 def righe_server(out):
     """Each server's line after `per server:`, by its URL."""
-    coda = out.split("per server:\n", 1)[1].splitlines()
+    coda = re.split(r"^per server.*:\n", out, maxsplit=1, flags=re.M)[1].splitlines()
     return {m.group(1): m.group(2) for m in (re.match(r"  (http://\S+): (.*)", r) for r in coda) if m}
 
 
@@ -63,14 +63,21 @@ def test_liberi_conta_gli_slot_gia_occupati_da_un_altro(fake, carica):
     assert [gruppo.scegli() for _ in range(3)] == [1, 1, 0]  # b's two free slots first, then the tie: a
 
 
-def test_un_server_che_se_ne_va(fake, carica):
-    """One server stopped mid-run: the others go on, its requests failed and said, nothing more sent to it, exit 1."""
+def test_un_server_che_se_ne_va(fake, carica, tmp_path):
+    """One server stopped mid-run: the others go on, its requests failed and said (--spiega: the slots left; --json:
+    when and why), nothing more sent to it, exit 1."""
     a = fake(n_slot=2, s_per_token=0.01)
     b = fake(n_slot=2, s_per_token=0.01, spegni_dopo=2, spegni_uccidendo=True)
-    rc, out, err = carica(a.url, "--url", b.url, "--richieste", "10", "--token", "16")
+    rc, out, err = carica(a.url, "--url", b.url, "--richieste", "10", "--token", "16", "--spiega", "--json",
+                          str(tmp_path / "p.json"))
     assert rc == 1
     linee = righe_server(out)
-    assert re.fullmatch(r"\d+ richieste \(0 riuscite\); ha smesso di rispondere a [\d.]+ s", linee[b.url])
+    andato = re.fullmatch(r"\d+ richieste \(0 riuscite\); non rispondeva più a ([\d.]+) s", linee[b.url])
+    assert andato, linee[b.url]
+    assert f"{b.url} non rispondeva più a {andato[1]} s: da lì le richieste sono andate agli altri server, 2 slot in " \
+           "tutto." in out
+    salvato = json.loads((tmp_path / "p.json").read_text())["prove"][0]["server_andato"]
+    assert salvato["url"] == b.url and f"{salvato['t_s']:.2f}" == andato[1] and salvato["perche"]
     a_servite = int(linee[a.url].split()[0])
     assert a_servite >= 6 and f"{a_servite} richieste ({a_servite} riuscite)" in linee[a.url]
     assert len(b.bodies) <= 2  # no hammering of the dead one
@@ -143,4 +150,14 @@ def test_ctrl_c_ogni_server_conta_le_sue_in_volo(fake):
     assert proc.returncode == 130, err
     assert righe_server(out) == {a.url: "2 richieste (0 riuscite, 2 non completate)",
                                  b.url: "2 richieste (0 riuscite, 2 non completate)"}, out
+    assert "per server (le altre 4 non sono partite):" in out
     assert "4 richieste lasciate in volo" in err and len(chat_di(a)) + len(chat_di(b)) == 4
+
+
+def test_dettagli_chiamano_ogni_slot_col_suo_server(fake, carica):
+    """--dettagli's context per slot: each slot by its server and its own id there, as that server's /slots says."""
+    a, b = fake(n_slot=1, s_per_token=0.02), fake(n_slot=2, s_per_token=0.02)
+    rc, out, err = carica(f"{a.url},{b.url}", "--richieste", "3", "--token", "32", "--dettagli", "--intervallo", "0.05")
+    assert rc == 0, err
+    nomi = re.findall(r"^    (\S+ slot \d): \d+ di (\d+) token", out, re.M)
+    assert nomi == [(f"{a.url} slot 0", "2048"), (f"{b.url} slot 0", "1024"), (f"{b.url} slot 1", "1024")], out

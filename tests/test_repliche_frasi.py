@@ -10,11 +10,30 @@ from test_verdetti import prova
 from test_verdetti_busy import OCCUPATA
 
 
-def disposizione(repliche, throughput, latenza, n_ctx=512, macchina=None):
-    """A run of one layout of 4 slots in all: copies of -np 4/repliche, each slot with n_ctx tokens."""
+def disposizione(repliche, throughput, latenza, n_ctx=512, macchina=None, thread=None):
+    """A run of one layout of 4 slots in all: copies of -np 4/repliche, each slot with n_ctx tokens; `thread` in all,
+    as the copies' logs said."""
     p = prova(throughput, latenza, slot=4, n=4)
-    return p._replace(info=p.info._replace(n_ctx_slot=n_ctx), configurazione=Configurazione(4, repliche=repliche),
-                      macchina=macchina)
+    deciso = carico.Decisioni(n_thread=thread) if thread else None
+    return p._replace(info=p.info._replace(n_ctx_slot=n_ctx), macchina=macchina,
+                      configurazione=Configurazione(4, repliche=repliche, deciso=deciso))
+
+
+def test_copie_o_slot_i_thread_quando_cambiano_o_superano_i_core():
+    """FIRE: the layouts ran different threads in all (-t 3: 3, then 2 copies of -t 1), or more than the cores (4 copies
+    of -t 1 on 2): said, with the cores. SILENT: the same threads, within the cores; or a log that did not say."""
+    quieta = carico.Macchina(2, 0.1, 0.01)
+    def righe(*thread):
+        return carico.righe_repliche([disposizione(r, 60 - r, 2.0, macchina=quieta, thread=t)
+                                      for r, t in zip((1, 2, 4), thread)], {})
+    assert righe(3, 2)[-2] == ("  Thread in tutto (dai log): 3 con un server -np 4, 2 con 2 copie da -np 2, su 2 core: "
+                               "non solo il batching, anche i core divisi in altro modo fanno la differenza.")
+    assert righe(2, 2, 4)[-2].startswith("  Thread in tutto (dai log): 2 con un server -np 4, 2 con 2 copie da -np 2, "
+                                         "4 con 4 copie da -np 1, su 2 core")
+    assert not any("Thread" in r for r in righe(2, 2) + righe(2, None))
+    assert carico.leggi_decisioni("I cmn  common_param: system_info: n_threads = 3 (n_threads_batch = 3) / 2 | CPU :"
+                                  "\nI cmn  init: llama threadpool init, n_threads = 3\n").n_thread == 3
+    assert carico.leggi_decisioni("I srv  load_model: initializing").n_thread is None
 
 
 def test_copie_o_slot_il_contesto_detto_per_disposizione():
@@ -27,14 +46,34 @@ def test_copie_o_slot_il_contesto_detto_per_disposizione():
                           "-np 1: il confronto non è a parità di contesto.")
 
 
+def ripetute(repliche, *coppie, macchina=None):
+    return [disposizione(repliche, throughput, latenza, macchina=macchina) for throughput, latenza in coppie]
+
+
+def test_copie_o_slot_un_vincitore_solo_oltre_il_rumore():
+    """FIRE: with repeats, a layout ahead of every other beyond the noise: "più alto"/"più bassa". SILENT: one run a
+    layout, or a difference within the noise, or ahead of one but not of another: the figures in order, no winner."""
+    uno = ripetute(1, (60, 2.0), (60.5, 1.98), (59.5, 2.02))
+    righe = carico.righe_repliche(uno + ripetute(4, (50, 2.4), (50.5, 2.38), (49.5, 2.42)), {})
+    assert righe[1].startswith("  Throughput più alto: un server -np 4, 60.00 token/s; 50.00 con 4 copie da -np 1 "
+                               "(×1.20, oltre il rumore).")
+    assert righe[2].startswith("  Latenza media più bassa: un server -np 4, 2.00 s; 2.40 con 4 copie da -np 1")
+    for altre in ([disposizione(4, 50, 2.4)], ripetute(4, (58, 2.1), (61, 1.9), (57, 2.05)),
+                  ripetute(4, (50, 2.4), (50.5, 2.38), (49.5, 2.42)) + ripetute(2, (58, 2.1), (62, 1.9), (60.2, 2.0))):
+        righe = carico.righe_repliche((uno[:1] if len(altre) == 1 else uno) + altre, {})
+        assert righe[1].startswith("  Throughput, nessun vincitore accertato: un server -np 4, 60.00 token/s; "), righe
+        assert righe[2].startswith("  Latenza media, nessun vincitore accertato: "), righe
+        assert not any("più alto" in r or "più bassa" in r for r in righe)
+
+
 def test_copie_o_slot_nessun_verdetto_da_una_macchina_occupata():
-    """FIRE: a layout run on a busy machine: no "più alto"/"più bassa", the layout named. SILENT: quiet, the verdicts."""
+    """FIRE: a layout run on a busy machine: no ranking at all, the layout named. SILENT: quiet, the ranking."""
     quiete = [disposizione(1, 60, 2.0), disposizione(2, 55, 2.2)]
     righe = carico.righe_repliche(quiete, {})
-    assert righe[1].startswith("  Throughput più alto: un server -np 4, 60.") and "Latenza media più bassa" in righe[2]
+    assert righe[1].startswith("  Throughput, nessun vincitore accertato: un server -np 4, 60.")
     righe = carico.righe_repliche([quiete[0], disposizione(2, 55, 2.2, macchina=OCCUPATA)], {})
     assert righe[1] == ("  Nessun verdetto su throughput e latenza: la macchina era occupata con 2 copie da -np 2.")
-    assert not any("più alto" in r or "più bassa" in r or "rumore)" in r for r in righe)
+    assert not any("più alto" in r or "accertato" in r or "rumore)" in r for r in righe)
     assert righe[2].startswith("  Nel proprio slot (dai tempi del server): ")  # the evidence stays
 
 
@@ -84,8 +123,9 @@ def test_dopo_ctrl_c_ogni_server_dice_le_sue_non_completate():
     answered, no such words."""
     p = gruppo([fatta(0, 0.0, 1.0, 0)], (1, 1), n_richieste=3, inviate=(2, 1))
     righe = carico.righe_per_server(p)
-    assert righe[1].startswith("  http://s0: 2 richieste (1 riuscite, 1 non completate), picco 1/1 slot")
-    assert righe[2] == "  http://s1: 1 richiesta (0 riuscite, 1 non completate)"
+    assert righe[1].startswith("  http://s0: 2 richieste (1 riuscita, 1 non completata), picco 1/1 slot")
+    assert righe[0] == "per server:"  # all three left: 2 + 1
+    assert righe[2] == "  http://s1: 1 richiesta (0 riuscite, 1 non completata)"
     intera = gruppo([fatta(0, 0.0, 1.0, 0), fatta(1, 0.0, 1.0, 1)], (1, 1), inviate=(1, 1))
     assert not any("non completate" in r for r in carico.righe_per_server(intera))
 
@@ -98,3 +138,24 @@ def test_json_il_throughput_di_ogni_server_e_la_sua_parte():
     dati = json.loads(carico.testo_json([p], [p.piano], "http://s0, http://s1"))["prove"][0]
     assert [s["throughput"] for s in dati["per_server"]] == [15.0, 5.0]
     assert sum(s["throughput"] for s in dati["per_server"]) == dati["riepilogo"]["throughput"] == 20.0
+
+
+def test_una_disposizione_interrotta_non_entra_nei_confronti():
+    """FIRE: the 4x1 layout cut by Ctrl+C (its throughput a lower bound): out of the ratio line and of "Copie o slot?".
+    SILENT: whole, it is in both."""
+    intere = [disposizione(1, 60, 2.0), disposizione(4, 50, 2.4)]
+    punti = carico.punti_di(intere)
+    assert carico.rapporti_np(punti, ["np"])[-1] == "throughput: np 4x1 / np 4 ×0.83"
+    assert "4 copie da -np 1" in carico.righe_repliche(intere, {})[1]
+    cut = intere[1]._replace(esecuzione=intere[1].esecuzione._replace(interruzione=130, interrotta_a=1.0))
+    assert carico.rapporti_np(carico.punti_di([intere[0], cut]), ["np"]) == []
+    assert carico.righe_repliche([intere[0], cut], {}) == []  # one layout left: nothing to compare
+
+
+def test_lo_stesso_server_con_due_nomi(capsys):
+    """localhost and 127.0.0.1 on one port are one server: refused (exit 2) before anything is sent."""
+    from test_opzioni import rifiuto
+
+    assert rifiuto(capsys, ["--url", "http://127.0.0.1:18361,http://localhost:18361/"]).endswith(
+        "--url http://127.0.0.1:18361 e http://localhost:18361 sono lo stesso server (127.0.0.1:18361): ogni server "
+        "una volta")
