@@ -5627,8 +5627,8 @@ def copia_del_comando(comando: List[str], configurazione: Configurazione,
             continue
         copia = senza_opzione(copia, nomi) + [nome, str(max(valore // r, 1))]
         if valore % r:
-            di_piu = f", {r * max(valore // r, 1)} thread in tutto su {valore} chiesti: si contendono i core" * (
-                nomi == THREAD and valore < r)
+            di_piu = (f", {r * max(valore // r, 1)} thread in tutto su {valore} chiesti" + ": si contendono i core" * (
+                valore < r)) * (nomi == THREAD)
             note.append(f"{nome} {valore} non si divide fra {r} copie: ogni copia {nome} {max(valore // r, 1)}{di_piu}")
     return copia, note
 

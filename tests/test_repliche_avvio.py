@@ -95,7 +95,7 @@ def test_copia_divide_contesto_e_thread(comando, atteso):
 def test_copia_le_note():
     r2, r4 = C(4, repliche=2), C(4, repliche=4)
     assert carico.copia_del_comando("s -c 2048 -t 3".split(), r2) == (
-        "s -c 1024 -t 1".split(), ["-t 3 non si divide fra 2 copie: ogni copia -t 1"])
+        "s -c 1024 -t 1".split(), ["-t 3 non si divide fra 2 copie: ogni copia -t 1, 2 thread in tutto su 3 chiesti"])
     assert carico.copia_del_comando("s -c 2048 -t 2".split(), r4) == (  # at least one thread each: more in all
         "s -c 512 -t 1".split(), ["-t 2 non si divide fra 4 copie: ogni copia -t 1, 4 thread in tutto su 2 chiesti: "
                                   "si contendono i core"])
