@@ -5373,8 +5373,8 @@ def righe_repliche(prove: List[Prova], memorie: Dict[Configurazione, Memoria]) -
     occupata = [nome[id(p)] for p in punti if any(map(occupata_intorno, p.prove))]
     if occupata:  # figures the output itself says do not count
         righe.append(f"  Nessun verdetto su throughput e latenza: la macchina era occupata con {', '.join(occupata)}.")
-    for cifra, chiave, meglio in () if occupata else (("Throughput più alto", "throughput", max),
-                                                      ("Latenza media più bassa", "latenza_media", min)):
+    for cifra, primato, chiave, meglio in () if occupata else (("Throughput", "più alto", "throughput", max),
+                                                               ("Latenza media", "più bassa", "latenza_media", min)):
         valore = (lambda p: p.throughput) if chiave == "throughput" else (lambda p: p.latenza)
         primo, altri, accertato = meglio(punti, key=valore), [], True
         for p in (q for q in punti if q is not primo):
@@ -5385,8 +5385,8 @@ def righe_repliche(prove: List[Prova], memorie: Dict[Configurazione, Memoria]) -
                         ", non accertato" if rapporto > 1.1 else ", entro il rumore")
             altri.append(f"{valore(p):.2f} con {nome[id(p)]} (×{rapporto:.2f}{certezza})")
         unita = "token/s" if chiave == "throughput" else "s"
-        cifra = cifra if accertato else f"{cifra.split(' più ')[0]}, nessun vincitore accertato"  # not beyond the noise
-        righe.append(f"  {cifra}: {nome[id(primo)]}, {valore(primo):.2f} {unita}; " + ", ".join(altri) + ".")
+        testa = f"{cifra} {primato}" if accertato else f"{cifra}, nessun vincitore accertato"  # beyond the noise or not
+        righe.append(f"  {testa}: {nome[id(primo)]}, {valore(primo):.2f} {unita}; " + ", ".join(altri) + ".")
     righe.append("  Nel proprio slot (dai tempi del server): " + ", ".join(
         f"{fmt(p.velocita_slot, '.1f')} t/s con {nome[id(p)]}" for p in punti) + ".")
     righe.append("  Slot occupati insieme in un server (il batching, mai fra copie): " + ", ".join(
@@ -5625,11 +5625,12 @@ def copia_del_comando(comando: List[str], configurazione: Configurazione,
             note.append(f"{'senza -t nel comando' if dato is None else f'con -t {dato}'} ognuna delle {r} copie usa "
                         "i thread predefiniti del server: si contendono i core (-t N li divide fra le copie)")
             continue
-        copia = senza_opzione(copia, nomi) + [nome, str(max(valore // r, 1))]
+        ogni = max(valore // r, 1)
+        copia = senza_opzione(copia, nomi) + [nome, str(ogni)]
         if valore % r:
-            di_piu = (f", {r * max(valore // r, 1)} thread in tutto su {valore} chiesti" + ": si contendono i core" * (
-                valore < r)) * (nomi == THREAD)
-            note.append(f"{nome} {valore} non si divide fra {r} copie: ogni copia {nome} {max(valore // r, 1)}{di_piu}")
+            in_tutto = f", {r * ogni} thread in tutto su {valore} chiesti" + ": si contendono i core" * (valore < r)
+            note.append(f"{nome} {valore} non si divide fra {r} copie: ogni copia {nome} {ogni}"
+                        + in_tutto * (nomi == THREAD))
     return copia, note
 
 
