@@ -5004,8 +5004,9 @@ def spiegazione(prova: Prova) -> List[str]:
     server = oltre(e).server
     for d in (d for d in server if d.andato and not e.server_andato):  # one of several: the run went on
         rimasti = [x.info.n_slot for x in server if not x.andato or x.andato[0] > d.andato[0]]
-        frasi.append(f"{d.base} non rispondeva più a {d.andato[0]:.2f} s: da lì le richieste sono andate agli altri "
-                     f"server, {fmt(None if None in rimasti else sum(rimasti), 'd')} slot in tutto.")
+        altri = "all'altro server" if len(rimasti) == 1 else "agli altri server"
+        frasi.append(f"{d.base} non rispondeva più a {d.andato[0]:.2f} s: da lì le richieste sono andate {altri}, "
+                     f"{fmt(None if None in rimasti else sum(rimasti), 'd')} slot in tutto.")
     if None not in (s.occupati_dai_tempi, s.occupati_letti) and s.occupati_dai_tempi > s.occupati_letti:
         frasi.append(f"Il picco di {s.occupati_dai_tempi} viene dai tempi del server: /slots (letto ogni "
                      f"{piano.intervallo:g} s) ne ha visti {s.occupati_letti}.")
@@ -5282,12 +5283,19 @@ class SentinellaGruppo:
 
 
 def indirizzi_di(url: str) -> set:
-    """Where url's host:port leads (localhost and 127.0.0.1 alike); only url itself if its host is not found."""
+    """Where url's host:port leads (localhost, 127.0.0.1, 0.0.0.0 and ::ffff:127.0.0.1 alike); only url itself if its
+    host is not found."""
+    import ipaddress
+
+    def dove(indirizzo: str):
+        ip = ipaddress.ip_address(indirizzo.split("%")[0])
+        ip = getattr(ip, "ipv4_mapped", None) or ip
+        return ipaddress.ip_address("::1" if ip.version == 6 else "127.0.0.1") if ip.is_unspecified else ip
     parti = urllib.parse.urlsplit(url)
     porta = parti.port or (443 if parti.scheme == "https" else 80)
     try:
-        return {f"{a[4][0]}:{porta}" for a in socket.getaddrinfo(parti.hostname, porta, type=socket.SOCK_STREAM)}
-    except (OSError, UnicodeError):
+        return {f"{dove(a[4][0])}:{porta}" for a in socket.getaddrinfo(parti.hostname, porta, type=socket.SOCK_STREAM)}
+    except (OSError, UnicodeError, ValueError):
         return {url}
 
 
@@ -5344,7 +5352,8 @@ def righe_per_server(prova: Prova) -> List[str]:
     for d, n, s, throughput in parti:
         andato = f"; non rispondeva più a {d.andato[0]:.2f} s" if d.andato else ""
         coda = f", coda {fmt(s.picco_coda, 'd')}" if d.info.metrics_disponibile else ""
-        mancano = f", {quante(s.non_completate, 'non completata', 'non completate')}" * bool(s.non_completate)  # Ctrl+C
+        mancano = "".join(f", {quante(k, una, molte)}" for k, una, molte in ((s.n_fallite, "fallita", "fallite"), (
+            s.non_completate, "non completata", "non completate")) if k)  # non completate: Ctrl+C
         inviate = f"  {d.base}: {quante(n, 'richiesta', 'richieste')} ({quante(s.n_riuscite, 'riuscita', 'riuscite')}"
         righe.append(inviate + mancano + ")" + andato if not s.n_riuscite else f"{inviate}{mancano}), picco "
                      f"{fmt(s.picco, 'd')}/{fmt(d.info.n_slot, 'd')} slot{coda}, latenza media {fmt(s.latenza_media, '.2f s')}"
@@ -5361,15 +5370,24 @@ def picco_in_un_server(punto: Punto) -> Optional[int]:
 
 def righe_repliche(prove: List[Prova], memorie: Dict[Configurazione, Memoria]) -> List[str]:
     """--spiega after --repliche: copies against slots at the same total, figure by figure, with its certainty."""
-    punti = [p for p in punti_di(prove) if p.prove[0].configurazione is not None and p.misurato and p.completo]
+    tutti = [p for p in punti_di(prove) if p.prove[0].configurazione is not None and p.misurato]
+    punti, interrotti = [p for p in tutti if p.completo], [p.prove[0].configurazione.descrizione for p in tutti
+                                                             if not p.completo]  # a lower bound: never compared
+    fuori = f"interrotta con {', '.join(interrotti)}, una cifra che è solo un limite inferiore"
     if len({p.prove[0].configurazione.repliche for p in punti}) < 2:
-        return []
+        return [f"Copie o slot? Nessun confronto: {fuori}."] if interrotti else []
     nome = {id(p): p.prove[0].configurazione.descrizione for p in punti}
     contesti = {p.prove[0].info.n_ctx_slot for p in punti}
     righe = [f"Copie o slot? {fmt(punti[0].prove[0].info.n_slot, 'd')} slot in tutto, " + (
         f"{fmt(contesti.pop(), 'd')} token di contesto a slot in ogni disposizione." if len(contesti) == 1 else
         "contesto a slot " + ", ".join(f"{fmt(p.prove[0].info.n_ctx_slot, 'd')} con {nome[id(p)]}" for p in punti)
-        + ": il confronto non è a parità di contesto.")]
+        + ": il confronto non è a parità di contesto.")] + [f"  Fuori dal confronto: {fuori}."] * bool(interrotti)
+    thread = {id(p): p.prove[0].configurazione.deciso and p.prove[0].configurazione.deciso.n_thread for p in punti}
+    core = max((q.macchina.core for p in punti for q in p.prove if q.macchina), default=os.cpu_count()) or 0
+    if None not in thread.values() and (len(set(thread.values())) > 1 or max(thread.values()) > core):
+        righe.append(f"  Attenzione, thread diversi (dai log, su {core} core): " + ", ".join(
+            f"{thread[id(p)]} con {nome[id(p)]}{' (più dei core)' * (thread[id(p)] > core)}" for p in punti)
+            + ". Le cifre misurano anche questo, non solo copie contro slot.")
     occupata = [nome[id(p)] for p in punti if any(map(occupata_intorno, p.prove))]
     if occupata:  # figures the output itself says do not count
         righe.append(f"  Nessun verdetto su throughput e latenza: la macchina era occupata con {', '.join(occupata)}.")
@@ -5391,11 +5409,6 @@ def righe_repliche(prove: List[Prova], memorie: Dict[Configurazione, Memoria]) -
         f"{fmt(p.velocita_slot, '.1f')} t/s con {nome[id(p)]}" for p in punti) + ".")
     righe.append("  Slot occupati insieme in un server (il batching, mai fra copie): " + ", ".join(
         f"{fmt(picco_in_un_server(p), 'd')} con {nome[id(p)]}" for p in punti) + ".")
-    thread = {id(p): p.prove[0].configurazione.deciso and p.prove[0].configurazione.deciso.n_thread for p in punti}
-    core = max((q.macchina.core for p in punti for q in p.prove if q.macchina), default=os.cpu_count())
-    if None not in thread.values() and (len(set(thread.values())) > 1 or max(thread.values()) > (core or 0)):
-        righe.append("  Thread in tutto (dai log): " + ", ".join(f"{thread[id(p)]} con {nome[id(p)]}" for p in punti)
-                     + f", su {core} core: non solo il batching, anche i core divisi in altro modo fanno la differenza.")
     misurate = [(p, memorie.get(p.prove[0].configurazione)) for p in punti]
     if all(m is not None for _, m in misurate):
         righe.append("  RAM: " + ", ".join(f"{m.totale:.0f} MiB con {nome[id(p)]}" + (

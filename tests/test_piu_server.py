@@ -72,12 +72,12 @@ def test_un_server_che_se_ne_va(fake, carica, tmp_path):
                           str(tmp_path / "p.json"))
     assert rc == 1
     linee = righe_server(out)
-    andato = re.fullmatch(r"\d+ richieste \(0 riuscite\); non rispondeva più a ([\d.]+) s", linee[b.url])
+    andato = re.fullmatch(r"(\d+) richieste \(0 riuscite, \1 fallite\); non rispondeva più a ([\d.]+) s", linee[b.url])
     assert andato, linee[b.url]
-    assert f"{b.url} non rispondeva più a {andato[1]} s: da lì le richieste sono andate agli altri server, 2 slot in " \
+    assert f"{b.url} non rispondeva più a {andato[2]} s: da lì le richieste sono andate all'altro server, 2 slot in " \
            "tutto." in out
     salvato = json.loads((tmp_path / "p.json").read_text())["prove"][0]["server_andato"]
-    assert salvato["url"] == b.url and f"{salvato['t_s']:.2f}" == andato[1] and salvato["perche"]
+    assert salvato["url"] == b.url and f"{salvato['t_s']:.2f}" == andato[2] and salvato["perche"]
     a_servite = int(linee[a.url].split()[0])
     assert a_servite >= 6 and f"{a_servite} richieste ({a_servite} riuscite)" in linee[a.url]
     assert len(b.bodies) <= 2  # no hammering of the dead one

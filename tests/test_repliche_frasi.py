@@ -21,16 +21,17 @@ def disposizione(repliche, throughput, latenza, n_ctx=512, macchina=None, thread
 
 def test_copie_o_slot_i_thread_quando_cambiano_o_superano_i_core():
     """FIRE: the layouts ran different threads in all (-t 3: 3, then 2 copies of -t 1), or more than the cores (4 copies
-    of -t 1 on 2): said, with the cores. SILENT: the same threads, within the cores; or a log that did not say."""
+    of -t 1 on 2): said before any verdict, naming the layouts over the cores. SILENT: the same threads, within the
+    cores; or a log that did not say."""
     quieta = carico.Macchina(2, 0.1, 0.01)
     def righe(*thread):
         return carico.righe_repliche([disposizione(r, 60 - r, 2.0, macchina=quieta, thread=t)
                                       for r, t in zip((1, 2, 4), thread)], {})
-    assert righe(3, 2)[-2] == ("  Thread in tutto (dai log): 3 con un server -np 4, 2 con 2 copie da -np 2, su 2 core: "
-                               "non solo il batching, anche i core divisi in altro modo fanno la differenza.")
-    assert righe(2, 2, 4)[-2].startswith("  Thread in tutto (dai log): 2 con un server -np 4, 2 con 2 copie da -np 2, "
-                                         "4 con 4 copie da -np 1, su 2 core")
-    assert not any("Thread" in r for r in righe(2, 2) + righe(2, None))
+    assert righe(3, 2)[1] == ("  Attenzione, thread diversi (dai log, su 2 core): 3 con un server -np 4 (più dei core), 2 "
+                              "con 2 copie da -np 2. Le cifre misurano anche questo, non solo copie contro slot.")
+    assert righe(2, 2, 4)[1].startswith("  Attenzione, thread diversi (dai log, su 2 core): 2 con un server -np 4, 2 "
+                                        "con 2 copie da -np 2, 4 con 4 copie da -np 1 (più dei core).")
+    assert not any("thread" in r for r in righe(2, 2) + righe(2, None))
     assert carico.leggi_decisioni("I cmn  common_param: system_info: n_threads = 3 (n_threads_batch = 3) / 2 | CPU :"
                                   "\nI cmn  init: llama threadpool init, n_threads = 3\n").n_thread == 3
     assert carico.leggi_decisioni("I srv  load_model: initializing").n_thread is None
@@ -149,13 +150,21 @@ def test_una_disposizione_interrotta_non_entra_nei_confronti():
     assert "4 copie da -np 1" in carico.righe_repliche(intere, {})[1]
     cut = intere[1]._replace(esecuzione=intere[1].esecuzione._replace(interruzione=130, interrotta_a=1.0))
     assert carico.rapporti_np(carico.punti_di([intere[0], cut]), ["np"]) == []
-    assert carico.righe_repliche([intere[0], cut], {}) == []  # one layout left: nothing to compare
+    assert carico.righe_repliche([intere[0], cut], {}) == [  # one layout left: nothing to compare, and why
+        "Copie o slot? Nessun confronto: interrotta con 4 copie da -np 1, una cifra che è solo un limite inferiore."]
+    tre = [disposizione(1, 60, 2.0), disposizione(2, 55, 2.2), cut]
+    righe = carico.righe_repliche(tre, {})
+    assert righe[1] == "  Fuori dal confronto: interrotta con 4 copie da -np 1, una cifra che è solo un limite inferiore."
+    assert not any("50.00" in r for r in righe)
 
 
 def test_lo_stesso_server_con_due_nomi(capsys):
-    """localhost and 127.0.0.1 on one port are one server: refused (exit 2) before anything is sent."""
+    """localhost, 127.0.0.1, 0.0.0.0 (what a server on all addresses announces) on one port are one server: refused
+    (exit 2) before anything is sent."""
     from test_opzioni import rifiuto
 
     assert rifiuto(capsys, ["--url", "http://127.0.0.1:18361,http://localhost:18361/"]).endswith(
         "--url http://127.0.0.1:18361 e http://localhost:18361 sono lo stesso server (127.0.0.1:18361): ogni server "
         "una volta")
+    for altro in ("http://0.0.0.0:18361", "http://[::ffff:127.0.0.1]:18361", "http://127.1:18361"):  # a server on 0.0.0.0
+        assert "sono lo stesso server (127.0.0.1:18361)" in rifiuto(capsys, ["--url", f"http://127.0.0.1:18361,{altro}"])
