@@ -72,7 +72,7 @@ def test_due_server_veri_ognuno_conta_i_suoi_token(llama, tmp_path):
         assert sum(r["token_prompt"] for r in sue) == prompt, (k, sue, prompt)
         slot = len(server.get_json("/slots"))
         m = re.fullmatch(rf"{n} richieste \({n} riuscite\), picco (\d+)/(\d+) slot, coda \d+, latenza media [\d.]+ s, "
-                         r"max [\d.]+ s, ([\d.]+) token/s", linee[server.url])
+                         r"max [\d.]+ s, quota del throughput ([\d.]+) token/s", linee[server.url])
         assert m, linee
         assert int(m[2]) == slot and 1 <= int(m[1]) <= slot, linee[server.url]
         assert abs(float(m[3]) - suoi / tempo) <= 0.006, (linee[server.url], suoi, tempo)  # printed to 0.01
@@ -194,9 +194,9 @@ def test_repliche_1_2_vere_tabella_ram_e_nessuna_copia_rimasta(tmp_path):
     assert rc == 0, out + err
     assert "Traceback" not in err
 
-    # Nothing left holding the model: neither the copies nor the servers --spiega started for the RAM question.
+    # Nothing left holding the model: no copy, and no server for the lab's RAM question (the RAM is measured here).
     porte = [int(p) for p in re.findall(r"^avvio: .* --port (\d+)$", err, re.M)]
-    assert len(porte) == 5, err  # -np 2; two copies; the two -c 16384 servers of --spiega
+    assert len(porte) == 3, err  # -np 2; two copies
     assert [porta_di(a) for a in visti.values()] and {porta_di(a) for a in visti.values()} == set(porte), (visti, err)
     assert rimasti == {}, rimasti
     assert not [a for a in processi(modello).values() if porta_di(a) in porte], err
