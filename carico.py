@@ -2129,7 +2129,7 @@ class SessioneOltre(Sessione):
         letti = any(c.occupati is not None for c in prova.esecuzione.campioni)
         if (o.dettagli or o.grafico or o.file_svg or piano_oltre.turni) and letti and not letture_contesto(prova):
             nota("/slots non dice quanti token tiene ogni slot (n_prompt_tokens): il contesto per slot è n/d")
-        if andati and not prova.esecuzione.server_andato:  # the others went on: exit 1 all the same
+        if andati and not (prova.esecuzione.server_andato or prova.esecuzione.interruzione):  # the others went on: exit 1
             raise ServerAndato(f"{', '.join(d.base for d in andati)}: smesso di rispondere durante la prova, le "
                                "richieste dopo sono andate agli altri server. Controlla che cosa l'ha fermato e ripeti")
 
@@ -4925,7 +4925,7 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "macchina_dopo": p.macchina_dopo and p.macchina_dopo._asdict(),
             "esclusa_dalla_media": id(p) in escluse,  # see `anomale`
             "slot_occupati_prima": p.occupati_prima,
-            "riepilogo": {**riepilogo_oltre(p)._asdict(), "picco": p.riepilogo.picco, "picco_coda": p.riepilogo.picco_coda,
+            "riepilogo": {**riepilogo_oltre(p)._asdict(), "picco": p.riepilogo.picco, "picco_coda": riepilogo_oltre(p).picco_coda,
                           "tagliate_dal_contesto": len(tagliate_dal_contesto(p))},
             "richieste": righe_dati(p),
             "campioni": [c._asdict() for c in p.esecuzione.campioni],
@@ -5246,7 +5246,7 @@ class Gruppo:
             leggi = leggi_json if percorso == "/slots" else richieste_in_coda
             letti[k] = leggi(risposta.corpo) if risposta.status == 200 else None
             if percorso == "/slots" and conta_occupati(letti[k]) is not None:
-                self.altri[k] = max(0, conta_occupati(letti[k]) - miei)
+                self.altri[k] = max(0, conta_occupati(letti[k]) - max(miei, self.in_volo[k]))  # sent meanwhile: carico's
         if percorso == "/metrics":
             in_coda = [v for v, c in zip(letti, self.client) if not c.annullato.is_set()]
             corpo = f"llamacpp:requests_deferred {sum(in_coda)}" if None not in in_coda else ""
@@ -5300,12 +5300,13 @@ def indirizzi_di(url: str) -> set:
 
 
 def info_del_gruppo(info: List[InfoServer]) -> InfoServer:
-    """The servers' slots together; n_ctx per slot where they agree."""
+    """The servers' slots together; n_ctx per slot where they agree; never one KV buffer for all (each copy of
+    --kv-unified shares its own among its slots: n/d, not a sentence about one buffer)."""
     def comune(valori):
         return valori[0] if len(set(valori)) == 1 else None
     return InfoServer(None if None in (i.n_slot for i in info) else sum(i.n_slot for i in info),
                       comune([i.n_ctx_slot for i in info]), all(i.slots_disponibile for i in info),
-                      all(i.metrics_disponibile for i in info), kv_unificata=comune([i.kv_unificata for i in info]),
+                      all(i.metrics_disponibile for i in info), kv_unificata=comune([i.kv_unificata for i in info]) and None,
                       llama_cpp=comune([i.llama_cpp for i in info]))
 
 
@@ -5359,7 +5360,8 @@ def righe_per_server(prova: Prova) -> List[str]:
                      f"{fmt(s.picco, 'd')}/{fmt(d.info.n_slot, 'd')} slot{coda}, latenza media {fmt(s.latenza_media, '.2f s')}"
                      f", max {fmt(s.latenza_max, '.2f s')}, quota del throughput {fmt(throughput, '.2f token/s')}{andato}")
     ferme = prova.esecuzione.n_richieste - sum(n for _, n, _, _ in parti)  # Ctrl+C before they left
-    return [f"per server{f' (le altre {ferme} non sono partite)' * (ferme > 0)}:"] + righe if righe else []
+    altre = {0: "", 1: " (l'altra non è partita)"}.get(ferme, f" (le altre {ferme} non sono partite)")
+    return [f"per server{altre}:"] + righe if righe else []
 
 
 def picco_in_un_server(punto: Punto) -> Optional[int]:

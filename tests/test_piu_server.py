@@ -161,3 +161,25 @@ def test_dettagli_chiamano_ogni_slot_col_suo_server(fake, carica):
     assert rc == 0, err
     nomi = re.findall(r"^    (\S+ slot \d): \d+ di (\d+) token", out, re.M)
     assert nomi == [(f"{a.url} slot 0", "2048"), (f"{b.url} slot 0", "1024"), (f"{b.url} slot 1", "1024")], out
+
+
+def test_ctrl_c_dopo_un_server_andato_esce_130(fake):
+    """One of two servers gone, then Ctrl+C: the interruption wins (exit 130, "interrotto"), as with one server."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from aiuti import CARICO
+
+    a = fake(n_slot=4, s_per_token=0.05)
+    b = fake(n_slot=4, s_per_token=0.05, spegni_dopo=1, spegni_uccidendo=True)
+    proc = subprocess.Popen([sys.executable, CARICO, "--url", f"{a.url},{b.url}", "--richieste", "12", "--token", "32"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    scadenza = time.monotonic() + 20
+    while len(chat_di(a)) < 4 and time.monotonic() < scadenza:  # b gone, its share sent to a
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "carico.py: interrotto" in err and "Traceback" not in err

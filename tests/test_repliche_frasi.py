@@ -126,6 +126,8 @@ def test_dopo_ctrl_c_ogni_server_dice_le_sue_non_completate():
     righe = carico.righe_per_server(p)
     assert righe[1].startswith("  http://s0: 2 richieste (1 riuscita, 1 non completata), picco 1/1 slot")
     assert righe[0] == "per server:"  # all three left: 2 + 1
+    assert carico.righe_per_server(gruppo([fatta(0, 0.0, 1.0, 0)], (1, 1), n_richieste=4, inviate=(2, 1)))[0] == (
+        "per server (l'altra non è partita):")
     assert righe[2] == "  http://s1: 1 richiesta (0 riuscite, 1 non completata)"
     intera = gruppo([fatta(0, 0.0, 1.0, 0), fatta(1, 0.0, 1.0, 1)], (1, 1), inviate=(1, 1))
     assert not any("non completate" in r for r in carico.righe_per_server(intera))
@@ -138,6 +140,12 @@ def test_json_il_throughput_di_ogni_server_e_la_sua_parte():
     p = gruppo([fatta(0, 0.0, 1.0, 0, token=30), fatta(1, 0.0, 2.0, 1, token=10)], (1, 1), inviate=(1, 1))
     dati = json.loads(carico.testo_json([p], [p.piano], "http://s0, http://s1"))["prove"][0]
     assert [s["throughput"] for s in dati["per_server"]] == [15.0, 5.0]
+    coda = gruppo([fatta(0, 0.0, 1.0, 0), fatta(1, 0.0, 2.0, 0)._replace(predicted_ms=950.0), fatta(2, 0.0, 0.2, 1)],
+                  (1, 1))  # the 1-slot server's second request waited, the other server free: as printed
+    assert carico.riepilogo_oltre(coda).picco_coda == 1
+    assert json.loads(carico.testo_json([coda], [coda.piano], ""))["prove"][0]["riepilogo"]["picco_coda"] == 1
+    # copies of --kv-unified: each shares its own buffer, never one for all
+    assert carico.info_del_gruppo([InfoServer(2, 512, True, True, kv_unificata=True)] * 2).kv_unificata is None
     assert sum(s["throughput"] for s in dati["per_server"]) == dati["riepilogo"]["throughput"] == 20.0
 
 
