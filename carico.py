@@ -4925,7 +4925,8 @@ def testo_json(prove: List[Prova], piani: List[Piano], url: str, slo: Optional[D
             "macchina_dopo": p.macchina_dopo and p.macchina_dopo._asdict(),
             "esclusa_dalla_media": id(p) in escluse,  # see `anomale`
             "slot_occupati_prima": p.occupati_prima,
-            "riepilogo": {**riepilogo_oltre(p)._asdict(), "picco": p.riepilogo.picco, "picco_coda": riepilogo_oltre(p).picco_coda,
+            "riepilogo": {**(insieme := riepilogo_oltre(p))._asdict(), "picco": insieme.picco,
+                          "picco_coda": insieme.picco_coda,
                           "tagliate_dal_contesto": len(tagliate_dal_contesto(p))},
             "richieste": righe_dati(p),
             "campioni": [c._asdict() for c in p.esecuzione.campioni],
